@@ -1,0 +1,181 @@
+// unimoe: the Mixture-of-Experts layer of LLM inference on NVIDIA Hopper.
+//
+// This is the one public header. It holds, in order:
+//   1. the enums and the config (routing, experts, quantization, backend);
+//   2. the error type, and validate();
+//   3. the weights and per-call activations, as raw device pointers;
+//   4. the layer.
+// Names follow the glossary of the design: T tokens, H hidden size,
+// I intermediate size per expert, E experts, K top_k.
+//
+// The header needs no CUDA header: streams are passed as CUstream_st*, which
+// is what cudaStream_t is.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+struct CUstream_st;
+
+namespace unimoe {
+
+inline constexpr const char* kVersion = "0.1.0";
+
+// ---------------------------------------------------------------- enums ----
+
+// How router logits become (expert ids, weights). Formulas: docs/routing.md.
+enum class RoutingPolicy {
+  Default,           // ids topk(softmax(x)), weights softmax(x)[ids]
+  Renormalize,       // ids topk(x), weights softmax(x[ids])
+  RenormalizeNaive,  // ids topk(softmax(x)), weights renormalized to sum 1
+  TopK,              // ids topk(x), weights x[ids]
+  Sigmoid,           // ids topk(sigmoid(x)), weights sigmoid(x)[ids]
+  SigmoidRenorm,     // as Sigmoid, weights renormalized to sum 1
+  TopKSigmoid,       // ids topk(x), weights sigmoid(x[ids])
+  Llama4,            // K = 1: id argmax(x), weight sigmoid(x[id])
+  DeepSeekV3,        // grouped, biased sigmoid scores, scaled renormalized weights
+  MiniMax2,          // DeepSeekV3 with one group
+};
+
+enum class Activation {
+  SwiGLU,     // silu(g) * u
+  GeGLU,      // gelu(g) * u (erf form)
+  ReLU2,      // relu(x)^2, not gated: GEMM1 has N = I
+  SwiGLUOai,  // gpt-oss: clamped, alpha-scaled SwiGLU with (u + 1)
+};
+
+enum class QuantVariant {
+  BF16,          // bf16 weights and activations
+  FP8PerTensor,  // e4m3 weights, one fp32 scale per expert and matrix; e4m3 activations
+  FP8Block128,   // e4m3 weights, fp32 scale per 128x128 block; activations per token x 128
+  MXFP4,         // e2m1 weights, e8m0 scale per 32 along K; bf16 activations
+  NVFP4,         // e2m1 weights, e4m3 scale per 16 along K + fp32 per matrix; bf16 activations
+};
+
+enum class LogitsType { F32, BF16 };
+
+// Each enum prints and parses; parse throws Error naming the allowed values.
+std::string to_string(RoutingPolicy v);
+std::string to_string(Activation v);
+std::string to_string(QuantVariant v);
+std::string to_string(LogitsType v);
+RoutingPolicy parse_routing_policy(const std::string& s);
+Activation parse_activation(const std::string& s);
+QuantVariant parse_quant_variant(const std::string& s);
+LogitsType parse_logits_type(const std::string& s);
+
+// --------------------------------------------------------------- config ----
+
+struct RoutingConfig {
+  RoutingPolicy policy = RoutingPolicy::Renormalize;
+  int num_experts = 0;                 // E
+  int top_k = 0;                       // K
+  int n_group = 1;                     // DeepSeekV3: expert groups (E % n_group == 0)
+  int topk_group = 1;                  // DeepSeekV3: groups kept per token
+  float routed_scaling_factor = 1.0f;  // DeepSeekV3 / MiniMax2 weight scale
+  bool has_bias = false;               // DeepSeekV3 / MiniMax2: score-correction bias [E]
+  LogitsType logits_type = LogitsType::F32;
+};
+
+struct ExpertsConfig {
+  int hidden = 0;        // H
+  int intermediate = 0;  // I, per expert
+  Activation activation = Activation::SwiGLU;
+  float swiglu_alpha = 1.702f;  // SwiGLUOai only
+  float swiglu_limit = 7.0f;    // SwiGLUOai only
+  bool has_bias = false;        // per-expert biases on both GEMMs (gpt-oss)
+  int local_expert_offset = 0;  // expert-parallel range served by this rank:
+  int num_local_experts = -1;   // [offset, offset + count); -1 means all E
+  QuantVariant quant = QuantVariant::BF16;
+};
+
+struct BackendOptions {
+  std::string backend = "auto";  // "auto" (autotuned / heuristic) or a backend name
+  bool deterministic = true;     // fixed-order finalize; no atomics on the output
+};
+
+struct MoEConfig {
+  RoutingConfig routing;
+  ExpertsConfig experts;
+  BackendOptions options;
+
+  // E_local: num_local_experts, or E when it is -1.
+  int local_experts() const;
+  // Rows of GEMM1's output per token: 2I for gated activations, I for ReLU2.
+  int gemm1_cols() const;
+
+  // One line, `key=value` pairs; parse(to_string()) gives the same config.
+  // This string is the log line and the tuning-cache key.
+  std::string to_string() const;
+  static MoEConfig parse(const std::string& s);
+};
+
+// ---------------------------------------------------------------- errors ----
+
+// Every refusal names the bad field and what is allowed.
+class Error : public std::invalid_argument {
+ public:
+  Error(std::string field, const std::string& message);
+  const std::string& field() const { return field_; }
+
+ private:
+  std::string field_;
+};
+
+// Throws Error on the first impossible setting; does nothing otherwise.
+void validate(const MoEConfig& config);
+
+// Alignment each quant variant needs of H and I (multiple of).
+int hidden_multiple(QuantVariant q);
+int intermediate_multiple(QuantVariant q);
+
+// -------------------------------------------------- weights and activations ----
+// All pointers are device pointers. Shapes are for the E_local experts of this
+// rank. BF16 layout: w13 [E_local, gemm1_cols, H] with the gate rows first then
+// the up rows (interleaved checkpoints are reordered by the caller for now);
+// w2 [E_local, H, I]. Biases (has_bias) are fp32: b13 [E_local, gemm1_cols],
+// b2 [E_local, H].
+struct ExpertWeights {
+  const void* w13 = nullptr;
+  const void* w2 = nullptr;
+  const float* b13 = nullptr;
+  const float* b2 = nullptr;
+};
+
+// One call's inputs and output, all device memory.
+struct ForwardArgs {
+  int num_tokens = 0;                 // T, at most the layer's max_tokens
+  const void* x = nullptr;            // [T, H] bf16
+  const void* logits = nullptr;       // [T, E] fp32 or bf16 (RoutingConfig::logits_type)
+  const float* routing_bias = nullptr;  // [E] fp32, when RoutingConfig::has_bias
+  // Precomputed routing: when both are set, logits are ignored.
+  const int32_t* topk_ids = nullptr;        // [T, K]
+  const float* topk_weights = nullptr;      // [T, K]
+  void* out = nullptr;                // [T, H] bf16
+};
+
+// ----------------------------------------------------------------- layer ----
+// forward() never synchronizes with the host and allocates nothing, so it can
+// be captured once in a CUDA graph and replayed for any routing outcome.
+class MoELayer {
+ public:
+  virtual ~MoELayer() = default;
+
+  // Validates the config, plans and allocates the workspace for max_tokens.
+  // Throws Error for an invalid config, std::runtime_error when this build or
+  // device cannot serve it (the message says why).
+  static std::unique_ptr<MoELayer> create(const MoEConfig& config, int max_tokens);
+
+  virtual const MoEConfig& config() const = 0;
+  virtual int max_tokens() const = 0;
+  // Name of the backend serving the experts stages.
+  virtual std::string backend_name() const = 0;
+  // Keeps the pointers (not a copy); the weights must outlive the layer.
+  virtual void set_weights(const ExpertWeights& weights) = 0;
+  virtual void forward(const ForwardArgs& args, CUstream_st* stream) = 0;
+};
+
+}  // namespace unimoe

@@ -1,0 +1,131 @@
+// The CPU reference: the oracle every kernel and backend is tested against.
+// Plain host C++, no CUDA headers. Accumulation is in fp64; the only
+// roundings are those the device contract has too (bf16 inputs, bf16 or
+// quantized activations between the GEMMs, quantized weights), each done by
+// the bit-exact emulation in this file's quant section.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "unimoe/unimoe.h"
+
+namespace unimoe::ref {
+
+// ------------------------------------------------------------- routing ----
+// ids and weights [T, K], row-major. Exact formulas: docs/routing.md.
+// Selection: K largest keys, ties to the lower expert index, a NaN logit
+// counts as -inf and never wins over a number. Where the policy's score is a
+// strictly increasing function of the logit (softmax, sigmoid), the key is
+// the logit itself: the same ids in exact arithmetic, and no false ties where
+// sigmoid or softmax round two different logits to one float.
+struct Routing {
+  int num_tokens = 0;
+  int top_k = 0;
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+};
+
+// logits [T, E] fp32; bias [E] or nullptr (only DeepSeekV3 / MiniMax2).
+Routing route(const RoutingConfig& config, const float* logits, int num_tokens,
+              const float* bias);
+
+// --------------------------------------------------------- permutation ----
+// Rows of expert e (local index) are permuted rows [offsets[e], offsets[e+1]),
+// in increasing expanded index (a stable sort). Rows routed to experts outside
+// [local_offset, local_offset + num_local) are off this rank:
+// expanded_to_permuted = -1 and they appear in no expert.
+struct Permutation {
+  std::vector<int32_t> expert_counts;         // [E_local]
+  std::vector<int32_t> expert_offsets;        // [E_local + 1], exclusive scan of counts
+  std::vector<int32_t> permuted_to_expanded;  // [expert_offsets[E_local]]
+  std::vector<int32_t> expanded_to_permuted;  // [T * K], -1 off rank
+};
+
+Permutation permute(const int32_t* ids, int num_tokens, int top_k, int local_offset,
+                    int num_local);
+
+// The GEMM tile schedule for one M tile size: expert e's rows are cut into
+// ceil(count / tile_m) tiles, experts in order, empty experts get none.
+struct Tile {
+  int32_t expert;     // local expert index
+  int32_t row_start;  // first permuted row of the tile
+  int32_t rows;       // valid rows, 1..tile_m
+};
+std::vector<Tile> make_tiles(const Permutation& perm, int tile_m);
+
+// ---------------------------------------------------------- activation ----
+// Gated activations take the gate g and up u; ReLU2 takes g only (u unused).
+// SwiGLUOai: g = min(g, limit), u = clamp(u, -limit, limit),
+// out = g * sigmoid(alpha * g) * (u + 1).
+double activate(Activation act, double g, double u, double alpha, double limit);
+
+// --------------------------------------------------------------- quant ----
+// Bit-exact conversions. Rounding is to nearest, ties to even.
+uint16_t f32_to_bf16(float v);  // NaN stays NaN (quiet), inf stays inf
+float bf16_to_f32(uint16_t bits);
+float round_bf16(float v);
+
+// e4m3 "fn": no infinities, max finite 448, NaN 0x7f / 0xff. Values beyond
+// 448 in magnitude (inf included) saturate to +-448; NaN gives 0x7f.
+uint8_t f32_to_e4m3(float v);
+float e4m3_to_f32(uint8_t bits);
+
+// e2m1 (4 bits): values +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}; beyond 6 saturates.
+// NaN is not representable: it gives +6 with the sign of the input's bit.
+uint8_t f32_to_e2m1(float v);
+float e2m1_to_f32(uint8_t nibble);
+
+// e8m0: a power of two 2^(bits - 127); 0xff is NaN.
+float e8m0_to_f32(uint8_t bits);
+
+// A quantized matrix [rows, cols], row-major, quantized along cols (the
+// GEMM's K). fp4 data packs two values a byte, the lower column in the low
+// nibble.
+struct QuantMatrix {
+  QuantVariant variant = QuantVariant::BF16;
+  int rows = 0;
+  int cols = 0;
+  std::vector<uint8_t> data;    // bf16 (2 bytes a value), e4m3, or packed e2m1
+  std::vector<float> scales;    // FP8PerTensor: 1; FP8Block128: [ceil(rows/128), ceil(cols/128)]
+  std::vector<uint8_t> block_scales;  // MXFP4: e8m0 [rows, cols/32]; NVFP4: e4m3 [rows, cols/16]
+  float global_scale = 1.0f;    // NVFP4: the fp32 scale per matrix
+};
+
+// Scales are chosen from the block's largest magnitude (amax):
+//   FP8PerTensor, FP8Block128: scale = amax / 448 (1 when amax is 0);
+//   MXFP4: scale = 2^(floor(log2(amax)) - 2), the OCP MX rule;
+//   NVFP4: global = amax_matrix / (448 * 6), block scale = e4m3(amax_block / 6 / global).
+QuantMatrix quantize(QuantVariant variant, const float* values, int rows, int cols);
+std::vector<float> dequantize(const QuantMatrix& m);
+
+// The activation rounding each variant applies to a GEMM's input [rows, cols]
+// (x before GEMM1, the activated intermediate before GEMM2), in place:
+//   BF16, MXFP4, NVFP4: bf16;
+//   FP8PerTensor: e4m3 with one dynamic scale amax / 448 over the whole tensor;
+//   FP8Block128: e4m3 with a scale per row and 128 columns.
+void quantize_activation(QuantVariant variant, float* values, int rows, int cols);
+
+// ------------------------------------------------------------- forward ----
+// One local expert's weights as the device sees them, already dequantized:
+// w13 [gemm1_cols, H] (gate rows first, then up rows), w2 [H, I], biases fp32
+// (nullptr when the config has none).
+struct ExpertView {
+  const float* w13 = nullptr;
+  const float* w2 = nullptr;
+  const float* b13 = nullptr;
+  const float* b2 = nullptr;
+};
+// Called only for experts that some row is routed to, so a DeepSeek-V3-sized
+// layer needs only the hit experts' weights in memory. Must be thread-safe.
+using WeightSource = std::function<ExpertView(int local_expert)>;
+
+// out [T, H] (fp32, not rounded) = sum over k of weight * expert(x) for the
+// rows routed to this rank; rows off rank contribute nothing. x [T, H] is
+// taken as given (the caller passes bf16 values); each GEMM input is rounded
+// by quantize_activation for config.experts.quant. threads = 0: all cores.
+std::vector<float> moe_forward(const MoEConfig& config, const WeightSource& weights,
+                               const float* x, const Routing& routing, int threads = 0);
+
+}  // namespace unimoe::ref
