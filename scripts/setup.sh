@@ -51,4 +51,8 @@ if [ ! -f "$DEPS/include/CLI/CLI.hpp" ] || [ ! -f "$DEPS/include/nlohmann/json.h
   mkdir -p "$DEPS/include"
   cp -r /usr/include/CLI /usr/include/nlohmann "$DEPS/include/"
 fi
+# The PyTorch peer script, staged for the GPU machine (../shared does not travel).
+if [ -f ../shared/anchors/torch_peer.py ]; then
+  mkdir -p "$DEPS/peer" && cp ../shared/anchors/torch_peer.py ../shared/anchors/*.json "$DEPS/peer/"
+fi
 echo "setup: dependencies ready under $DEPS"

@@ -1,0 +1,58 @@
+// Synthetic inputs that the host and the device agree on: routing logits,
+// and counter-based values of x and the weights (core/hash_random.h), so
+// that the host regenerates any slice the device filled (kernels/fill.cuh)
+// without copying it back. Used by the benchmark and the GPU tests.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ref/ref.h"
+#include "unimoe/unimoe.h"
+
+namespace unimoe::ref {
+
+// Seeds of the tensors of one input set or one layer's weights.
+struct Seeds {
+  uint64_t x, w13, w2, b13, b2, bias;
+};
+Seeds seeds_for(uint64_t base);
+
+// Scales keep activations O(1) through both GEMMs.
+float w13_scale(const MoEConfig& c);
+float w2_scale(const MoEConfig& c);
+inline constexpr float kBiasScale = 0.1f;
+inline constexpr float kXScale = 1.0f;
+
+// logits [T, E]: uniform draws in [-4, 4); "skewed" adds a Zipf-like
+// preference for low expert ids.
+std::vector<float> make_logits(const MoEConfig& c, int num_tokens, uint64_t seed,
+                               const std::string& routing);
+
+// Host copies of x rows [0, num_tokens) as bf16-rounded floats.
+std::vector<float> host_x(const MoEConfig& c, int num_tokens, const Seeds& s);
+std::vector<float> host_bias(const MoEConfig& c, const Seeds& s);
+
+// A WeightSource regenerating (and caching) each hit expert's weights.
+class HostWeights {
+ public:
+  HostWeights(const MoEConfig& c, const Seeds& s) : c_(c), s_(s) {}
+  ref::ExpertView view(int local_expert);
+  ref::WeightSource source() {
+    return [this](int e) { return view(e); };
+  }
+
+ private:
+  struct Expert {
+    std::vector<float> w13, w2, b13, b2;
+  };
+  MoEConfig c_;
+  Seeds s_;
+  std::mutex mu_;
+  std::unordered_map<int, Expert> cache_;
+};
+
+}  // namespace unimoe::ref
