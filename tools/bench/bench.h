@@ -1,0 +1,59 @@
+// unimoe-bench: shared types of the command-line tool.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "plan/floor.h"
+#include "unimoe/unimoe.h"
+
+namespace unimoe::bench {
+
+struct Options {
+  std::vector<std::string> presets;
+  std::vector<int> tokens;
+  std::string backend = "auto";
+  QuantVariant quant = QuantVariant::BF16;
+  std::string routing = "uniform";  // uniform | skewed
+  int iters = 50;
+  int rotate = 0;            // input sets rotated through; 0: enough to exceed L2
+  int check_tokens = 16;     // tokens checked against the CPU reference per point
+  bool force_cpu = false;
+  std::string peer_script;   // torch_peer.py to run side by side ("" = none)
+  std::string anchors;       // peer timings JSON to compare against ("" = none)
+  std::string json_path = "out/bench.json";
+};
+
+struct Point {
+  std::string preset;
+  std::string config;  // MoEConfig::to_string() of what ran
+  int tokens = 0;
+  double active_experts = 0;
+  double time_us = 0;
+  FloorEstimate floor;
+  std::vector<std::pair<std::string, double>> stage_us;
+  double rel_err = -1;        // vs the CPU reference (-1: not checked)
+  std::map<std::string, double> peers_us;  // peer name -> time
+};
+
+struct RunResult {
+  std::string mode;    // "gpu" or "cpu-reference"
+  std::string device;  // GPU name or "cpu"
+  std::string note;    // what the reader must know (reduced size, ...)
+  Ceilings ceilings;
+  std::vector<Point> points;
+};
+
+// Runs every (preset, T) on the GPU; returns false (and a reason) when no
+// usable GPU or no CUDA build.
+bool gpu_available(std::string* reason);
+RunResult run_gpu(const Options& opt);
+// The CPU reference at a reduced size, for machines without a GPU.
+RunResult run_cpu_reference(const Options& opt, const std::string& why);
+
+// Peer timings: torch_peer.py run side by side, anchors read from a file.
+void add_torch_peer(const Options& opt, RunResult& result);
+void add_anchor_peers(const Options& opt, RunResult& result);
+
+}  // namespace unimoe::bench

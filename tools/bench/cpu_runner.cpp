@@ -1,0 +1,92 @@
+// The CPU reference run, for machines without a GPU: the same presets at a
+// reduced size (H and I capped), T capped, CPU times. It shows the reference
+// works end to end; its times say nothing about GPU speed.
+#include <algorithm>
+#include <chrono>
+
+#include "bench.h"
+#include "ref/synthetic.h"
+#include "plan/presets.h"
+#include "ref/ref.h"
+
+namespace unimoe::bench {
+namespace {
+
+using namespace unimoe::ref;
+
+constexpr int kMaxHidden = 512;
+constexpr int kMaxIntermediate = 256;
+constexpr int kMaxTokens = 64;
+// The H200 ceilings of shared/anchors/h200-bf16-peers.json, so that the floor
+// column shows what the reduced layer would cost on that GPU.
+constexpr Ceilings kReferenceCeilings{4.225, 677.7};
+
+int reduce(int v, int cap, int multiple) {
+  return v <= cap ? v : std::max(multiple, cap / multiple * multiple);
+}
+
+template <typename Fn>
+double time_us(Fn&& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+RunResult run_cpu_reference(const Options& opt, const std::string& why) {
+  RunResult result;
+  result.mode = "cpu-reference";
+  result.device = "cpu";
+  result.ceilings = kReferenceCeilings;
+  result.note = "No GPU (" + why + "): ran the CPU reference at a reduced size (H <= " +
+                std::to_string(kMaxHidden) + ", I <= " + std::to_string(kMaxIntermediate) +
+                ", T <= " + std::to_string(kMaxTokens) +
+                "). Times are CPU times; floors are for the reduced layer on an H200.";
+  for (const std::string& name : opt.presets) {
+    MoEConfig c = find_preset(name).config;
+    c.experts.quant = opt.quant;
+    const int mult = std::max(hidden_multiple(opt.quant), intermediate_multiple(opt.quant));
+    c.experts.hidden = reduce(c.experts.hidden, kMaxHidden, mult);
+    c.experts.intermediate = reduce(c.experts.intermediate, kMaxIntermediate, mult);
+    validate(c);
+    const Seeds seeds = seeds_for(0x5eed);
+    HostWeights weights(c, seeds);
+    const std::vector<float> bias = host_bias(c, seeds);
+    for (int t : opt.tokens) {
+      if (t > kMaxTokens) continue;
+      const std::vector<float> logits = make_logits(c, t, seeds.x ^ t, opt.routing);
+      const std::vector<float> x = host_x(c, t, seeds);
+      ref::Routing routing;
+      ref::Permutation perm;
+      std::vector<float> out;
+      Point p;
+      p.preset = name;
+      p.config = c.to_string();
+      p.tokens = t;
+      p.stage_us.emplace_back("routing", time_us([&] {
+        routing = ref::route(c.routing, logits.data(), t, c.routing.has_bias ? bias.data() : nullptr);
+      }));
+      p.stage_us.emplace_back("permute", time_us([&] {
+        perm = ref::permute(routing.ids.data(), t, c.routing.top_k,
+                            c.experts.local_expert_offset, c.local_experts());
+      }));
+      // Weights are generated on first use: do it outside the timed region.
+      for (int id : routing.ids) {
+        const int local = id - c.experts.local_expert_offset;
+        if (local >= 0 && local < c.local_experts()) weights.view(local);
+      }
+      p.stage_us.emplace_back("experts", time_us([&] {
+        out = ref::moe_forward(c, weights.source(), x.data(), routing);
+      }));
+      for (const auto& s : p.stage_us) p.time_us += s.second;
+      p.active_experts = static_cast<double>(
+          std::count_if(perm.expert_counts.begin(), perm.expert_counts.end(), [](int n) { return n > 0; }));
+      p.floor = layer_floor(c, t, p.active_experts, result.ceilings);
+      result.points.push_back(p);
+    }
+  }
+  return result;
+}
+
+}  // namespace unimoe::bench

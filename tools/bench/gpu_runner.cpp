@@ -1,0 +1,262 @@
+// The GPU run: for each preset and T, the layer's median time by CUDA-graph
+// replay (inputs rotated across several sets), the time of each stage alone,
+// the two ceilings measured in the same run, and a check of the output
+// against the CPU reference on the first tokens.
+#include "bench.h"
+
+#if defined(UNIMOE_WITH_CUDA)
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <memory>
+
+#include "ref/synthetic.h"
+#include "kernels/common.cuh"
+#include "kernels/fill.cuh"
+#include "layer/moe_layer.h"
+#include "plan/presets.h"
+
+namespace unimoe::bench {
+namespace {
+
+using namespace unimoe::ref;
+
+constexpr int kDefaultRotate = 4;
+
+// Device memory freed on scope exit.
+struct DeviceMem {
+  void* p = nullptr;
+  explicit DeviceMem(std::size_t bytes) { UNIMOE_CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1)); }
+  ~DeviceMem() { cudaFree(p); }
+  DeviceMem(const DeviceMem&) = delete;
+  DeviceMem& operator=(const DeviceMem&) = delete;
+  template <typename T>
+  T* as() const { return static_cast<T*>(p); }
+};
+
+// Captures `body` (launches on `stream`) once into a graph.
+cudaGraphExec_t capture(cudaStream_t stream, const std::function<void()>& body) {
+  cudaGraph_t graph;
+  UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  body();
+  UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  UNIMOE_CUDA_CHECK(cudaGraphDestroy(graph));
+  return exec;
+}
+
+// Median over `iters` replays of the time of one replay, divided by `per`.
+double median_replay_us(cudaGraphExec_t exec, cudaStream_t stream, int iters, int per) {
+  cudaEvent_t start, stop;
+  UNIMOE_CUDA_CHECK(cudaEventCreate(&start));
+  UNIMOE_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 3; ++i) UNIMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  std::vector<double> us;
+  for (int i = 0; i < iters; ++i) {
+    UNIMOE_CUDA_CHECK(cudaEventRecord(start, stream));
+    UNIMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    UNIMOE_CUDA_CHECK(cudaEventRecord(stop, stream));
+    UNIMOE_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    UNIMOE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    us.push_back(1000.0 * ms / per);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
+  return us[us.size() / 2];
+}
+
+Ceilings measure_ceilings(cudaStream_t stream) {
+  Ceilings c;
+  const std::size_t bytes = std::size_t(1) << 31;
+  {
+    DeviceMem a(bytes), b(bytes);
+    UNIMOE_CUDA_CHECK(cudaMemsetAsync(a.p, 1, bytes, stream));
+    cudaGraphExec_t g = capture(stream, [&] {
+      UNIMOE_CUDA_CHECK(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice, stream));
+    });
+    const double us = median_replay_us(g, stream, 20, 1);
+    cudaGraphExecDestroy(g);
+    c.bandwidth_tbps = 2.0 * bytes / (us * 1e6);
+  }
+  {
+    const int n = 8192;
+    const std::size_t elems = std::size_t(n) * n;
+    DeviceMem a(elems * 2), b(elems * 2), d(elems * 2);
+    launch_fill_bf16(a.as<uint16_t>(), elems, 1, 1.0f, stream);
+    launch_fill_bf16(b.as<uint16_t>(), elems, 2, 1.0f, stream);
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasCreate failed");
+    cublasSetStream(h, stream);
+    const float one = 1.0f, zero = 0.0f;
+    auto gemm = [&] {
+      if (cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a.p, CUDA_R_16BF, n, b.p,
+                       CUDA_R_16BF, n, &zero, d.p, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
+        throw std::runtime_error("cublasGemmEx failed");
+    };
+    gemm();
+    UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    cudaGraphExec_t g = capture(stream, gemm);
+    const double us = median_replay_us(g, stream, 10, 1);
+    cudaGraphExecDestroy(g);
+    cublasDestroy(h);
+    c.matmul_tflops = 2.0 * n * n * double(n) / (us * 1e6);
+  }
+  return c;
+}
+
+// One input set: x, logits and the output of one forward.
+struct InputSet {
+  std::unique_ptr<DeviceMem> x, logits, out;
+  ForwardArgs args;
+};
+
+void run_preset(const Options& opt, const std::string& name, cudaStream_t stream, RunResult& result) {
+  MoEConfig c = find_preset(name).config;
+  c.experts.quant = opt.quant;
+  c.options.backend = opt.backend;
+  const int max_t = *std::max_element(opt.tokens.begin(), opt.tokens.end());
+  MoELayerImpl layer(c, max_t);
+  const Seeds seeds = seeds_for(0x5eed);
+  const std::size_t e = c.local_experts(), h = c.experts.hidden, i = c.experts.intermediate;
+  const std::size_t n1 = c.gemm1_cols();
+  DeviceMem w13(e * n1 * h * 2), w2(e * h * i * 2), b13(e * n1 * 4), b2(e * h * 4);
+  DeviceMem bias(c.routing.num_experts * 4);
+  launch_fill_bf16(w13.as<uint16_t>(), e * n1 * h, seeds.w13, w13_scale(c), stream);
+  launch_fill_bf16(w2.as<uint16_t>(), e * h * i, seeds.w2, w2_scale(c), stream);
+  launch_fill_f32(b13.as<float>(), e * n1, seeds.b13, kBiasScale, stream);
+  launch_fill_f32(b2.as<float>(), e * h, seeds.b2, kBiasScale, stream);
+  launch_fill_f32(bias.as<float>(), c.routing.num_experts, seeds.bias, kBiasScale, stream);
+  ExpertWeights w{w13.p, w2.p, nullptr, nullptr};
+  if (c.experts.has_bias) w = {w13.p, w2.p, b13.as<float>(), b2.as<float>()};
+  layer.set_weights(w);
+  HostWeights host_weights(c, seeds);
+  const std::vector<float> host_routing_bias = host_bias(c, seeds);
+  const int rotate = opt.rotate > 0 ? opt.rotate : kDefaultRotate;
+
+  for (int t : opt.tokens) {
+    std::vector<InputSet> sets(rotate);
+    for (int s = 0; s < rotate; ++s) {
+      InputSet& in = sets[s];
+      in.x = std::make_unique<DeviceMem>(std::size_t(t) * h * 2);
+      in.logits = std::make_unique<DeviceMem>(std::size_t(t) * c.routing.num_experts * 4);
+      in.out = std::make_unique<DeviceMem>(std::size_t(t) * h * 2);
+      launch_fill_bf16(in.x->as<uint16_t>(), std::size_t(t) * h, seeds.x + s, kXScale, stream);
+      const std::vector<float> logits = make_logits(c, t, seeds.x ^ (t + 1000 * s), opt.routing);
+      UNIMOE_CUDA_CHECK(cudaMemcpyAsync(in.logits->p, logits.data(), logits.size() * 4,
+                                        cudaMemcpyHostToDevice, stream));
+      UNIMOE_CUDA_CHECK(cudaMemsetAsync(in.out->p, 0xff, std::size_t(t) * h * 2, stream));
+      in.args.num_tokens = t;
+      in.args.x = in.x->p;
+      in.args.logits = in.logits->p;
+      in.args.routing_bias = c.routing.has_bias ? bias.as<float>() : nullptr;
+      in.args.out = in.out->p;
+    }
+    // Set 0 last, so the workspace holds its routing for the checks below.
+    for (int s = rotate - 1; s >= 0; --s) layer.forward(sets[s].args, stream);
+    UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+    Point p;
+    p.preset = name;
+    p.config = c.to_string();
+    p.tokens = t;
+    std::vector<int32_t> counts(e);
+    UNIMOE_CUDA_CHECK(cudaMemcpy(counts.data(), layer.expert_counts(), e * 4, cudaMemcpyDeviceToHost));
+    p.active_experts = static_cast<double>(std::count_if(counts.begin(), counts.end(), [](int n) { return n > 0; }));
+
+    const int check = std::min(t, opt.check_tokens);
+    if (check > 0 && c.experts.quant == QuantVariant::BF16) {
+      std::vector<uint16_t> got_bits(std::size_t(check) * h);
+      UNIMOE_CUDA_CHECK(cudaMemcpy(got_bits.data(), sets[0].out->p, got_bits.size() * 2, cudaMemcpyDeviceToHost));
+      const std::vector<float> logits = make_logits(c, t, seeds.x ^ (t + 1000 * 0), opt.routing);
+      const ref::Routing routing = ref::route(c.routing, logits.data(), check,
+                                              c.routing.has_bias ? host_routing_bias.data() : nullptr);
+      const std::vector<float> x = host_x(c, check, seeds);
+      const std::vector<float> want = ref::moe_forward(c, host_weights.source(), x.data(), routing);
+      double num = 0, den = 0;
+      for (std::size_t j = 0; j < want.size(); ++j) {
+        const double d = ref::bf16_to_f32(got_bits[j]) - static_cast<double>(want[j]);
+        num += d * d;
+        den += static_cast<double>(want[j]) * want[j];
+      }
+      p.rel_err = den > 0 ? std::sqrt(num / den) : (num > 0 ? INFINITY : 0);
+      if (std::isnan(p.rel_err)) p.rel_err = INFINITY;
+    }
+
+    cudaGraphExec_t full = capture(stream, [&] {
+      for (const InputSet& in : sets) layer.forward(in.args, stream);
+    });
+    p.time_us = median_replay_us(full, stream, opt.iters, rotate);
+    cudaGraphExecDestroy(full);
+    for (Stage st : kStages) {
+      cudaGraphExec_t g = capture(stream, [&] {
+        for (const InputSet& in : sets) layer.run_stage(st, in.args, stream);
+      });
+      p.stage_us.emplace_back(stage_name(st), median_replay_us(g, stream, std::max(5, opt.iters / 5), rotate));
+      cudaGraphExecDestroy(g);
+    }
+    p.floor = layer_floor(c, t, p.active_experts, result.ceilings);
+    std::fprintf(stderr, "  %s T=%d: %.1f us (floor %.1f us)\n", name.c_str(), t, p.time_us, p.floor.floor_us);
+    result.points.push_back(p);
+  }
+}
+
+}  // namespace
+
+bool gpu_available(std::string* reason) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    *reason = err != cudaSuccess ? std::string("no CUDA device: ") + cudaGetErrorString(err) : "no CUDA device";
+    return false;
+  }
+  cudaDeviceProp prop{};
+  UNIMOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major != 9) {
+    *reason = std::string("device ") + prop.name + " is not Hopper (sm_90)";
+    return false;
+  }
+  return true;
+}
+
+RunResult run_gpu(const Options& opt) {
+  RunResult result;
+  result.mode = "gpu";
+  cudaDeviceProp prop{};
+  UNIMOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  result.device = prop.name;
+  cudaStream_t stream;
+  UNIMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::fprintf(stderr, "measuring ceilings on %s ...\n", prop.name);
+  result.ceilings = measure_ceilings(stream);
+  std::fprintf(stderr, "  bandwidth %.3f TB/s, bf16 matmul %.1f TFLOP/s\n", result.ceilings.bandwidth_tbps,
+               result.ceilings.matmul_tflops);
+  for (const std::string& name : opt.presets) run_preset(opt, name, stream, result);
+  cudaStreamDestroy(stream);
+  return result;
+}
+
+}  // namespace unimoe::bench
+
+#else  // no CUDA in this build
+
+namespace unimoe::bench {
+
+bool gpu_available(std::string* reason) {
+  *reason = "this build has no CUDA library (nvcc was not found at configure time)";
+  return false;
+}
+
+RunResult run_gpu(const Options&) { throw std::runtime_error("built without CUDA"); }
+
+}  // namespace unimoe::bench
+
+#endif

@@ -1,0 +1,143 @@
+// unimoe-bench: times the MoE layer over model presets and token counts.
+// Prints a table (time, floor, time/floor, TB/s, TFLOP/s, per-stage split,
+// peers) and writes the same as JSON. Without a GPU it runs the CPU
+// reference at a reduced size and says so.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "bench.h"
+#include "plan/presets.h"
+
+namespace unimoe::bench {
+namespace {
+
+std::string preset_help() {
+  std::string s = "model presets, comma-separated, or 'all':";
+  for (const Preset& p : presets()) s += "\n  " + p.name + " (" + p.model + ")";
+  return s;
+}
+
+void print_table(const RunResult& r) {
+  std::printf("\n%s on %s\n", r.mode == "gpu" ? "unimoe BF16 MoE layer" : "CPU reference", r.device.c_str());
+  if (!r.note.empty()) std::printf("NOTE: %s\n", r.note.c_str());
+  std::printf("ceilings: %.3f TB/s, %.1f TFLOP/s%s\n", r.ceilings.bandwidth_tbps, r.ceilings.matmul_tflops,
+              r.mode == "gpu" ? " (measured in this run)" : " (H200 reference values)");
+  std::printf("%-16s %6s %6s %10s %10s %7s %7s %8s %9s  %s\n", "preset", "T", "active", "time_us",
+              "floor_us", "t/floor", "TB/s", "TFLOP/s", "rel_err", "stages (us) | peers (us)");
+  for (const Point& p : r.points) {
+    std::string stages;
+    for (const auto& [name, us] : p.stage_us) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%s %.1f ", name.c_str(), us);
+      stages += buf;
+    }
+    for (const auto& [name, us] : p.peers_us) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "| %s %.1f (x%.2f) ", name.c_str(), us, us / p.time_us);
+      stages += buf;
+    }
+    const bool gpu = r.mode == "gpu";
+    char ratio[16] = "-", err[16] = "-";
+    if (gpu) std::snprintf(ratio, sizeof ratio, "%.2f", p.time_us / p.floor.floor_us);
+    if (p.rel_err >= 0) std::snprintf(err, sizeof err, "%.2e", p.rel_err);
+    std::printf("%-16s %6d %6.0f %10.1f %10.1f %7s %7.3f %8.1f %9s  %s\n", p.preset.c_str(), p.tokens,
+                p.active_experts, p.time_us, p.floor.floor_us, ratio, p.floor.bytes / (p.time_us * 1e6),
+                p.floor.flops / (p.time_us * 1e6), err, stages.c_str());
+  }
+  if (r.mode == "gpu" && !r.points.empty()) {
+    double log_sum = 0;
+    for (const Point& p : r.points) log_sum += std::log(p.time_us / p.floor.floor_us);
+    std::printf("geometric mean of time/floor over %zu points: %.3f\n", r.points.size(),
+                std::exp(log_sum / r.points.size()));
+  }
+}
+
+void write_json(const Options& opt, const RunResult& r) {
+  nlohmann::json doc;
+  doc["tool"] = "unimoe-bench";
+  doc["version"] = kVersion;
+  doc["mode"] = r.mode;
+  doc["device"] = r.device;
+  doc["note"] = r.note;
+  doc["routing"] = opt.routing;
+  doc["ceilings"] = {{"bandwidth_TBps", r.ceilings.bandwidth_tbps}, {"matmul_TFLOPs", r.ceilings.matmul_tflops}};
+  for (const Point& p : r.points) {
+    nlohmann::json row = {{"preset", p.preset},
+                          {"config", p.config},
+                          {"T", p.tokens},
+                          {"active_experts", p.active_experts},
+                          {"time_us", p.time_us},
+                          {"floor_us", p.floor.floor_us},
+                          {"memory_floor_us", p.floor.memory_us},
+                          {"compute_floor_us", p.floor.compute_us},
+                          {"bytes", p.floor.bytes},
+                          {"flops", p.floor.flops},
+                          {"TBps", p.floor.bytes / (p.time_us * 1e6)},
+                          {"TFLOPs", p.floor.flops / (p.time_us * 1e6)}};
+    if (r.mode == "gpu") row["time_over_floor"] = p.time_us / p.floor.floor_us;
+    if (p.rel_err >= 0) row["rel_err"] = p.rel_err;
+    for (const auto& [name, us] : p.stage_us) row["stages_us"][name] = us;
+    for (const auto& [name, us] : p.peers_us) row["peers_us"][name] = us;
+    doc["points"].push_back(row);
+  }
+  const std::filesystem::path path(opt.json_path);
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+  std::ofstream(path) << doc.dump(1) << "\n";
+  std::printf("wrote %s\n", opt.json_path.c_str());
+}
+
+}  // namespace
+}  // namespace unimoe::bench
+
+int main(int argc, char** argv) {
+  using namespace unimoe;
+  using namespace unimoe::bench;
+  Options opt;
+  std::string preset_list = "qwen3-30b-a3b", token_list = "1,8,64,512,4096,16384", quant = "BF16";
+  CLI::App app{"unimoe-bench: time the MoE layer over model presets and token counts"};
+  app.add_option("--preset,-p", preset_list, preset_help())->capture_default_str();
+  app.add_option("--tokens,-t", token_list, "token counts T, comma-separated")->capture_default_str();
+  app.add_option("--backend", opt.backend, "experts backend: auto or a name")->capture_default_str();
+  app.add_option("--quant", quant, "BF16, FP8PerTensor, FP8Block128, MXFP4, NVFP4")->capture_default_str();
+  app.add_option("--routing", opt.routing, "routing distribution of the logits")
+      ->check(CLI::IsMember({"uniform", "skewed"}))->capture_default_str();
+  app.add_option("--iters", opt.iters, "timed graph replays per point")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--rotate", opt.rotate, "input sets rotated per replay (0: default 4)")->capture_default_str();
+  app.add_option("--check-tokens", opt.check_tokens, "tokens checked against the CPU reference")->capture_default_str();
+  app.add_flag("--cpu", opt.force_cpu, "run the CPU reference (reduced size) even where a GPU exists");
+  app.add_option("--peer", opt.peer_script, "path of torch_peer.py: run the PyTorch peer side by side");
+  app.add_option("--anchors", opt.anchors, "peer timings JSON (shared/anchors/h200-bf16-peers.json) to compare");
+  app.add_option("--json", opt.json_path, "where to write the JSON results")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    opt.quant = parse_quant_variant(quant);
+    if (preset_list == "all") {
+      for (const Preset& p : presets()) opt.presets.push_back(p.name);
+    } else {
+      std::stringstream ss(preset_list);
+      for (std::string name; std::getline(ss, name, ',');) opt.presets.push_back(find_preset(name).name);
+    }
+    std::stringstream ts(token_list);
+    for (std::string t; std::getline(ts, t, ',');) {
+      const int v = std::stoi(t);
+      if (v < 1) throw Error("tokens", "'" + t + "' is not a token count >= 1");
+      opt.tokens.push_back(v);
+    }
+    std::string why = "--cpu given";
+    RunResult result = !opt.force_cpu && gpu_available(&why) ? run_gpu(opt) : run_cpu_reference(opt, why);
+    add_torch_peer(opt, result);
+    add_anchor_peers(opt, result);
+    print_table(result);
+    write_json(opt, result);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "unimoe-bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
