@@ -33,7 +33,7 @@ fi
 
 if has test; then
   echo "== GPU tests"
-  build-gpu/unimoe_gpu_tests --gtest_filter="${UNIMOE_GTEST_FILTER:-*}" \
+  timeout "${UNIMOE_TEST_TIMEOUT:-300}" build-gpu/unimoe_gpu_tests --gtest_filter="${UNIMOE_GTEST_FILTER:-*}" \
     --gtest_output=xml:"$OUT/gpu_tests.xml" >"$OUT/gpu_tests.log" 2>&1 || status=1
   grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\]|Failure|error:|rel|seed" "$OUT/gpu_tests.log" | head -n 60
 fi

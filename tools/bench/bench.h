@@ -13,7 +13,7 @@ namespace unimoe::bench {
 struct Options {
   std::vector<std::string> presets;
   std::vector<int> tokens;
-  std::string backend = "auto";
+  std::vector<std::string> backends = {"auto"};
   QuantVariant quant = QuantVariant::BF16;
   std::string routing = "uniform";  // uniform | skewed
   int iters = 50;
@@ -27,6 +27,7 @@ struct Options {
 
 struct Point {
   std::string preset;
+  std::string backend;
   std::string config;  // MoEConfig::to_string() of what ran
   int tokens = 0;
   double active_experts = 0;

@@ -62,6 +62,7 @@ RunResult run_cpu_reference(const Options& opt, const std::string& why) {
       std::vector<float> out;
       Point p;
       p.preset = name;
+      p.backend = "cpu-reference";
       p.config = c.to_string();
       p.tokens = t;
       p.stage_us.emplace_back("routing", time_us([&] {

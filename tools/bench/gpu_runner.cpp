@@ -119,10 +119,11 @@ struct InputSet {
   ForwardArgs args;
 };
 
-void run_preset(const Options& opt, const std::string& name, cudaStream_t stream, RunResult& result) {
+void run_preset(const Options& opt, const std::string& name, const std::string& backend,
+                cudaStream_t stream, RunResult& result) {
   MoEConfig c = find_preset(name).config;
   c.experts.quant = opt.quant;
-  c.options.backend = opt.backend;
+  c.options.backend = backend;
   const int max_t = *std::max_element(opt.tokens.begin(), opt.tokens.end());
   MoELayerImpl layer(c, max_t);
   const Seeds seeds = seeds_for(0x5eed);
@@ -166,6 +167,7 @@ void run_preset(const Options& opt, const std::string& name, cudaStream_t stream
 
     Point p;
     p.preset = name;
+    p.backend = backend;
     p.config = c.to_string();
     p.tokens = t;
     std::vector<int32_t> counts(e);
@@ -204,7 +206,8 @@ void run_preset(const Options& opt, const std::string& name, cudaStream_t stream
       cudaGraphExecDestroy(g);
     }
     p.floor = layer_floor(c, t, p.active_experts, result.ceilings);
-    std::fprintf(stderr, "  %s T=%d: %.1f us (floor %.1f us)\n", name.c_str(), t, p.time_us, p.floor.floor_us);
+    std::fprintf(stderr, "  %s %s T=%d: %.1f us (floor %.1f us, err %.2e)\n", name.c_str(), backend.c_str(), t,
+                 p.time_us, p.floor.floor_us, p.rel_err);
     result.points.push_back(p);
   }
 }
@@ -239,7 +242,8 @@ RunResult run_gpu(const Options& opt) {
   result.ceilings = measure_ceilings(stream);
   std::fprintf(stderr, "  bandwidth %.3f TB/s, bf16 matmul %.1f TFLOP/s\n", result.ceilings.bandwidth_tbps,
                result.ceilings.matmul_tflops);
-  for (const std::string& name : opt.presets) run_preset(opt, name, stream, result);
+  for (const std::string& name : opt.presets)
+    for (const std::string& backend : opt.backends) run_preset(opt, name, backend, stream, result);
   cudaStreamDestroy(stream);
   return result;
 }

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 
 #include "bench.h"
 #include "plan/presets.h"
@@ -28,7 +30,7 @@ void print_table(const RunResult& r) {
   if (!r.note.empty()) std::printf("NOTE: %s\n", r.note.c_str());
   std::printf("ceilings: %.3f TB/s, %.1f TFLOP/s%s\n", r.ceilings.bandwidth_tbps, r.ceilings.matmul_tflops,
               r.mode == "gpu" ? " (measured in this run)" : " (H200 reference values)");
-  std::printf("%-16s %6s %6s %10s %10s %7s %7s %8s %9s  %s\n", "preset", "T", "active", "time_us",
+  std::printf("%-16s %-8s %6s %6s %10s %10s %7s %7s %8s %9s  %s\n", "preset", "backend", "T", "active", "time_us",
               "floor_us", "t/floor", "TB/s", "TFLOP/s", "rel_err", "stages (us) | peers (us)");
   for (const Point& p : r.points) {
     std::string stages;
@@ -46,16 +48,21 @@ void print_table(const RunResult& r) {
     char ratio[16] = "-", err[16] = "-";
     if (gpu) std::snprintf(ratio, sizeof ratio, "%.2f", p.time_us / p.floor.floor_us);
     if (p.rel_err >= 0) std::snprintf(err, sizeof err, "%.2e", p.rel_err);
-    std::printf("%-16s %6d %6.0f %10.1f %10.1f %7s %7.3f %8.1f %9s  %s\n", p.preset.c_str(), p.tokens,
+    std::printf("%-16s %-8s %6d %6.0f %10.1f %10.1f %7s %7.3f %8.1f %9s  %s\n", p.preset.c_str(),
+                p.backend.c_str(), p.tokens,
                 p.active_experts, p.time_us, p.floor.floor_us, ratio, p.floor.bytes / (p.time_us * 1e6),
                 p.floor.flops / (p.time_us * 1e6), err, stages.c_str());
   }
-  if (r.mode == "gpu" && !r.points.empty()) {
-    double log_sum = 0;
-    for (const Point& p : r.points) log_sum += std::log(p.time_us / p.floor.floor_us);
-    std::printf("geometric mean of time/floor over %zu points: %.3f\n", r.points.size(),
-                std::exp(log_sum / r.points.size()));
+  if (r.mode != "gpu") return;
+  std::map<std::string, std::pair<double, int>> per_backend;  // sum of log(t/floor), points
+  for (const Point& p : r.points) {
+    auto& [log_sum, n] = per_backend[p.backend];
+    log_sum += std::log(p.time_us / p.floor.floor_us);
+    ++n;
   }
+  for (const auto& [backend, acc] : per_backend)
+    std::printf("backend %s: geometric mean of time/floor over %d points: %.3f\n", backend.c_str(),
+                acc.second, std::exp(acc.first / acc.second));
 }
 
 void write_json(const Options& opt, const RunResult& r) {
@@ -69,6 +76,7 @@ void write_json(const Options& opt, const RunResult& r) {
   doc["ceilings"] = {{"bandwidth_TBps", r.ceilings.bandwidth_tbps}, {"matmul_TFLOPs", r.ceilings.matmul_tflops}};
   for (const Point& p : r.points) {
     nlohmann::json row = {{"preset", p.preset},
+                          {"backend", p.backend},
                           {"config", p.config},
                           {"T", p.tokens},
                           {"active_experts", p.active_experts},
@@ -103,7 +111,9 @@ int main(int argc, char** argv) {
   CLI::App app{"unimoe-bench: time the MoE layer over model presets and token counts"};
   app.add_option("--preset,-p", preset_list, preset_help())->capture_default_str();
   app.add_option("--tokens,-t", token_list, "token counts T, comma-separated")->capture_default_str();
-  app.add_option("--backend", opt.backend, "experts backend: auto or a name")->capture_default_str();
+  std::string backend_list = "auto";
+  app.add_option("--backend", backend_list, "experts backends, comma-separated: auto, mma, cutlass")
+      ->capture_default_str();
   app.add_option("--quant", quant, "BF16, FP8PerTensor, FP8Block128, MXFP4, NVFP4")->capture_default_str();
   app.add_option("--routing", opt.routing, "routing distribution of the logits")
       ->check(CLI::IsMember({"uniform", "skewed"}))->capture_default_str();
@@ -122,6 +132,13 @@ int main(int argc, char** argv) {
     } else {
       std::stringstream ss(preset_list);
       for (std::string name; std::getline(ss, name, ',');) opt.presets.push_back(find_preset(name).name);
+    }
+    opt.backends.clear();
+    std::stringstream bs(backend_list);
+    for (std::string b; std::getline(bs, b, ',');) {
+      if (b != "auto" && b != "mma" && b != "cutlass")
+        throw Error("backend", "unknown backend '" + b + "'; allowed: auto, mma, cutlass");
+      opt.backends.push_back(b);
     }
     std::stringstream ts(token_list);
     for (std::string t; std::getline(ts, t, ',');) {

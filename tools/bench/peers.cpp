@@ -4,6 +4,7 @@
 #include <fstream>
 #include <memory>
 #include <set>
+#include <vector>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -17,10 +18,12 @@ namespace {
 const std::set<std::string> kTorchPeerShapes = {"mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b",
                                                 "dsv3-tp8", "gpt-oss-120b"};
 
-Point* find_point(RunResult& r, const std::string& preset, int tokens) {
+// Every point of (preset, T), one per backend.
+std::vector<Point*> find_points(RunResult& r, const std::string& preset, int tokens) {
+  std::vector<Point*> found;
   for (Point& p : r.points)
-    if (p.preset == preset && p.tokens == tokens) return &p;
-  return nullptr;
+    if (p.preset == preset && p.tokens == tokens) found.push_back(&p);
+  return found;
 }
 
 }  // namespace
@@ -45,7 +48,7 @@ void add_torch_peer(const Options& opt, RunResult& result) {
     while (std::fgets(line, sizeof line, pipe.get())) {
       const auto row = nlohmann::json::parse(line, nullptr, false);
       if (row.is_discarded() || !row.contains("torch_grouped_us")) continue;
-      if (Point* p = find_point(result, row.value("shape", ""), row.value("T", -1)))
+      for (Point* p : find_points(result, row.value("shape", ""), row.value("T", -1)))
         p->peers_us["torch_grouped"] = row["torch_grouped_us"].get<double>();
     }
   }
@@ -58,10 +61,10 @@ void add_anchor_peers(const Options& opt, RunResult& result) {
   const auto doc = nlohmann::json::parse(in, nullptr, false);
   if (doc.is_discarded() || !doc.contains("rows")) throw Error("anchors", "'" + opt.anchors + "' has no rows");
   for (const auto& row : doc["rows"]) {
-    Point* p = find_point(result, row.value("shape", ""), row.value("T", -1));
-    if (!p) continue;
-    if (row.contains("vllm_triton_experts_us")) p->peers_us["anchor_vllm_triton"] = row["vllm_triton_experts_us"];
-    if (row.contains("torch_grouped_us")) p->peers_us["anchor_torch_grouped"] = row["torch_grouped_us"];
+    for (Point* p : find_points(result, row.value("shape", ""), row.value("T", -1))) {
+      if (row.contains("vllm_triton_experts_us")) p->peers_us["anchor_vllm_triton"] = row["vllm_triton_experts_us"];
+      if (row.contains("torch_grouped_us")) p->peers_us["anchor_torch_grouped"] = row["torch_grouped_us"];
+    }
   }
 }
 

@@ -1,0 +1,52 @@
+// Row kernels around a grouped GEMM that has neither gather-on-load nor an
+// activation epilogue (the sm90 CUTLASS path): gather the token rows into
+// permuted order before GEMM1, and apply the activation between GEMM1 and
+// GEMM2. Both read the number of rows, expert_offsets[num_groups], on the
+// device; their grids are sized from the capacity (T * top_k) alone, so they
+// capture once in a CUDA graph. Rows at or beyond that count are untouched.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "unimoe/unimoe.h"
+
+namespace unimoe {
+
+struct GatherRowsParams {
+  const uint16_t* x = nullptr;                     // [T, H] bf16
+  const int32_t* permuted_to_expanded = nullptr;   // [capacity]: row r is expanded row p2e[r]
+  const int32_t* expert_offsets = nullptr;         // [num_groups + 1] device
+  int num_groups = 0;                              // E_local
+  int top_k = 0;                                   // K: token of expanded row i is i / K
+  int hidden = 0;                                  // H, a multiple of 8
+  int capacity = 0;                                // T * K: rows the grid covers
+  uint16_t* out = nullptr;                         // [capacity, H] bf16
+};
+
+// out[r, :] = x[permuted_to_expanded[r] / top_k, :] for r < expert_offsets[num_groups].
+void launch_gather_rows(const GatherRowsParams& p, cudaStream_t stream);
+
+struct GatedActivationParams {
+  // [capacity, cols] bf16, GEMM1's output: cols = 2I (gate columns [0, I),
+  // then up columns [I, 2I)) for gated activations, cols = I for ReLU2.
+  const uint16_t* h = nullptr;
+  const float* b13 = nullptr;               // [num_groups, cols] fp32, or nullptr
+  const int32_t* expert_offsets = nullptr;  // [num_groups + 1] device: row r is expert e's
+                                            // when offsets[e] <= r < offsets[e + 1]
+  int num_groups = 0;
+  int capacity = 0;                         // T * K: rows the grid covers
+  int intermediate = 0;                     // I, a multiple of 8
+  Activation activation = Activation::SwiGLU;
+  float swiglu_alpha = 1.702f;              // SwiGLUOai only
+  float swiglu_limit = 7.0f;                // SwiGLUOai only
+  uint16_t* out = nullptr;                  // [capacity, I] bf16
+};
+
+// out[r, j] = act(h[r, j] + b13[e, j], h[r, I + j] + b13[e, I + j]) for gated
+// activations, relu(h[r, j] + b13[e, j])^2 for ReLU2; fp32 math, bf16 rounded
+// to nearest even; r < expert_offsets[num_groups].
+void launch_gated_activation(const GatedActivationParams& p, cudaStream_t stream);
+
+}  // namespace unimoe

@@ -1,0 +1,51 @@
+// Sort/permute on the device: topk_ids -> expert counts and offsets, the two
+// row maps, and GEMM tile schedules, exactly as the CPU reference
+// (ref::permute, ref::make_tiles): rows of an expert in increasing expanded
+// index, off-rank rows -1. Graph-safe: no host sync; the number of tiles is
+// written to device memory.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace unimoe {
+
+// One GEMM tile: rows [row_start, row_start + rows) of local expert `expert`.
+struct DeviceTile {
+  int32_t expert;
+  int32_t row_start;
+  int32_t rows;
+  int32_t pad;
+};
+
+inline constexpr int kMaxTileSizes = 3;
+
+struct PermuteParams {
+  const int32_t* topk_ids = nullptr;  // [T, K]
+  int num_tokens = 0;                 // T
+  int top_k = 0;                      // K
+  int local_offset = 0;               // first expert of this rank
+  int num_local = 0;                  // E_local
+  int32_t* expert_counts = nullptr;         // [E_local] out
+  int32_t* expert_offsets = nullptr;        // [E_local + 1] out
+  int32_t* permuted_to_expanded = nullptr;  // [T * K] out (first offsets[E_local] valid)
+  int32_t* expanded_to_permuted = nullptr;  // [T * K] out, -1 off rank
+  // Tile schedules, one per tile size (0..kMaxTileSizes).
+  int num_tile_sizes = 0;
+  int tile_m[kMaxTileSizes] = {};
+  DeviceTile* tiles[kMaxTileSizes] = {};  // capacity max_tiles(T*K, E_local, tile_m)
+  int32_t* num_tiles[kMaxTileSizes] = {};  // out: tiles written
+  void* scratch = nullptr;                 // permute_scratch_bytes(T, K, E_local)
+};
+
+// Upper bound on the tiles of one schedule.
+inline int max_tiles(int rows, int num_local, int tile_m) {
+  return (rows + tile_m - 1) / tile_m + num_local;
+}
+
+std::size_t permute_scratch_bytes(int num_tokens, int top_k, int num_local);
+void launch_permute(const PermuteParams& params, cudaStream_t stream);
+
+}  // namespace unimoe

@@ -1,0 +1,320 @@
+#include "layer/moe_layer.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/common.cuh"
+#include "kernels/expert_rows.cuh"
+#include "kernels/routing.cuh"
+
+namespace unimoe {
+namespace {
+
+constexpr int kSmallestTileM = 16;
+// Rows per local expert above which "auto" takes the Cutlass path (a guess,
+// to be replaced by the measured crossover).
+constexpr double kCutlassRowsPerExpert = 256;
+constexpr std::size_t kAlign = 256;
+
+std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// Hands out aligned slices of one allocation: first a dry run to size it.
+class Carver {
+ public:
+  explicit Carver(char* base) : base_(base) {}
+  template <typename T>
+  T* take(std::size_t count) {
+    T* p = base_ ? reinterpret_cast<T*>(base_ + used_) : nullptr;
+    used_ += align_up(count * sizeof(T));
+    return p;
+  }
+  std::size_t used() const { return used_; }
+
+ private:
+  char* base_;
+  std::size_t used_ = 0;
+};
+
+// Rows per expert the tactic serves best (for now, a guess to be replaced
+// by measured crossovers): up to 16 rows, 16-row tiles; up to 64, 64-row
+// tiles; above, 128-row tiles.
+int tile_m_for(double rows_per_expert) {
+  if (rows_per_expert <= 16) return 16;
+  if (rows_per_expert <= 64) return 64;
+  return 128;
+}
+
+GemmTactic tactic_for(int tile_m) {
+  int count = 0;
+  const GemmTactic* all = gemm_tactics(&count);
+  for (int i = 0; i < count; ++i)
+    if (all[i].tile_m == tile_m) return all[i];
+  throw std::runtime_error("no GEMM tactic compiled for tile_m " + std::to_string(tile_m));
+}
+
+}  // namespace
+
+const char* stage_name(Stage s) {
+  switch (s) {
+    case Stage::Routing: return "routing";
+    case Stage::Permute: return "permute";
+    case Stage::Gemm1: return "gemm1";
+    case Stage::Gemm2: return "gemm2";
+    case Stage::Finalize: return "finalize";
+  }
+  return "?";
+}
+
+const char* path_name(ExpertsPath p) { return p == ExpertsPath::Mma ? "mma" : "cutlass"; }
+
+void check_backend_name(const std::string& name) {
+  if (name != "auto" && name != "mma" && name != "cutlass")
+    throw Error("options.backend", "unknown backend '" + name + "'; allowed: auto, mma, cutlass");
+}
+
+LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens) {
+  const double rows = static_cast<double>(num_tokens) * config.routing.top_k;
+  const double per_expert = rows / config.local_experts();
+  const std::string& backend = config.options.backend;
+  LayerPlan plan;
+  plan.path = backend == "cutlass" || (backend == "auto" && per_expert > kCutlassRowsPerExpert)
+                  ? ExpertsPath::Cutlass
+                  : ExpertsPath::Mma;
+  plan.tile_m = tile_m_for(per_expert);
+  plan.gemm1 = tactic_for(plan.tile_m);
+  plan.gemm2 = plan.gemm1;
+  return plan;
+}
+
+MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens)
+    : config_(config), max_tokens_(max_tokens) {
+  validate(config_);
+  check_backend_name(config_.options.backend);
+  if (max_tokens < 1) throw Error("max_tokens", "is " + std::to_string(max_tokens) + "; must be >= 1");
+  if (config_.experts.quant != QuantVariant::BF16)
+    throw std::runtime_error("quant " + to_string(config_.experts.quant) +
+                             " has no GPU backend yet; only BF16 runs on the device");
+  const int k = config_.routing.top_k, e_local = config_.local_experts();
+  const std::size_t rows = static_cast<std::size_t>(max_tokens) * k;
+  int device = 0;
+  UNIMOE_CUDA_CHECK(cudaGetDevice(&device));
+  UNIMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
+  // The Cutlass path's buffers, only when some call size may take it.
+  const bool uses_cutlass =
+      plan_for_tokens(config_, max_tokens).path == ExpertsPath::Cutlass;
+  auto carve = [&](Carver& c) {
+    topk_ids_ = c.take<int32_t>(rows);
+    topk_weights_ = c.take<float>(rows);
+    expert_counts_ = c.take<int32_t>(e_local);
+    expert_offsets_ = c.take<int32_t>(e_local + 1);
+    permuted_to_expanded_ = c.take<int32_t>(rows);
+    expanded_to_permuted_ = c.take<int32_t>(rows);
+    tiles_ = c.take<DeviceTile>(max_tiles(static_cast<int>(rows), e_local, kSmallestTileM));
+    num_tiles_ = c.take<int32_t>(1);
+    act_ = c.take<uint16_t>(rows * config_.experts.intermediate);
+    y_ = c.take<uint16_t>(rows * config_.experts.hidden);
+    permute_scratch_ = c.take<char>(permute_scratch_bytes(max_tokens, k, e_local));
+    if (uses_cutlass) {
+      gathered_ = c.take<uint16_t>(rows * config_.experts.hidden);
+      h_ = c.take<uint16_t>(rows * config_.gemm1_cols());
+      sm90_workspace_ = c.take<char>(sm90_grouped_gemm_workspace_bytes(e_local, sm_count_));
+    }
+  };
+  Carver dry(nullptr);
+  carve(dry);
+  UNIMOE_CUDA_CHECK(cudaMalloc(&arena_, dry.used()));
+  Carver real(static_cast<char*>(arena_));
+  carve(real);
+}
+
+MoELayerImpl::~MoELayerImpl() {
+  if (arena_) cudaFree(arena_);
+}
+
+void MoELayerImpl::set_weights(const ExpertWeights& w) {
+  if (!w.w13 || !w.w2) throw Error("weights", "w13 and w2 must be set");
+  if (config_.experts.has_bias && (!w.b13 || !w.b2))
+    throw Error("weights", "config has expert biases (has_bias): b13 and b2 must be set");
+  weights_ = w;
+}
+
+bool MoELayerImpl::precomputed(const ForwardArgs& args) const {
+  return args.topk_ids != nullptr && args.topk_weights != nullptr;
+}
+
+void MoELayerImpl::check_args(const ForwardArgs& a) const {
+  if (a.num_tokens < 0 || a.num_tokens > max_tokens_)
+    throw Error("num_tokens", "is " + std::to_string(a.num_tokens) + "; allowed: 0.." +
+                                  std::to_string(max_tokens_) + " (the layer's max_tokens)");
+  if (!a.x || !a.out) throw Error("args", "x and out must be set");
+  if ((a.topk_ids == nullptr) != (a.topk_weights == nullptr))
+    throw Error("args", "precomputed routing needs both topk_ids and topk_weights");
+  if (!precomputed(a) && !a.logits) throw Error("args", "logits must be set (or topk_ids and topk_weights)");
+  if (!precomputed(a) && config_.routing.has_bias && !a.routing_bias)
+    throw Error("routing_bias", "the config has a routing bias (has_bias): pass it");
+  if (!weights_.w13) throw Error("weights", "set_weights was not called");
+}
+
+void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t stream) {
+  const int t = a.num_tokens, k = config_.routing.top_k;
+  const int e_local = config_.local_experts();
+  const int rows = t * k;
+  const int32_t* ids = precomputed(a) ? a.topk_ids : topk_ids_;
+  const float* weights = precomputed(a) ? a.topk_weights : topk_weights_;
+  const LayerPlan plan = plan_for_tokens(config_, std::max(t, 1));
+  const int tiles_cap = max_tiles(rows, e_local, plan.tile_m);
+  switch (stage) {
+    case Stage::Routing: {
+      if (precomputed(a) || t == 0) return;
+      RoutingParams p;
+      p.logits = a.logits;
+      p.bias = a.routing_bias;
+      p.num_tokens = t;
+      p.config = config_.routing;
+      p.topk_ids = topk_ids_;
+      p.topk_weights = topk_weights_;
+      launch_routing(p, stream);
+      return;
+    }
+    case Stage::Permute: {
+      PermuteParams p;
+      p.topk_ids = ids;
+      p.num_tokens = t;
+      p.top_k = k;
+      p.local_offset = config_.experts.local_expert_offset;
+      p.num_local = e_local;
+      p.expert_counts = expert_counts_;
+      p.expert_offsets = expert_offsets_;
+      p.permuted_to_expanded = permuted_to_expanded_;
+      p.expanded_to_permuted = expanded_to_permuted_;
+      p.num_tile_sizes = 1;
+      p.tile_m[0] = plan.tile_m;
+      p.tiles[0] = tiles_;
+      p.num_tiles[0] = num_tiles_;
+      p.scratch = permute_scratch_;
+      launch_permute(p, stream);
+      return;
+    }
+    case Stage::Gemm1: {
+      if (t == 0) return;
+      if (plan.path == ExpertsPath::Cutlass) {
+        run_cutlass_gemm1(a, plan, stream);
+        return;
+      }
+      Gemm1Params p;
+      p.x = static_cast<const uint16_t*>(a.x);
+      p.permuted_to_expanded = permuted_to_expanded_;
+      p.top_k = k;
+      p.w13 = static_cast<const uint16_t*>(weights_.w13);
+      p.b13 = weights_.b13;
+      p.tiles = tiles_;
+      p.num_tiles = num_tiles_;
+      p.max_tiles = tiles_cap;
+      p.hidden = config_.experts.hidden;
+      p.intermediate = config_.experts.intermediate;
+      p.activation = config_.experts.activation;
+      p.swiglu_alpha = config_.experts.swiglu_alpha;
+      p.swiglu_limit = config_.experts.swiglu_limit;
+      p.act_out = act_;
+      launch_gemm1(p, plan.gemm1, stream);
+      return;
+    }
+    case Stage::Gemm2: {
+      if (t == 0) return;
+      if (plan.path == ExpertsPath::Cutlass) {
+        run_sm90_gemm(act_, weights_.w2, y_, config_.experts.hidden, config_.experts.intermediate,
+                      plan, stream);
+        return;
+      }
+      Gemm2Params p;
+      p.act = act_;
+      p.w2 = static_cast<const uint16_t*>(weights_.w2);
+      p.b2 = weights_.b2;
+      p.tiles = tiles_;
+      p.num_tiles = num_tiles_;
+      p.max_tiles = tiles_cap;
+      p.hidden = config_.experts.hidden;
+      p.intermediate = config_.experts.intermediate;
+      p.y = y_;
+      launch_gemm2(p, plan.gemm2, stream);
+      return;
+    }
+    case Stage::Finalize: {
+      if (t == 0) return;
+      FinalizeParams p;
+      p.y = y_;
+      p.expanded_to_permuted = expanded_to_permuted_;
+      p.topk_weights = weights;
+      p.num_tokens = t;
+      p.top_k = k;
+      p.hidden = config_.experts.hidden;
+      p.out = static_cast<uint16_t*>(a.out);
+      if (plan.path == ExpertsPath::Cutlass && weights_.b2) {
+        p.b2 = weights_.b2;
+        p.topk_ids = ids;
+        p.local_offset = config_.experts.local_expert_offset;
+      }
+      launch_finalize(p, stream);
+      return;
+    }
+  }
+}
+
+void MoELayerImpl::run_sm90_gemm(const uint16_t* a, const void* b, uint16_t* d, int n, int k,
+                                 const LayerPlan& plan, cudaStream_t stream) {
+  Sm90GroupedGemmParams p;
+  p.a = a;
+  p.expert_offsets = expert_offsets_;
+  p.b = static_cast<const uint16_t*>(b);
+  p.d = d;
+  p.num_groups = config_.local_experts();
+  p.n = n;
+  p.k = k;
+  p.workspace = sm90_workspace_;
+  p.sm_count = sm_count_;
+  p.tactic = plan.sm90;
+  launch_sm90_grouped_gemm(p, stream);
+}
+
+void MoELayerImpl::run_cutlass_gemm1(const ForwardArgs& a, const LayerPlan& plan,
+                                     cudaStream_t stream) {
+  if (!gathered_)
+    throw std::runtime_error("the Cutlass path was not planned for this layer's max_tokens");
+  const int capacity = a.num_tokens * config_.routing.top_k;
+  GatherRowsParams g;
+  g.x = static_cast<const uint16_t*>(a.x);
+  g.permuted_to_expanded = permuted_to_expanded_;
+  g.expert_offsets = expert_offsets_;
+  g.num_groups = config_.local_experts();
+  g.top_k = config_.routing.top_k;
+  g.hidden = config_.experts.hidden;
+  g.capacity = capacity;
+  g.out = gathered_;
+  launch_gather_rows(g, stream);
+  run_sm90_gemm(gathered_, weights_.w13, h_, config_.gemm1_cols(), config_.experts.hidden, plan,
+                stream);
+  GatedActivationParams act;
+  act.h = h_;
+  act.b13 = weights_.b13;
+  act.expert_offsets = expert_offsets_;
+  act.num_groups = config_.local_experts();
+  act.capacity = capacity;
+  act.intermediate = config_.experts.intermediate;
+  act.activation = config_.experts.activation;
+  act.swiglu_alpha = config_.experts.swiglu_alpha;
+  act.swiglu_limit = config_.experts.swiglu_limit;
+  act.out = act_;
+  launch_gated_activation(act, stream);
+}
+
+void MoELayerImpl::forward(const ForwardArgs& args, CUstream_st* stream) {
+  check_args(args);
+  for (Stage s : kStages) run_stage(s, args, stream);
+}
+
+std::unique_ptr<MoELayer> MoELayer::create(const MoEConfig& config, int max_tokens) {
+  return std::make_unique<MoELayerImpl>(config, max_tokens);
+}
+
+}  // namespace unimoe

@@ -1,0 +1,99 @@
+// The layer behind the public MoELayer: the plan (tile size, tactic), the
+// workspace sized once from (config, max_tokens), and the fixed launch chain
+//   routing -> permute -> gemm1 -> gemm2 -> finalize.
+// Each stage can also be launched alone, so that the benchmark can time it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <string>
+
+#include "kernels/grouped_gemm.cuh"
+#include "kernels/permute.cuh"
+#include "kernels/sm90_grouped_gemm.cuh"
+#include "unimoe/unimoe.h"
+
+namespace unimoe {
+
+enum class Stage { Routing, Permute, Gemm1, Gemm2, Finalize };
+inline constexpr std::array<Stage, 5> kStages = {Stage::Routing, Stage::Permute, Stage::Gemm1,
+                                                 Stage::Gemm2, Stage::Finalize};
+const char* stage_name(Stage s);
+
+// The two ways the experts stages run:
+//   Mma: mma.sync grouped GEMMs over a tile schedule, x gathered on load,
+//        bias and activation in GEMM1's epilogue, b2 in GEMM2's;
+//   Cutlass: CUTLASS's Hopper grouped GEMM (TMA, wgmma) over contiguous
+//        permuted rows: gather kernel, GEMM1, activation kernel, GEMM2,
+//        b2 added by the finalize.
+enum class ExpertsPath { Mma, Cutlass };
+const char* path_name(ExpertsPath p);
+// "auto", "mma" or "cutlass"; throws Error naming the allowed values.
+void check_backend_name(const std::string& name);
+
+// The host-side plan for one call size.
+struct LayerPlan {
+  ExpertsPath path = ExpertsPath::Mma;
+  int tile_m = 0;       // the schedule's M tile (Mma path)
+  GemmTactic gemm1;     // Mma path tactics
+  GemmTactic gemm2;
+  Sm90GemmTactic sm90 = Sm90GemmTactic::Cooperative128x128;  // Cutlass path tactic
+};
+
+// The rule for now (a guess until measured crossovers replace it): rows per
+// local expert decide. Few rows: the Mma path with small M tiles keeps the
+// memory-bound work spread over many CTAs. Many rows: the Cutlass path's
+// wgmma tiles. `backend` "mma" or "cutlass" forces the path.
+LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens);
+
+class MoELayerImpl final : public MoELayer {
+ public:
+  MoELayerImpl(const MoEConfig& config, int max_tokens);
+  ~MoELayerImpl() override;
+  MoELayerImpl(const MoELayerImpl&) = delete;
+  MoELayerImpl& operator=(const MoELayerImpl&) = delete;
+
+  const MoEConfig& config() const override { return config_; }
+  int max_tokens() const override { return max_tokens_; }
+  std::string backend_name() const override { return config_.options.backend; }
+  void set_weights(const ExpertWeights& weights) override;
+  void forward(const ForwardArgs& args, CUstream_st* stream) override;
+
+  // One stage of forward alone (the inputs of earlier stages must be in the
+  // workspace already).
+  void run_stage(Stage stage, const ForwardArgs& args, cudaStream_t stream);
+  // Device copies of the routing result of the last forward, for tests and
+  // the benchmark's active-expert count.
+  const int32_t* expert_counts() const { return expert_counts_; }
+
+ private:
+  void check_args(const ForwardArgs& args) const;
+  void run_cutlass_gemm1(const ForwardArgs& args, const LayerPlan& plan, cudaStream_t stream);
+  void run_sm90_gemm(const uint16_t* a, const void* b, uint16_t* d, int n, int k,
+                     const LayerPlan& plan, cudaStream_t stream);
+  bool precomputed(const ForwardArgs& args) const;
+
+  MoEConfig config_;
+  int max_tokens_;
+  ExpertWeights weights_{};
+  void* arena_ = nullptr;  // one allocation; the pointers below point into it
+  int32_t* topk_ids_ = nullptr;
+  float* topk_weights_ = nullptr;
+  int32_t* expert_counts_ = nullptr;
+  int32_t* expert_offsets_ = nullptr;
+  int32_t* permuted_to_expanded_ = nullptr;
+  int32_t* expanded_to_permuted_ = nullptr;
+  DeviceTile* tiles_ = nullptr;
+  int32_t* num_tiles_ = nullptr;
+  uint16_t* act_ = nullptr;
+  uint16_t* y_ = nullptr;
+  void* permute_scratch_ = nullptr;
+  // Cutlass path only.
+  uint16_t* gathered_ = nullptr;  // [T*K, H] x rows in permuted order
+  uint16_t* h_ = nullptr;         // [T*K, gemm1_cols] GEMM1 output before the activation
+  void* sm90_workspace_ = nullptr;
+  int sm_count_ = 0;
+};
+
+}  // namespace unimoe

@@ -1,0 +1,327 @@
+// Sort/permute kernels against the CPU reference (ref::permute,
+// ref::make_tiles): counts, offsets, both row maps and every tile schedule
+// exact, on random routing, expert-parallel ranges with off-rank rows, empty
+// experts, one hot expert, large T*K and T = 0; and routing + permute
+// captured once in a CUDA graph and replayed on new logits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <iterator>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/test_util.h"
+#include "gpu/gpu_test_util.h"
+#include "kernels/permute.cuh"
+#include "kernels/routing.cuh"
+#include "ref/ref.h"
+
+namespace unimoe {
+namespace {
+
+using test::DeviceBuffer;
+
+constexpr int kExperts[] = {8, 64, 128, 160, 256, 384, 1024};
+constexpr int kTopKs[] = {1, 2, 4, 6, 8, 22, 32};
+constexpr int kTokens[] = {1, 2, 3, 7, 33, 100, 1000, 4096};
+
+// K distinct experts per token, uniformly drawn from [0, num_experts).
+std::vector<int32_t> random_ids(int num_tokens, int top_k, int num_experts, std::mt19937_64& rng) {
+  std::vector<int32_t> all(num_experts), ids;
+  std::iota(all.begin(), all.end(), 0);
+  ids.reserve(static_cast<std::size_t>(num_tokens) * top_k);
+  for (int t = 0; t < num_tokens; ++t) {
+    for (int k = 0; k < top_k; ++k) {  // partial Fisher-Yates: the first K are a random draw
+      std::uniform_int_distribution<int> pick(k, num_experts - 1);
+      std::swap(all[k], all[pick(rng)]);
+      ids.push_back(all[k]);
+    }
+  }
+  return ids;
+}
+
+// Device outputs of one launch_permute, sized for (T, K, E_local, tile sizes).
+class PermuteBuffers {
+ public:
+  PermuteBuffers(int num_tokens, int top_k, int num_local, std::vector<int> tile_m)
+      : num_tokens_(num_tokens),
+        top_k_(top_k),
+        num_local_(num_local),
+        tile_m_(std::move(tile_m)),
+        counts_(num_local),
+        offsets_(num_local + 1),
+        permuted_to_expanded_(static_cast<std::size_t>(num_tokens) * top_k),
+        expanded_to_permuted_(static_cast<std::size_t>(num_tokens) * top_k),
+        num_tiles_(kMaxTileSizes),
+        scratch_(permute_scratch_bytes(num_tokens, top_k, num_local)) {
+    for (std::size_t s = 0; s < tile_m_.size(); ++s)
+      tiles_[s] = DeviceBuffer<DeviceTile>(max_tiles(num_tokens * top_k, num_local, tile_m_[s]));
+  }
+
+  void poison() {
+    counts_.poison();
+    offsets_.poison();
+    permuted_to_expanded_.poison();
+    expanded_to_permuted_.poison();
+    num_tiles_.poison();
+    for (std::size_t s = 0; s < tile_m_.size(); ++s) tiles_[s].poison();
+    scratch_.poison();  // the kernels must not rely on zeroed scratch
+  }
+
+  PermuteParams params(const int32_t* topk_ids, int local_offset) const {
+    PermuteParams p;
+    p.topk_ids = topk_ids;
+    p.num_tokens = num_tokens_;
+    p.top_k = top_k_;
+    p.local_offset = local_offset;
+    p.num_local = num_local_;
+    p.expert_counts = counts_.get();
+    p.expert_offsets = offsets_.get();
+    p.permuted_to_expanded = permuted_to_expanded_.get();
+    p.expanded_to_permuted = expanded_to_permuted_.get();
+    p.num_tile_sizes = static_cast<int>(tile_m_.size());
+    for (std::size_t s = 0; s < tile_m_.size(); ++s) {
+      p.tile_m[s] = tile_m_[s];
+      p.tiles[s] = tiles_[s].get();
+      p.num_tiles[s] = num_tiles_.get() + s;
+    }
+    p.scratch = scratch_.get();
+    return p;
+  }
+
+  // Every output against the reference for `ids` (host copy of the input).
+  void expect_matches_reference(const std::vector<int32_t>& ids, int local_offset) const {
+    const ref::Permutation want =
+        ref::permute(ids.data(), num_tokens_, top_k_, local_offset, num_local_);
+    EXPECT_EQ(counts_.download(), want.expert_counts);
+    EXPECT_EQ(offsets_.download(), want.expert_offsets);
+    std::vector<int32_t> p2e = permuted_to_expanded_.download();
+    p2e.resize(want.permuted_to_expanded.size());  // only the on-rank rows are defined
+    EXPECT_EQ(p2e, want.permuted_to_expanded);
+    EXPECT_EQ(expanded_to_permuted_.download(), want.expanded_to_permuted);
+
+    const std::vector<int32_t> num_tiles = num_tiles_.download();
+    for (std::size_t s = 0; s < tile_m_.size(); ++s) {
+      SCOPED_TRACE("tile_m " + std::to_string(tile_m_[s]));
+      const std::vector<ref::Tile> want_tiles = ref::make_tiles(want, tile_m_[s]);
+      ASSERT_EQ(num_tiles[s], static_cast<int32_t>(want_tiles.size()));
+      const std::vector<DeviceTile> got = tiles_[s].download();
+      int errors = 0;
+      std::string first;
+      for (std::size_t i = 0; i < want_tiles.size(); ++i) {
+        const ref::Tile& w = want_tiles[i];
+        if (got[i].expert != w.expert || got[i].row_start != w.row_start || got[i].rows != w.rows) {
+          if (errors++ == 0)
+            first = "tile " + std::to_string(i) + ": (" + std::to_string(got[i].expert) + ", " +
+                    std::to_string(got[i].row_start) + ", " + std::to_string(got[i].rows) +
+                    ") want (" + std::to_string(w.expert) + ", " + std::to_string(w.row_start) +
+                    ", " + std::to_string(w.rows) + ")";
+        }
+      }
+      EXPECT_EQ(errors, 0) << first;
+    }
+  }
+
+ private:
+  int num_tokens_, top_k_, num_local_;
+  std::vector<int> tile_m_;
+  DeviceBuffer<int32_t> counts_, offsets_, permuted_to_expanded_, expanded_to_permuted_;
+  DeviceBuffer<int32_t> num_tiles_;
+  DeviceBuffer<uint8_t> scratch_;
+  DeviceBuffer<DeviceTile> tiles_[kMaxTileSizes];
+};
+
+// Uploads ids, runs launch_permute on poisoned outputs, compares.
+void check_permute(const std::vector<int32_t>& ids, int num_tokens, int top_k, int local_offset,
+                   int num_local, const std::vector<int>& tile_m) {
+  SCOPED_TRACE("T=" + std::to_string(num_tokens) + " K=" + std::to_string(top_k) +
+               " local [" + std::to_string(local_offset) + ", " +
+               std::to_string(local_offset + num_local) + ")");
+  DeviceBuffer<int32_t> d_ids;
+  if (!ids.empty()) d_ids = DeviceBuffer<int32_t>(ids);
+  PermuteBuffers buffers(num_tokens, top_k, num_local, tile_m);
+  buffers.poison();
+  launch_permute(buffers.params(d_ids.get(), local_offset), nullptr);
+  UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  buffers.expect_matches_reference(ids, local_offset);
+}
+
+TEST(PermuteGpu, RandomRoutingMatchesReference) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  int case_index = 0;
+  for (int e : kExperts) {
+    for (int k : kTopKs) {
+      if (k > e) continue;
+      for (int repeat = 0; repeat < 2; ++repeat) {
+        const int t = kTokens[case_index++ % std::size(kTokens)];
+        SCOPED_TRACE("E=" + std::to_string(e));
+        check_permute(random_ids(t, k, e, rng), t, k, 0, e, {16, 64, 128});
+      }
+    }
+  }
+}
+
+TEST(PermuteGpu, ChunkBoundaries) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  // T*K just below, at and above whole chunks, and many chunks with a partial last one.
+  const std::pair<int, int> shapes[] = {{1023, 1}, {1024, 1}, {1025, 1}, {128, 8},
+                                        {129, 8},  {1000, 6}, {5000, 22}, {16383, 32}};
+  for (auto [t, k] : shapes)
+    check_permute(random_ids(t, k, 64, rng), t, k, 0, 64, {1, 64, 128});
+}
+
+TEST(PermuteGpu, ExpertParallelRangeWithOffRankRows) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (int t : {1, 33, 1000, 4096}) {
+    const std::vector<int32_t> ids = random_ids(t, 8, 256, rng);
+    const std::pair<int, int> ranges[] = {{0, 32}, {64, 32}, {224, 32}, {100, 1}, {1, 255}};
+    for (auto [offset, count] : ranges)
+      check_permute(ids, t, 8, offset, count, {1, 7, 128});
+  }
+  const std::vector<int32_t> wide = random_ids(1000, 32, 1024, rng);
+  check_permute(wide, 1000, 32, 512, 512, {16, 64, 128});
+}
+
+TEST(PermuteGpu, EmptyExperts) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  // Only even experts, and only the last three of 384, are ever chosen.
+  std::vector<int32_t> even = random_ids(1000, 4, 192, rng);
+  for (int32_t& id : even) id *= 2;
+  check_permute(even, 1000, 4, 0, 384, {16, 64, 128});
+  std::vector<int32_t> last = random_ids(700, 2, 3, rng);
+  for (int32_t& id : last) id += 381;
+  check_permute(last, 700, 2, 0, 384, {16, 64, 128});
+  // Every row off this rank.
+  check_permute(random_ids(100, 8, 64, rng), 100, 8, 64, 64, {16});
+}
+
+TEST(PermuteGpu, OneHotExpert) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  // All rows to one expert (ids repeat within a token: still a valid input).
+  check_permute(std::vector<int32_t>(16384 * 8, 5), 16384, 8, 0, 8, {16, 64, 128});
+  check_permute(std::vector<int32_t>(4096, 1023), 4096, 1, 0, 1024, {1, 64, 128});
+  // 90% of the rows to expert 0, the rest spread.
+  std::vector<int32_t> skewed = random_ids(4096, 8, 256, rng);
+  std::uniform_int_distribution<int> percent(0, 99);
+  for (int32_t& id : skewed)
+    if (percent(rng) < 90) id = 0;
+  check_permute(skewed, 4096, 8, 0, 256, {16, 64, 128});
+}
+
+TEST(PermuteGpu, LargeExpandedCount) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  check_permute(random_ids(16384, 8, 256, rng), 16384, 8, 0, 256, {16, 64, 128});
+  check_permute(random_ids(16384, 32, 1024, rng), 16384, 32, 0, 1024, {64, 128});
+}
+
+TEST(PermuteGpu, NoTokensStillWritesCountsOffsetsAndTileCounts) {
+  UNIMOE_REQUIRE_GPU();
+  check_permute({}, 0, 8, 0, 256, {16, 64, 128});
+  check_permute({}, 0, 1, 3, 1, {});
+}
+
+// ------------------------------------------------------------ CUDA graph ----
+
+// See test_routing_gpu.cu: logits where the host's expf is not correctly
+// rounded move to the next float, so that DeepSeek ids must match exactly.
+void avoid_host_expf_misrounding(std::vector<float>& logits) {
+  for (float& v : logits) {
+    while (std::exp(-v) != static_cast<float>(std::exp(-static_cast<double>(v)))) {
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      ++bits;
+      std::memcpy(&v, &bits, 4);
+    }
+  }
+}
+
+TEST(PermuteGpu, GraphReplayOfRoutingAndPermute) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  RoutingConfig c;
+  c.policy = RoutingPolicy::DeepSeekV3;
+  c.num_experts = 256;
+  c.top_k = 8;
+  c.n_group = 8;
+  c.topk_group = 4;
+  c.has_bias = true;
+  c.routed_scaling_factor = 2.5f;
+  const int t = 333, local_offset = 32, num_local = 128;
+  const std::size_t expanded = static_cast<std::size_t>(t) * c.top_k;
+
+  DeviceBuffer<float> logits(static_cast<std::size_t>(t) * c.num_experts);
+  const std::vector<float> bias = test::random_vector(c.num_experts, rng, -0.2f, 0.2f);
+  DeviceBuffer<float> d_bias(bias);
+  DeviceBuffer<int32_t> ids(expanded);
+  DeviceBuffer<float> weights(expanded);
+  PermuteBuffers permuted(t, c.top_k, num_local, {16, 64, 128});
+
+  RoutingParams rp;
+  rp.logits = logits.get();
+  rp.bias = d_bias.get();
+  rp.num_tokens = t;
+  rp.config = c;
+  rp.topk_ids = ids.get();
+  rp.topk_weights = weights.get();
+
+  cudaStream_t stream;
+  UNIMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  launch_routing(rp, stream);
+  launch_permute(permuted.params(ids.get(), local_offset), stream);
+  UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+
+  for (int replay = 0; replay < 3; ++replay) {
+    SCOPED_TRACE("replay " + std::to_string(replay));
+    // A different skew each time, so that the routing outcome really changes.
+    std::vector<float> values = test::random_vector(logits.size(), rng, -4, 4);
+    for (std::size_t i = 0; i < values.size(); ++i)
+      if (static_cast<int>(i % c.num_experts) / 32 == replay) values[i] += 2.0f;
+    avoid_host_expf_misrounding(values);
+    logits.upload(values);
+    ids.poison();
+    weights.poison();
+    permuted.poison();
+    UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());  // uploads and poison land before the replay
+    UNIMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+    const ref::Routing want = ref::route(c, values.data(), t, bias.data());
+    EXPECT_EQ(ids.download(), want.ids);
+    const std::vector<float> got_weights = weights.download();
+    EXPECT_LT(test::rel_l2(got_weights, want.weights), 1e-6);
+    permuted.expect_matches_reference(want.ids, local_offset);
+  }
+  UNIMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  UNIMOE_CUDA_CHECK(cudaGraphDestroy(graph));
+  UNIMOE_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+}  // namespace
+}  // namespace unimoe

@@ -1,0 +1,410 @@
+// Routing kernels against the CPU reference (ref::route): every policy, fp32
+// and bf16 logits, random and adversarial rows, grouped DeepSeekV3, large T.
+// Metric: ids exact (position by position), weights within 1e-6 relative
+// (the kernel computes them in double, as the reference does). Outputs are
+// poisoned before every launch, so a weight or id never written fails.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/test_util.h"
+#include "gpu/gpu_test_util.h"
+#include "kernels/routing.cuh"
+#include "ref/ref.h"
+
+namespace unimoe {
+namespace {
+
+using test::DeviceBuffer;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr double kWeightTolerance = 1e-6;
+
+constexpr RoutingPolicy kPolicies[] = {
+    RoutingPolicy::Default,     RoutingPolicy::Renormalize,   RoutingPolicy::RenormalizeNaive,
+    RoutingPolicy::TopK,        RoutingPolicy::Sigmoid,       RoutingPolicy::SigmoidRenorm,
+    RoutingPolicy::TopKSigmoid, RoutingPolicy::Llama4,        RoutingPolicy::DeepSeekV3,
+    RoutingPolicy::MiniMax2};
+constexpr LogitsType kTypes[] = {LogitsType::F32, LogitsType::BF16};
+constexpr int kExperts[] = {8, 64, 128, 160, 256, 384, 1024};
+constexpr int kTopKs[] = {1, 2, 4, 6, 8, 22, 32};
+constexpr int kTokens[] = {1, 2, 3, 7, 33, 100, 1000, 4096};
+constexpr long kMaxLogitsPerCase = 1 << 18;
+
+bool is_deepseek(RoutingPolicy p) {
+  return p == RoutingPolicy::DeepSeekV3 || p == RoutingPolicy::MiniMax2;
+}
+
+// Whether validate() accepts the routing config (the experts part is filler).
+bool legal(const RoutingConfig& r) {
+  MoEConfig m;
+  m.routing = r;
+  m.experts.hidden = 128;
+  m.experts.intermediate = 128;
+  try {
+    validate(m);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+std::string describe(const RoutingConfig& c, int num_tokens) {
+  return to_string(c.policy) + " " + to_string(c.logits_type) + " E=" +
+         std::to_string(c.num_experts) + " K=" + std::to_string(c.top_k) + " T=" +
+         std::to_string(num_tokens) + " n_group=" + std::to_string(c.n_group) +
+         " topk_group=" + std::to_string(c.topk_group) + (c.has_bias ? " bias" : "");
+}
+
+// The logits as the device reads them and as the reference sees them: bf16
+// logits are rounded once, and the reference gets their exact fp32 widening.
+struct Logits {
+  std::vector<float> values;    // [T, E]
+  std::vector<uint16_t> bf16;   // [T, E] bits, BF16 only
+};
+
+// DeepSeek keys use an fp32 exp. The kernel's is correctly rounded; glibc's
+// expf is not on ~0.06% of inputs, and a one-ulp difference there can swap two
+// near-tied experts. Such logits are moved to the next representable value,
+// so the test asserts exact ids wherever host and device agree on exp.
+void avoid_host_expf_misrounding(Logits& l, LogitsType type) {
+  for (std::size_t i = 0; i < l.values.size(); ++i) {
+    float& v = l.values[i];
+    while (std::isfinite(v) && std::exp(-v) != static_cast<float>(std::exp(-static_cast<double>(v)))) {
+      if (type == LogitsType::BF16) {
+        ++l.bf16[i];  // next magnitude up, same sign
+        v = ref::bf16_to_f32(l.bf16[i]);
+      } else {
+        uint32_t bits;
+        std::memcpy(&bits, &v, 4);
+        ++bits;
+        std::memcpy(&v, &bits, 4);
+      }
+    }
+  }
+}
+
+Logits make_logits(std::vector<float> values, const RoutingConfig& c) {
+  Logits l;
+  l.values = std::move(values);
+  if (c.logits_type == LogitsType::BF16) {
+    l.bf16.resize(l.values.size());
+    for (std::size_t i = 0; i < l.values.size(); ++i) {
+      l.bf16[i] = ref::f32_to_bf16(l.values[i]);
+      l.values[i] = ref::bf16_to_f32(l.bf16[i]);
+    }
+  }
+  if (is_deepseek(c.policy)) avoid_host_expf_misrounding(l, c.logits_type);
+  return l;
+}
+
+struct DeviceRouting {
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+};
+
+DeviceRouting route_on_device(const RoutingConfig& c, const Logits& l, int num_tokens,
+                              const std::vector<float>& bias) {
+  DeviceBuffer<float> logits_f32;
+  DeviceBuffer<uint16_t> logits_bf16;
+  if (c.logits_type == LogitsType::BF16) {
+    logits_bf16 = DeviceBuffer<uint16_t>(l.bf16);
+  } else {
+    logits_f32 = DeviceBuffer<float>(l.values);
+  }
+  DeviceBuffer<float> d_bias;
+  if (!bias.empty()) d_bias = DeviceBuffer<float>(bias);
+  const std::size_t n = static_cast<std::size_t>(num_tokens) * c.top_k;
+  DeviceBuffer<int32_t> ids(n);
+  DeviceBuffer<float> weights(n);
+  ids.poison();
+  weights.poison();
+
+  RoutingParams p;
+  p.logits = c.logits_type == LogitsType::BF16 ? static_cast<const void*>(logits_bf16.get())
+                                               : static_cast<const void*>(logits_f32.get());
+  p.bias = c.has_bias ? d_bias.get() : nullptr;
+  p.num_tokens = num_tokens;
+  p.config = c;
+  p.topk_ids = ids.get();
+  p.topk_weights = weights.get();
+  launch_routing(p, nullptr);
+  UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  return {ids.download(), weights.download()};
+}
+
+bool weight_close(float got, float want) {
+  if (std::isnan(got) || std::isnan(want)) return false;
+  if (std::isinf(want)) return got == want;
+  return std::fabs(static_cast<double>(got) - want) <=
+         kWeightTolerance * std::fabs(want) + FLT_MIN;
+}
+
+// Compares every id and weight; reports the count and the first mismatch.
+void expect_matches_reference(const RoutingConfig& c, const Logits& l, int num_tokens,
+                              const std::vector<float>& bias) {
+  const DeviceRouting got = route_on_device(c, l, num_tokens, bias);
+  const ref::Routing want =
+      ref::route(c, l.values.data(), num_tokens, c.has_bias ? bias.data() : nullptr);
+  int id_errors = 0, weight_errors = 0;
+  std::string first;
+  for (std::size_t i = 0; i < want.ids.size(); ++i) {
+    const bool id_ok = got.ids[i] == want.ids[i];
+    const bool weight_ok = weight_close(got.weights[i], want.weights[i]);
+    id_errors += !id_ok;
+    weight_errors += !weight_ok;
+    if ((!id_ok || !weight_ok) && first.empty()) {
+      first = "token " + std::to_string(i / c.top_k) + " slot " + std::to_string(i % c.top_k) +
+              ": id " + std::to_string(got.ids[i]) + " want " + std::to_string(want.ids[i]) +
+              ", weight " + std::to_string(got.weights[i]) + " want " +
+              std::to_string(want.weights[i]);
+    }
+  }
+  EXPECT_EQ(id_errors, 0) << first;
+  EXPECT_EQ(weight_errors, 0) << first;
+}
+
+std::vector<float> uniform(std::size_t n, std::mt19937_64& rng, float lo, float hi) {
+  return test::random_vector(n, rng, lo, hi);
+}
+
+// The DeepSeek variant a test uses for E: grouped (8 groups, 4 kept) where
+// that is legal, else one group.
+RoutingConfig with_groups(RoutingConfig c) {
+  if (c.policy != RoutingPolicy::DeepSeekV3) return c;
+  c.n_group = 8;
+  c.topk_group = 4;
+  if (!legal(c)) c.n_group = c.topk_group = 1;
+  return c;
+}
+
+TEST(RoutingGpu, RandomLogitsEveryPolicy) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  int case_index = 0;
+  for (RoutingPolicy policy : kPolicies) {
+    for (LogitsType type : kTypes) {
+      for (int e : kExperts) {
+        for (int k : kTopKs) {
+          RoutingConfig c;
+          c.policy = policy;
+          c.num_experts = e;
+          c.top_k = k;
+          c.logits_type = type;
+          c.has_bias = is_deepseek(policy) && case_index % 3 != 0;
+          c.routed_scaling_factor = is_deepseek(policy) ? 2.5f : 1.0f;
+          c = with_groups(c);
+          if (!legal(c)) continue;
+          // Every T in turn, so each size meets many shapes; at most
+          // kMaxLogitsPerCase logits keep the reference fast.
+          int t = kTokens[case_index++ % std::size(kTokens)];
+          while (static_cast<long>(t) * e > kMaxLogitsPerCase) t /= 2;
+          SCOPED_TRACE(describe(c, t));
+          const Logits l = make_logits(uniform(static_cast<std::size_t>(t) * e, rng, -6, 6), c);
+          const std::vector<float> bias = uniform(e, rng, -0.3f, 0.3f);
+          expect_matches_reference(c, l, t, bias);
+        }
+      }
+    }
+  }
+  EXPECT_GT(case_index, 400);  // the loops above did run
+}
+
+TEST(RoutingGpu, GroupedDeepSeekV3) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  int cases = 0;
+  for (int n_group : {2, 4, 8, 16}) {
+    for (int topk_group : {1, n_group / 2, std::min(8, n_group)}) {
+      for (int e : {64, 160, 256, 384, 1024}) {
+        for (int k : {1, 6, 8, 22}) {
+          for (LogitsType type : kTypes) {
+            RoutingConfig c;
+            c.policy = RoutingPolicy::DeepSeekV3;
+            c.num_experts = e;
+            c.top_k = k;
+            c.n_group = n_group;
+            c.topk_group = topk_group;
+            c.has_bias = true;
+            c.routed_scaling_factor = 2.5f;
+            c.logits_type = type;
+            if (!legal(c)) continue;
+            const int t = cases++ % 2 ? 100 : 33;
+            SCOPED_TRACE(describe(c, t));
+            const Logits l = make_logits(uniform(static_cast<std::size_t>(t) * e, rng, -4, 4), c);
+            // A bias as large as the scores, so that it moves groups around.
+            expect_matches_reference(c, l, t, uniform(e, rng, -1, 1));
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 100);
+}
+
+// One row of a hard pattern; `pattern` picks which.
+void adversarial_row(int pattern, int num_experts, int top_k, std::mt19937_64& rng, float* row) {
+  std::uniform_int_distribution<int> pick(0, num_experts - 1);
+  std::uniform_real_distribution<float> any(-3, 3);
+  const float huge[] = {1e30f, -1e30f, 3e38f, -3e38f, FLT_MAX, -FLT_MAX, 1e-40f, -1e-40f, 0.0f, -0.0f};
+  for (int e = 0; e < num_experts; ++e) {
+    switch (pattern) {
+      case 0: row[e] = (e % 3 == 0) ? -0.0f : 0.0f; break;         // all equal, signed zeros
+      case 1: row[e] = 1.5f; break;                                // all equal
+      case 2: row[e] = -kInf; break;                               // all -inf
+      case 3: row[e] = kNaN; break;                                // all NaN
+      case 4: row[e] = e % 2 ? kNaN : -kInf; break;                // NaN ties -inf
+      case 5: row[e] = any(rng); break;                            // one +inf (below)
+      case 6: row[e] = e % 5 == 1 ? kNaN : any(rng); break;        // +infs and NaNs
+      case 7: row[e] = e % 2 ? kNaN : -kInf; break;                // fewer finite than K
+      case 8: row[e] = huge[pick(rng) % 10]; break;                // huge and tiny magnitudes
+      case 9: row[e] = static_cast<float>(pick(rng) % 3 - 1); break;  // heavy ties
+      case 10: row[e] = e % 3 ? -kInf : kInf; break;               // only infinities
+      case 11: row[e] = -100.0f + any(rng) * 3; break;             // sigmoid underflow range
+      case 12: row[e] = any(rng) * 70; break;                      // wide spread
+      default: row[e] = 25.0f + any(rng) * 5; break;               // sigmoid saturates to 1
+    }
+  }
+  if (pattern == 5) row[pick(rng)] = kInf;
+  if (pattern == 6)
+    for (int i = 0; i < 3; ++i) row[pick(rng)] = kInf;
+  if (pattern == 7)
+    for (int i = 0; i < std::max(1, top_k / 2); ++i) row[pick(rng)] = any(rng);
+}
+
+constexpr int kPatterns = 14;
+
+TEST(RoutingGpu, AdversarialLogits) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (RoutingPolicy policy : kPolicies) {
+    for (LogitsType type : kTypes) {
+      for (int e : {8, 64, 160, 256, 1024}) {
+        for (int k : {1, 4, 8}) {
+          for (int bias_kind = 0; bias_kind < (is_deepseek(policy) ? 3 : 1); ++bias_kind) {
+            RoutingConfig c;
+            c.policy = policy;
+            c.num_experts = e;
+            c.top_k = k;
+            c.logits_type = type;
+            c.has_bias = bias_kind > 0;
+            c = with_groups(c);
+            if (!legal(c)) continue;
+            const int t = 4 * kPatterns;
+            SCOPED_TRACE(describe(c, t) + " bias_kind " + std::to_string(bias_kind));
+            std::vector<float> values(static_cast<std::size_t>(t) * e);
+            for (int i = 0; i < t; ++i) adversarial_row(i % kPatterns, e, k, rng, &values[i * e]);
+            std::vector<float> bias = uniform(e, rng, -0.5f, 0.5f);
+            if (bias_kind == 2) {  // non-finite and huge biases too
+              for (int i = 0; i < e; i += 7) bias[i] = kNaN;
+              for (int i = 3; i < e; i += 11) bias[i] = kInf;
+              for (int i = 5; i < e; i += 13) bias[i] = -kInf;
+              for (int i = 1; i < e; i += 17) bias[i] = 1e30f;
+            }
+            expect_matches_reference(c, make_logits(std::move(values), c), t, bias);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(RoutingGpu, LargeTokenCount) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int t = 16384 + 5;  // not a whole number of blocks
+  for (RoutingPolicy policy : {RoutingPolicy::Renormalize, RoutingPolicy::DeepSeekV3}) {
+    RoutingConfig c;
+    c.policy = policy;
+    c.num_experts = 256;
+    c.top_k = 8;
+    c.logits_type = policy == RoutingPolicy::Renormalize ? LogitsType::BF16 : LogitsType::F32;
+    c.has_bias = is_deepseek(policy);
+    c = with_groups(c);
+    ASSERT_TRUE(legal(c));
+    SCOPED_TRACE(describe(c, t));
+    const Logits l = make_logits(uniform(static_cast<std::size_t>(t) * 256, rng, -4, 4), c);
+    expect_matches_reference(c, l, t, uniform(256, rng, -0.2f, 0.2f));
+  }
+}
+
+TEST(RoutingGpu, HandComputedSigmoidSaturation) {
+  UNIMOE_REQUIRE_GPU();
+  // x = [20, 30]: sigmoid rounds both to 1.0f. Policies that select on x pick
+  // expert 1; DeepSeek keys on the fp32 score, a tie, so expert 0 wins.
+  for (RoutingPolicy policy : {RoutingPolicy::Sigmoid, RoutingPolicy::MiniMax2}) {
+    RoutingConfig c;
+    c.policy = policy;
+    c.num_experts = 2;
+    c.top_k = 1;
+    const Logits l = make_logits({20.0f, 30.0f}, c);
+    const DeviceRouting got = route_on_device(c, l, 1, {});
+    EXPECT_EQ(got.ids[0], policy == RoutingPolicy::Sigmoid ? 1 : 0) << to_string(policy);
+    EXPECT_EQ(got.weights[0], 1.0f) << to_string(policy);
+    expect_matches_reference(c, l, 1, {});
+  }
+}
+
+TEST(RoutingGpu, NoTokensLaunchesNothing) {
+  UNIMOE_REQUIRE_GPU();
+  RoutingConfig c;
+  c.num_experts = 64;
+  c.top_k = 4;
+  DeviceBuffer<int32_t> ids(16);
+  DeviceBuffer<float> weights(16);
+  ids.poison();
+  weights.poison();
+  RoutingParams p;
+  p.config = c;
+  p.num_tokens = 0;
+  p.topk_ids = ids.get();
+  p.topk_weights = weights.get();
+  launch_routing(p, nullptr);  // no logits needed for T = 0
+  UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  for (int32_t v : ids.download()) EXPECT_EQ(v, -1);  // still the poison
+}
+
+TEST(RoutingGpu, RejectsConfigsBeyondTheKernel) {
+  UNIMOE_REQUIRE_GPU();
+  DeviceBuffer<float> logits(2048);
+  DeviceBuffer<int32_t> ids(64);
+  DeviceBuffer<float> weights(64);
+  auto params = [&](int e, int k, int n_group) {
+    RoutingParams p;
+    p.logits = logits.get();
+    p.num_tokens = 1;
+    p.config.num_experts = e;
+    p.config.top_k = k;
+    p.config.policy = n_group > 1 ? RoutingPolicy::DeepSeekV3 : RoutingPolicy::Renormalize;
+    p.config.n_group = n_group;
+    p.config.topk_group = 1;
+    p.topk_ids = ids.get();
+    p.topk_weights = weights.get();
+    return p;
+  };
+  EXPECT_THROW(launch_routing(params(1025, 4, 1), nullptr), std::invalid_argument);
+  EXPECT_THROW(launch_routing(params(256, 33, 1), nullptr), std::invalid_argument);
+  EXPECT_THROW(launch_routing(params(8, 9, 1), nullptr), std::invalid_argument);
+  EXPECT_THROW(launch_routing(params(64, 2, 32), nullptr), std::invalid_argument);
+  EXPECT_NO_THROW(launch_routing(params(1024, 32, 1), nullptr));
+  UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+}  // namespace
+}  // namespace unimoe
