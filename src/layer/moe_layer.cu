@@ -12,9 +12,12 @@ namespace unimoe {
 namespace {
 
 constexpr int kSmallestTileM = 16;
-// Rows per local expert above which "auto" takes the Cutlass path (a guess,
-// to be replaced by the measured crossover).
-constexpr double kCutlassRowsPerExpert = 256;
+// Rows per local expert above which "auto" takes the Cutlass path. Measured
+// on the H200 (bench/results/h200-bf16-mma-vs-cutlass-run1.json, 5 anchor
+// shapes x 6 T): the Mma path won every point up to 32 rows per expert but
+// one (dsv3-tp8 T=512), the Cutlass path every point from 128 rows up
+// (mixtral T=512 by 1.27x, every T=4096 and 16384 by 1.15x-1.8x).
+constexpr double kCutlassRowsPerExpert = 96;
 constexpr std::size_t kAlign = 256;
 
 std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }

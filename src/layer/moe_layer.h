@@ -41,8 +41,8 @@ struct LayerPlan {
   Sm90GemmTactic sm90 = Sm90GemmTactic::Cooperative128x128;  // Cutlass path tactic
 };
 
-// The rule for now (a guess until measured crossovers replace it): rows per
-// local expert decide. Few rows: the Mma path with small M tiles keeps the
+// The rule: rows per local expert decide (crossover measured on the H200;
+// see kCutlassRowsPerExpert in moe_layer.cu). Few rows: the Mma path with small M tiles keeps the
 // memory-bound work spread over many CTAs. Many rows: the Cutlass path's
 // wgmma tiles. `backend` "mma" or "cutlass" forces the path.
 LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens);

@@ -28,7 +28,7 @@ std::vector<float> make_logits(const MoEConfig& c, int num_tokens, uint64_t seed
   const int e = c.routing.num_experts;
   std::vector<float> logits(static_cast<std::size_t>(num_tokens) * e);
   for (std::size_t i = 0; i < logits.size(); ++i) {
-    float v = 4.0f * hash_uniform(seed, i);
+    float v = hash_uniform(seed, 3 * i) + hash_uniform(seed, 3 * i + 1) + hash_uniform(seed, 3 * i + 2);
     if (routing == "skewed") v -= 1.5f * std::log1p(static_cast<float>(i % e));
     logits[i] = v;
   }
@@ -43,7 +43,7 @@ std::vector<float> host_x(const MoEConfig& c, int num_tokens, const Seeds& s) {
 
 std::vector<float> host_bias(const MoEConfig& c, const Seeds& s) {
   std::vector<float> b(c.routing.num_experts);
-  for (std::size_t i = 0; i < b.size(); ++i) b[i] = kBiasScale * hash_uniform(s.bias, i);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = kRoutingBiasScale * hash_uniform(s.bias, i);
   return b;
 }
 

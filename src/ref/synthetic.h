@@ -25,10 +25,14 @@ Seeds seeds_for(uint64_t base);
 float w13_scale(const MoEConfig& c);
 float w2_scale(const MoEConfig& c);
 inline constexpr float kBiasScale = 0.1f;
+// The DeepSeek score bias: small against the spread of sigmoid scores, as a
+// load-balancing bias is, so it does not pin every token to the same groups.
+inline constexpr float kRoutingBiasScale = 0.01f;
 inline constexpr float kXScale = 1.0f;
 
-// logits [T, E]: uniform draws in [-4, 4); "skewed" adds a Zipf-like
-// preference for low expert ids.
+// logits [T, E]: mean 0, standard deviation 1 (the sum of three uniform
+// draws), like a trained router's; "skewed" adds a Zipf-like preference for
+// low expert ids.
 std::vector<float> make_logits(const MoEConfig& c, int num_tokens, uint64_t seed,
                                const std::string& routing);
 

@@ -80,7 +80,7 @@ Ceilings measure_ceilings(cudaStream_t stream) {
     DeviceMem a(bytes), b(bytes);
     UNIMOE_CUDA_CHECK(cudaMemsetAsync(a.p, 1, bytes, stream));
     cudaGraphExec_t g = capture(stream, [&] {
-      UNIMOE_CUDA_CHECK(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice, stream));
+      launch_copy(b.p, a.p, bytes, stream);
     });
     const double us = median_replay_us(g, stream, 20, 1);
     cudaGraphExecDestroy(g);
@@ -135,7 +135,7 @@ void run_preset(const Options& opt, const std::string& name, const std::string& 
   launch_fill_bf16(w2.as<uint16_t>(), e * h * i, seeds.w2, w2_scale(c), stream);
   launch_fill_f32(b13.as<float>(), e * n1, seeds.b13, kBiasScale, stream);
   launch_fill_f32(b2.as<float>(), e * h, seeds.b2, kBiasScale, stream);
-  launch_fill_f32(bias.as<float>(), c.routing.num_experts, seeds.bias, kBiasScale, stream);
+  launch_fill_f32(bias.as<float>(), c.routing.num_experts, seeds.bias, kRoutingBiasScale, stream);
   ExpertWeights w{w13.p, w2.p, nullptr, nullptr};
   if (c.experts.has_bias) w = {w13.p, w2.p, b13.as<float>(), b2.as<float>()};
   layer.set_weights(w);

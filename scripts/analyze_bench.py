@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""Compares an unimoe-bench JSON with the peer anchors, point by point.
+
+    scripts/analyze_bench.py bench/results/RUN.json ../shared/anchors/h200-bf16-peers.json
+
+For each (preset, T) in both files: unimoe's time (best backend when several
+ran), three floors (the anchor file's; one from this run's measured ceilings;
+a strict one with the higher of the two bandwidths and matmul rates), and the
+ratio to the best peer. Ends with the geometric means the BF16 issue's
+targets are stated in.
+"""
+import json
+import math
+import sys
+
+
+def main():
+    run = json.load(open(sys.argv[1]))
+    anchors = json.load(open(sys.argv[2]))
+    anchor_rows = {(r["shape"], r["T"]): r for r in anchors["rows"]}
+    best = {}
+    for p in run["points"]:
+        key = (p["preset"], p["T"])
+        if key not in best or p["time_us"] < best[key]["time_us"]:
+            best[key] = p
+    bw = max(run["ceilings"]["bandwidth_TBps"], anchors["measured_bandwidth_TBps"])
+    tf = max(run["ceilings"]["matmul_TFLOPs"], anchors["measured_bf16_matmul_TFLOPs"])
+    print(f"strict floor: {bw:.3f} TB/s, {tf:.1f} TFLOP/s")
+    print(f"{'preset':16} {'T':>6} {'backend':8} {'time_us':>9} {'t/anchor':>8} {'t/run':>6} {'t/strict':>8} {'peer_us':>9} {'t/peer':>6}")
+    logs = {"anchor": [], "run": [], "strict": []}
+    slower = []
+    for key, p in sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        if key not in anchor_rows:
+            continue
+        a = anchor_rows[key]
+        strict = max(p["bytes"] / (bw * 1e6), p["flops"] / (tf * 1e6))
+        peer = min(a["vllm_triton_experts_us"], a["torch_grouped_us"])
+        ratios = {"anchor": p["time_us"] / a["floor_us"], "run": p["time_us"] / p["floor_us"],
+                  "strict": p["time_us"] / strict}
+        for k, v in ratios.items():
+            logs[k].append(math.log(v))
+        if p["time_us"] > peer:
+            slower.append(f"{key[0]} T={key[1]}")
+        print(f"{key[0]:16} {key[1]:>6} {p['backend']:8} {p['time_us']:9.1f} {ratios['anchor']:8.2f} "
+              f"{ratios['run']:6.2f} {ratios['strict']:8.2f} {peer:9.1f} {p['time_us'] / peer:6.2f}")
+    for k, v in logs.items():
+        if v:
+            print(f"geometric mean of time/floor ({k} floor) over {len(v)} points: {math.exp(sum(v) / len(v)):.3f}")
+    print(f"points slower than the best peer ({len(slower)}): {', '.join(slower) or 'none'}")
+
+
+if __name__ == "__main__":
+    main()
