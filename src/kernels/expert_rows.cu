@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/common.cuh"
+#include "kernels/activation.cuh"
 #include "kernels/expert_rows.cuh"
 
 namespace unimoe {
@@ -75,27 +76,18 @@ __device__ __forceinline__ void add_bias(float (&f)[kVec], const float* bias) {
   f[4] += b1.x; f[5] += b1.y; f[6] += b1.z; f[7] += b1.w;
 }
 
-// The activations in fp32, as in the CPU reference (src/ref/activation.cpp).
-// A NaN input stays NaN: every clamp is a comparison that lets NaN through.
-// GeGLU uses 1 + erf(x) = erfc(-x), which keeps its relative accuracy where
-// erf(x) is close to -1 (g below about -3) instead of cancelling.
-__device__ __forceinline__ float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
-
+// The activation of kernels/activation.cuh, chosen at compile time.
 template <Activation kAct>
 __device__ __forceinline__ float activate(float g, float u, float alpha, float limit) {
   if constexpr (kAct == Activation::SwiGLU) {
-    return g * sigmoid(g) * u;
+    return swiglu(g, u);
   } else if constexpr (kAct == Activation::GeGLU) {
-    return 0.5f * g * erfcf(g * -0.70710678118654752f) * u;
+    return geglu(g, u);
   } else if constexpr (kAct == Activation::SwiGLUOai) {
-    // gpt-oss: the gate is clamped from above only, the up value on both sides.
-    const float gc = limit < g ? limit : g;
-    const float uc = u < -limit ? -limit : (limit < u ? limit : u);
-    return gc * sigmoid(alpha * gc) * (uc + 1.0f);
+    return swiglu_oai(g, u, alpha, limit);
   } else {
     static_assert(kAct == Activation::ReLU2, "an activation without a formula");
-    const float r = g < 0.0f ? 0.0f : g;
-    return r * r;
+    return relu2(g);
   }
 }
 

@@ -18,8 +18,9 @@ double activate(Activation act, double g, double u, double alpha, double limit) 
     case Activation::SwiGLU:
       return g * sigmoid(g) * u;
     case Activation::GeGLU:
-      // The exact (erf) gelu, not the tanh approximation.
-      return 0.5 * g * (1.0 + std::erf(g / std::sqrt(2.0))) * u;
+      // The exact (erf) gelu, not the tanh approximation; 1 + erf(x) is
+      // written erfc(-x) so it keeps its relative accuracy for very negative g.
+      return 0.5 * g * std::erfc(-g / std::sqrt(2.0)) * u;
     case Activation::ReLU2: {
       const double r = g < 0 ? 0.0 : g;
       return r * r;
