@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -174,6 +175,9 @@ std::string label(const GemmCase& c) {
          kinds[static_cast<int>(c.kind)];
 }
 
+// gtest prints parameters (and ctest names the tests) with this.
+void PrintTo(const GemmCase& c, std::ostream* os) { *os << label(c); }
+
 class Sm90GroupedGemmTest : public ::testing::TestWithParam<GemmCase> {};
 
 TEST_P(Sm90GroupedGemmTest, MatchesHostLoopForEveryTactic) {
@@ -332,6 +336,10 @@ struct ActivationCase {
   bool bias;
   int intermediate;
 };
+
+void PrintTo(const ActivationCase& c, std::ostream* os) {
+  *os << to_string(c.activation) << (c.bias ? " bias" : "") << " I=" << c.intermediate;
+}
 
 class GatedActivationTest : public ::testing::TestWithParam<ActivationCase> {};
 
