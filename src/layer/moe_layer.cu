@@ -48,12 +48,18 @@ int tile_m_for(double rows_per_expert) {
   return 128;
 }
 
+// The mma tactic for a schedule's M tile. 16-row tiles take 64 columns: on
+// the H200 m16n64 streamed weights at least as fast as m16n128 for T = 1..64
+// (more CTAs for the same bytes), which matters most where N is small
+// (dsv3-tp8's GEMM1 has 2I = 512 columns: 4 column blocks an expert at n128).
 GemmTactic tactic_for(int tile_m) {
+  const int tile_n = tile_m == 16 ? 64 : 128;
   int count = 0;
   const GemmTactic* all = gemm_tactics(&count);
   for (int i = 0; i < count; ++i)
-    if (all[i].tile_m == tile_m) return all[i];
-  throw std::runtime_error("no GEMM tactic compiled for tile_m " + std::to_string(tile_m));
+    if (all[i].tile_m == tile_m && all[i].tile_n == tile_n) return all[i];
+  throw std::runtime_error("no GEMM tactic compiled for m" + std::to_string(tile_m) + "n" +
+                           std::to_string(tile_n));
 }
 
 }  // namespace
