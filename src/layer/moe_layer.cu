@@ -1,6 +1,7 @@
 #include "layer/moe_layer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <vector>
 
@@ -48,12 +49,15 @@ int tile_m_for(double rows_per_expert) {
   return 128;
 }
 
-// The mma tactic for a schedule's M tile. 16-row tiles take 64 columns: on
-// the H200 m16n64 streamed weights at least as fast as m16n128 for T = 1..64
-// (more CTAs for the same bytes), which matters most where N is small
-// (dsv3-tp8's GEMM1 has 2I = 512 columns: 4 column blocks an expert at n128).
-GemmTactic tactic_for(int tile_m) {
-  const int tile_n = tile_m == 16 ? 64 : 128;
+// The mma tactic for a schedule's M tile and a GEMM of n_cols output
+// columns. 16-row tiles take 64 columns when 128-column tiles would give the
+// GEMM at most one CTA per SM. Measured on the H200 (docs/notes.md, session
+// 1): at T=1 n64 cut dsv3-tp8's GEMM1 (2I = 512: 32 CTAs at n128) from 46.8
+// to 26.1 us and qwen3-30b-a3b's from 19.7 to 15.5 us, but made dsv3-tp8's
+// GEMM2 (448 CTAs at n128) slower, 20.3 -> 25.8 us.
+GemmTactic tactic_for(int tile_m, int n_cols, double tiles, int sm_count) {
+  const double ctas_at_n128 = tiles * ceil_div(n_cols, 128);
+  const int tile_n = tile_m == 16 && ctas_at_n128 <= sm_count ? 64 : 128;
   int count = 0;
   const GemmTactic* all = gemm_tactics(&count);
   for (int i = 0; i < count; ++i)
@@ -82,17 +86,22 @@ void check_backend_name(const std::string& name) {
     throw Error("options.backend", "unknown backend '" + name + "'; allowed: auto, mma, cutlass");
 }
 
-LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens) {
+LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens, int sm_count) {
   const double rows = static_cast<double>(num_tokens) * config.routing.top_k;
-  const double per_expert = rows / config.local_experts();
+  const int e_local = config.local_experts();
+  const double per_expert = rows / e_local;
   const std::string& backend = config.options.backend;
   LayerPlan plan;
   plan.path = backend == "cutlass" || (backend == "auto" && per_expert > kCutlassRowsPerExpert)
                   ? ExpertsPath::Cutlass
                   : ExpertsPath::Mma;
   plan.tile_m = tile_m_for(per_expert);
-  plan.gemm1 = tactic_for(plan.tile_m);
-  plan.gemm2 = plan.gemm1;
+  // Tiles of the schedule under uniform routing: each expert hit gets
+  // ceil(rows / tile_m) tiles.
+  const double hit = std::min<double>(e_local, rows);
+  const double tiles = hit * std::ceil(rows / std::max(hit, 1.0) / plan.tile_m);
+  plan.gemm1 = tactic_for(plan.tile_m, config.gemm1_cols(), tiles, sm_count);
+  plan.gemm2 = tactic_for(plan.tile_m, config.experts.hidden, tiles, sm_count);
   return plan;
 }
 
@@ -111,7 +120,7 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens)
   UNIMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
   // The Cutlass path's buffers, only when some call size may take it.
   const bool uses_cutlass =
-      plan_for_tokens(config_, max_tokens).path == ExpertsPath::Cutlass;
+      plan_for_tokens(config_, max_tokens, sm_count_).path == ExpertsPath::Cutlass;
   auto carve = [&](Carver& c) {
     topk_ids_ = c.take<int32_t>(rows);
     topk_weights_ = c.take<float>(rows);
@@ -171,7 +180,7 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
   const int rows = t * k;
   const int32_t* ids = precomputed(a) ? a.topk_ids : topk_ids_;
   const float* weights = precomputed(a) ? a.topk_weights : topk_weights_;
-  const LayerPlan plan = plan_for_tokens(config_, std::max(t, 1));
+  const LayerPlan plan = plan_for_tokens(config_, std::max(t, 1), sm_count_);
   const int tiles_cap = max_tiles(rows, e_local, plan.tile_m);
   switch (stage) {
     case Stage::Routing: {

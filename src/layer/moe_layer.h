@@ -45,7 +45,7 @@ struct LayerPlan {
 // see kCutlassRowsPerExpert in moe_layer.cu). Few rows: the Mma path with small M tiles keeps the
 // memory-bound work spread over many CTAs. Many rows: the Cutlass path's
 // wgmma tiles. `backend` "mma" or "cutlass" forces the path.
-LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens);
+LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens, int sm_count);
 
 class MoELayerImpl final : public MoELayer {
  public:
