@@ -306,13 +306,17 @@ CompiledTactic compiled() {
   return CompiledTactic{grouped_gemm_kernel<Cfg>, Cfg::kThreads, Cfg::kSmemBytes};
 }
 
-constexpr GemmTactic kTactics[] = {
-    {TileM128N128::kTileM, TileM128N128::kTileN},
-    {TileM64N128::kTileM, TileM64N128::kTileN},
-    {TileM16N128::kTileM, TileM16N128::kTileN},
-    {TileM16N64::kTileM, TileM16N64::kTileN},
-};
-constexpr int kNumTactics = sizeof(kTactics) / sizeof(kTactics[0]);
+// The plan's list of tactics (plan/tactics.h), in compiled_tactic order.
+constexpr const GemmTactic* kTactics = kMmaTactics;
+constexpr int kNumTactics = kNumMmaTactics;
+
+template <class Cfg>
+constexpr bool same_tile(int index) {
+  return kMmaTactics[index].tile_m == Cfg::kTileM && kMmaTactics[index].tile_n == Cfg::kTileN;
+}
+static_assert(kNumMmaTactics == 4 && same_tile<TileM128N128>(0) && same_tile<TileM64N128>(1) &&
+                  same_tile<TileM16N128>(2) && same_tile<TileM16N64>(3),
+              "plan/tactics.h's kMmaTactics must list the compiled tile configs in order");
 
 // The kernel of a tactic, in kTactics order.
 CompiledTactic compiled_tactic(int index) {
@@ -326,7 +330,7 @@ CompiledTactic compiled_tactic(int index) {
 
 std::string compiled_names() {
   std::string names;
-  for (const GemmTactic& t : kTactics) names += (names.empty() ? "" : ", ") + t.to_string();
+  for (int i = 0; i < kNumTactics; ++i) names += (names.empty() ? "" : ", ") + kTactics[i].to_string();
   return names;
 }
 
@@ -378,10 +382,6 @@ GemmEpilogue gemm1_epilogue(Activation act) {
 }
 
 }  // namespace
-
-std::string GemmTactic::to_string() const {
-  return "m" + std::to_string(tile_m) + "n" + std::to_string(tile_n);
-}
 
 const GemmTactic* gemm_tactics(int* count) {
   if (count != nullptr) *count = kNumTactics;

@@ -9,16 +9,10 @@
 #include <string>
 
 #include "kernels/permute.cuh"
+#include "plan/tactics.h"
 #include "unimoe/unimoe.h"
 
 namespace unimoe {
-
-// Tile shape of one grouped-GEMM instantiation (a tactic).
-struct GemmTactic {
-  int tile_m = 64;   // rows of a tile (must equal the schedule's tile_m)
-  int tile_n = 128;  // output columns of a tile
-  std::string to_string() const;
-};
 
 struct Gemm1Params {
   const uint16_t* x = nullptr;                // [T, H] bf16

@@ -18,18 +18,11 @@
 #include <cstdint>
 #include <string>
 
+#include "plan/tactics.h"
+
 namespace unimoe {
 
-// One compiled CUTLASS configuration: kernel schedule and tile
-// (BLK_M x BLK_N x BLK_K), cluster 1x1 for all.
-enum class Sm90GemmTactic : int {
-  Cooperative128x128,  // two consumer warp groups share a 128x128x64 tile
-  Cooperative128x256,  // as above with a 128x256x64 tile: fewer B re-reads for large N
-  Pingpong64x128,      // two consumer warp groups alternate 64x128x64 tiles
-};
-
-inline constexpr int kNumSm90GemmTactics = 3;
-
+// The compiled configurations: Sm90GemmTactic in plan/tactics.h.
 // "coop_128x128x64", "coop_128x256x64", "pingpong_64x128x64".
 std::string to_string(Sm90GemmTactic t);
 // Throws std::invalid_argument naming the allowed values.

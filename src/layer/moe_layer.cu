@@ -13,12 +13,6 @@ namespace unimoe {
 namespace {
 
 constexpr int kSmallestTileM = 16;
-// Rows per local expert above which "auto" takes the Cutlass path. Measured
-// on the H200 (bench/results/h200-bf16-mma-vs-cutlass-run1.json, 5 anchor
-// shapes x 6 T): the Mma path won every point up to 32 rows per expert but
-// one (dsv3-tp8 T=512), the Cutlass path every point from 128 rows up
-// (mixtral T=512 by 1.27x, every T=4096 and 16384 by 1.15x-1.8x).
-constexpr double kCutlassRowsPerExpert = 96;
 constexpr std::size_t kAlign = 256;
 
 std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
@@ -40,32 +34,6 @@ class Carver {
   std::size_t used_ = 0;
 };
 
-// Rows per expert the tactic serves best (for now, a guess to be replaced
-// by measured crossovers): up to 16 rows, 16-row tiles; up to 64, 64-row
-// tiles; above, 128-row tiles.
-int tile_m_for(double rows_per_expert) {
-  if (rows_per_expert <= 16) return 16;
-  if (rows_per_expert <= 64) return 64;
-  return 128;
-}
-
-// The mma tactic for a schedule's M tile and a GEMM of n_cols output
-// columns. 16-row tiles take 64 columns when 128-column tiles would give the
-// GEMM at most one CTA per SM. Measured on the H200 (docs/notes.md, session
-// 1): at T=1 n64 cut dsv3-tp8's GEMM1 (2I = 512: 32 CTAs at n128) from 46.8
-// to 26.1 us and qwen3-30b-a3b's from 19.7 to 15.5 us, but made dsv3-tp8's
-// GEMM2 (448 CTAs at n128) slower, 20.3 -> 25.8 us.
-GemmTactic tactic_for(int tile_m, int n_cols, double tiles, int sm_count) {
-  const double ctas_at_n128 = tiles * ceil_div(n_cols, 128);
-  const int tile_n = tile_m == 16 && ctas_at_n128 <= sm_count ? 64 : 128;
-  int count = 0;
-  const GemmTactic* all = gemm_tactics(&count);
-  for (int i = 0; i < count; ++i)
-    if (all[i].tile_m == tile_m && all[i].tile_n == tile_n) return all[i];
-  throw std::runtime_error("no GEMM tactic compiled for m" + std::to_string(tile_m) + "n" +
-                           std::to_string(tile_n));
-}
-
 }  // namespace
 
 const char* stage_name(Stage s) {
@@ -79,40 +47,13 @@ const char* stage_name(Stage s) {
   return "?";
 }
 
-const char* path_name(ExpertsPath p) { return p == ExpertsPath::Mma ? "mma" : "cutlass"; }
-
-void check_backend_name(const std::string& name) {
-  if (name != "auto" && name != "mma" && name != "cutlass")
-    throw Error("options.backend", "unknown backend '" + name + "'; allowed: auto, mma, cutlass");
-}
-
-LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens, int sm_count) {
-  const double rows = static_cast<double>(num_tokens) * config.routing.top_k;
-  const int e_local = config.local_experts();
-  const double per_expert = rows / e_local;
-  const std::string& backend = config.options.backend;
-  LayerPlan plan;
-  plan.path = backend == "cutlass" || (backend == "auto" && per_expert > kCutlassRowsPerExpert)
-                  ? ExpertsPath::Cutlass
-                  : ExpertsPath::Mma;
-  plan.tile_m = tile_m_for(per_expert);
-  // Tiles of the schedule under uniform routing: each expert hit gets
-  // ceil(rows / tile_m) tiles.
-  const double hit = std::min<double>(e_local, rows);
-  const double tiles = hit * std::ceil(rows / std::max(hit, 1.0) / plan.tile_m);
-  plan.gemm1 = tactic_for(plan.tile_m, config.gemm1_cols(), tiles, sm_count);
-  plan.gemm2 = tactic_for(plan.tile_m, config.experts.hidden, tiles, sm_count);
-  return plan;
-}
-
 MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens)
     : config_(config), max_tokens_(max_tokens) {
   validate(config_);
   check_backend_name(config_.options.backend);
   if (max_tokens < 1) throw Error("max_tokens", "is " + std::to_string(max_tokens) + "; must be >= 1");
-  if (config_.experts.quant != QuantVariant::BF16)
-    throw std::runtime_error("quant " + to_string(config_.experts.quant) +
-                             " has no GPU backend yet; only BF16 runs on the device");
+  if (const std::string why = gpu_unsupported_reason(config_); !why.empty())
+    throw std::runtime_error(why);
   const int k = config_.routing.top_k, e_local = config_.local_experts();
   const std::size_t rows = static_cast<std::size_t>(max_tokens) * k;
   int device = 0;

@@ -12,6 +12,7 @@
 #include "kernels/grouped_gemm.cuh"
 #include "kernels/permute.cuh"
 #include "kernels/sm90_grouped_gemm.cuh"
+#include "plan/layer_plan.h"
 #include "unimoe/unimoe.h"
 
 namespace unimoe {
@@ -21,31 +22,6 @@ inline constexpr std::array<Stage, 5> kStages = {Stage::Routing, Stage::Permute,
                                                  Stage::Gemm2, Stage::Finalize};
 const char* stage_name(Stage s);
 
-// The two ways the experts stages run:
-//   Mma: mma.sync grouped GEMMs over a tile schedule, x gathered on load,
-//        bias and activation in GEMM1's epilogue, b2 in GEMM2's;
-//   Cutlass: CUTLASS's Hopper grouped GEMM (TMA, wgmma) over contiguous
-//        permuted rows: gather kernel, GEMM1, activation kernel, GEMM2,
-//        b2 added by the finalize.
-enum class ExpertsPath { Mma, Cutlass };
-const char* path_name(ExpertsPath p);
-// "auto", "mma" or "cutlass"; throws Error naming the allowed values.
-void check_backend_name(const std::string& name);
-
-// The host-side plan for one call size.
-struct LayerPlan {
-  ExpertsPath path = ExpertsPath::Mma;
-  int tile_m = 0;       // the schedule's M tile (Mma path)
-  GemmTactic gemm1;     // Mma path tactics
-  GemmTactic gemm2;
-  Sm90GemmTactic sm90 = Sm90GemmTactic::Cooperative128x128;  // Cutlass path tactic
-};
-
-// The rule: rows per local expert decide (crossover measured on the H200;
-// see kCutlassRowsPerExpert in moe_layer.cu). Few rows: the Mma path with small M tiles keeps the
-// memory-bound work spread over many CTAs. Many rows: the Cutlass path's
-// wgmma tiles. `backend` "mma" or "cutlass" forces the path.
-LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens, int sm_count);
 
 class MoELayerImpl final : public MoELayer {
  public:

@@ -1,0 +1,44 @@
+// The host-side plan of the GPU layer: which experts path serves a call of
+// T tokens and with which tiles, and whether the device can serve a config
+// at all. Pure host code, tested on the CPU (tests/cpu/test_layer_plan.cpp).
+#pragma once
+
+#include <string>
+
+#include "plan/tactics.h"
+#include "unimoe/unimoe.h"
+
+namespace unimoe {
+
+// The two ways the experts stages run:
+//   Mma: mma.sync grouped GEMMs over a tile schedule, x gathered on load,
+//        bias and activation in GEMM1's epilogue, b2 in GEMM2's;
+//   Cutlass: CUTLASS's Hopper grouped GEMM (TMA, wgmma) over contiguous
+//        permuted rows: gather kernel, GEMM1, activation kernel, GEMM2,
+//        b2 added by the finalize.
+enum class ExpertsPath { Mma, Cutlass };
+const char* path_name(ExpertsPath p);
+// "auto", "mma" or "cutlass"; throws Error naming the allowed values.
+void check_backend_name(const std::string& name);
+
+// The host-side plan for one call size.
+struct LayerPlan {
+  ExpertsPath path = ExpertsPath::Mma;
+  int tile_m = 0;       // the schedule's M tile (Mma path)
+  GemmTactic gemm1;     // Mma path tactics
+  GemmTactic gemm2;
+  Sm90GemmTactic sm90 = Sm90GemmTactic::Cooperative128x128;  // Cutlass path tactic
+};
+
+// The rule: rows per local expert decide (crossover measured on the H200;
+// see kCutlassRowsPerExpert in layer_plan.cpp). Few rows: the Mma path with
+// small M tiles keeps the memory-bound work spread over many CTAs. Many
+// rows: the Cutlass path's wgmma tiles. options.backend "mma" or "cutlass"
+// forces the path. sm_count: the device's multiprocessors.
+LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens, int sm_count);
+
+// Empty when the GPU layer can serve `config`, else the reason (the rule that
+// failed). Checked by MoELayer::create.
+std::string gpu_unsupported_reason(const MoEConfig& config);
+
+}  // namespace unimoe

@@ -1,0 +1,87 @@
+// The GPU layer's plan: path and tactic choices at the points they were
+// measured on (docs/notes.md), forced backends, refusals with reasons.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "plan/layer_plan.h"
+#include "plan/presets.h"
+
+namespace unimoe {
+namespace {
+
+constexpr int kH200Sms = 132;
+
+LayerPlan plan(const std::string& preset, int tokens, const std::string& backend = "auto") {
+  MoEConfig c = find_preset(preset).config;
+  c.options.backend = backend;
+  return plan_for_tokens(c, tokens, kH200Sms);
+}
+
+TEST(LayerPlan, SmallNDecodeTakesNarrowTilesWhereSmsWouldIdle) {
+  // dsv3-tp8 T=1: GEMM1 has 2I = 512 columns, 32 CTAs at n128 -> n64;
+  // GEMM2 has H = 7168 columns, 448 CTAs at n128 -> stays n128.
+  const LayerPlan ds = plan("dsv3-tp8", 1);
+  EXPECT_EQ(ds.path, ExpertsPath::Mma);
+  EXPECT_EQ(ds.tile_m, 16);
+  EXPECT_EQ(ds.gemm1.to_string(), "m16n64");
+  EXPECT_EQ(ds.gemm2.to_string(), "m16n128");
+  // qwen3-30b-a3b T=1: 96 and 128 CTAs at n128 -> both n64.
+  const LayerPlan qw = plan("qwen3-30b-a3b", 1);
+  EXPECT_EQ(qw.gemm1.to_string(), "m16n64");
+  EXPECT_EQ(qw.gemm2.to_string(), "m16n64");
+  // dsv3-tp8 T=8: 64 tiles x 4 column blocks = 256 CTAs -> n128.
+  EXPECT_EQ(plan("dsv3-tp8", 8).gemm1.to_string(), "m16n128");
+}
+
+TEST(LayerPlan, CutlassAboveTheMeasuredCrossover) {
+  EXPECT_EQ(plan("qwen3-30b-a3b", 512).path, ExpertsPath::Mma);       // 32 rows per expert
+  EXPECT_EQ(plan("qwen3-30b-a3b", 512).tile_m, 64);
+  EXPECT_EQ(plan("qwen3-30b-a3b", 4096).path, ExpertsPath::Cutlass);  // 256 rows per expert
+  EXPECT_EQ(plan("mixtral-8x7b", 64).path, ExpertsPath::Mma);         // 16 rows per expert
+  EXPECT_EQ(plan("mixtral-8x7b", 512).path, ExpertsPath::Cutlass);    // 128 rows per expert
+}
+
+TEST(LayerPlan, ForcedBackendsHoldAtEveryT) {
+  for (int t : {1, 64, 16384}) {
+    EXPECT_EQ(plan("qwen3-30b-a3b", t, "mma").path, ExpertsPath::Mma) << t;
+    EXPECT_EQ(plan("qwen3-30b-a3b", t, "cutlass").path, ExpertsPath::Cutlass) << t;
+  }
+}
+
+TEST(LayerPlan, EveryPlannedTacticIsCompiled) {
+  auto compiled = [](const GemmTactic& t) {
+    return std::any_of(std::begin(kMmaTactics), std::end(kMmaTactics), [&](const GemmTactic& c) {
+      return c.tile_m == t.tile_m && c.tile_n == t.tile_n;
+    });
+  };
+  for (const Preset& p : presets())
+    for (int t : {1, 2, 3, 7, 8, 33, 64, 100, 512, 1000, 4096, 16384}) {
+      const LayerPlan lp = plan_for_tokens(p.config, t, kH200Sms);
+      SCOPED_TRACE(p.name + " T=" + std::to_string(t));
+      EXPECT_TRUE(compiled(lp.gemm1)) << lp.gemm1.to_string();
+      EXPECT_TRUE(compiled(lp.gemm2)) << lp.gemm2.to_string();
+      EXPECT_EQ(lp.gemm1.tile_m, lp.tile_m);
+      EXPECT_EQ(lp.gemm2.tile_m, lp.tile_m);
+    }
+}
+
+TEST(LayerPlan, BackendNamesAndUnsupportedConfigsSayWhy) {
+  EXPECT_NO_THROW(check_backend_name("auto"));
+  EXPECT_NO_THROW(check_backend_name("cutlass"));
+  try {
+    check_backend_name("triton");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "options.backend");
+    EXPECT_NE(std::string(e.what()).find("allowed: auto, mma, cutlass"), std::string::npos);
+  }
+  MoEConfig c = find_preset("gpt-oss-120b").config;
+  EXPECT_EQ(gpu_unsupported_reason(c), "");
+  c.experts.quant = QuantVariant::MXFP4;
+  EXPECT_NE(gpu_unsupported_reason(c).find("MXFP4 has no GPU kernels yet"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace unimoe
