@@ -1,6 +1,7 @@
-// The sm90 grouped GEMM's tactic names, workspace layout, setup kernel and
-// dispatch (contract: sm90_grouped_gemm.cuh). The CUTLASS kernels live in
-// sm90_grouped_gemm_<tactic>.cu, one instantiation each.
+// The sm90 grouped GEMM's workspace layout, setup kernel and dispatch
+// (contract: sm90_grouped_gemm.cuh). The CUTLASS kernels live in
+// sm90_grouped_gemm_<tactic>.cu, one instantiation each; the tactics' names
+// live with the host plan (plan/tactics.cpp).
 #include <algorithm>
 #include <stdexcept>
 
@@ -15,16 +16,6 @@ constexpr int kSetupThreads = 256;
 // Every part of the workspace starts on this boundary (cudaMalloc's), which
 // covers the TMA descriptors' 64 bytes and the 16 of everything else.
 constexpr std::size_t kWorkspaceAlign = 256;
-
-struct NamedTactic {
-  Sm90GemmTactic tactic;
-  const char* name;
-};
-constexpr NamedTactic kTactics[kNumSm90GemmTactics] = {
-    {Sm90GemmTactic::Cooperative128x128, "coop_128x128x64"},
-    {Sm90GemmTactic::Cooperative128x256, "coop_128x256x64"},
-    {Sm90GemmTactic::Pingpong64x128, "pingpong_64x128x64"},
-};
 
 const sm90::TacticEntry& tactic_entry(Sm90GemmTactic t) {
   switch (t) {
@@ -54,9 +45,8 @@ struct WorkspaceLayout {
 WorkspaceLayout workspace_layout(int num_groups, int sm_count) {
   const std::size_t g = static_cast<std::size_t>(num_groups);
   std::size_t cutlass_bytes = 0;
-  for (const NamedTactic& t : kTactics)
-    cutlass_bytes =
-        std::max(cutlass_bytes, tactic_entry(t.tactic).workspace_bytes(num_groups, sm_count));
+  for (Sm90GemmTactic t : kSm90GemmTactics)
+    cutlass_bytes = std::max(cutlass_bytes, tactic_entry(t).workspace_bytes(num_groups, sm_count));
   WorkspaceLayout l;
   std::size_t at = 0;
   auto take = [&](std::size_t bytes) {
@@ -128,26 +118,9 @@ bool aligned(const void* p, std::size_t bytes) {
 
 }  // namespace
 
-std::string to_string(Sm90GemmTactic t) {
-  for (const NamedTactic& named : kTactics)
-    if (named.tactic == t) return named.name;
-  return "<invalid " + std::to_string(static_cast<int>(t)) + ">";
-}
-
-Sm90GemmTactic parse_sm90_gemm_tactic(const std::string& s) {
-  std::string allowed;
-  for (const NamedTactic& named : kTactics) {
-    if (s == named.name) return named.tactic;
-    allowed += (allowed.empty() ? "" : ", ") + std::string(named.name);
-  }
-  throw std::invalid_argument("sm90 GEMM tactic '" + s + "' is not one of: " + allowed);
-}
-
 const Sm90GemmTactic* sm90_gemm_tactics(int* count) {
-  static const Sm90GemmTactic kAll[kNumSm90GemmTactics] = {
-      kTactics[0].tactic, kTactics[1].tactic, kTactics[2].tactic};
   *count = kNumSm90GemmTactics;
-  return kAll;
+  return kSm90GemmTactics;
 }
 
 std::size_t sm90_grouped_gemm_workspace_bytes(int num_groups, int sm_count) {

@@ -16,18 +16,13 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <string>
 
 #include "plan/tactics.h"
 
 namespace unimoe {
 
-// The compiled configurations: Sm90GemmTactic in plan/tactics.h.
-// "coop_128x128x64", "coop_128x256x64", "pingpong_64x128x64".
-std::string to_string(Sm90GemmTactic t);
-// Throws std::invalid_argument naming the allowed values.
-Sm90GemmTactic parse_sm90_gemm_tactic(const std::string& s);
-// All compiled tactics, in enum order.
+// The compiled configurations, their names and parsing: Sm90GemmTactic in
+// plan/tactics.h. All compiled tactics, in enum order (kSm90GemmTactics).
 const Sm90GemmTactic* sm90_gemm_tactics(int* count);
 
 struct Sm90GroupedGemmParams {

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "plan/tuning.h"
+
 namespace unimoe {
 namespace {
 
@@ -42,12 +44,23 @@ GemmTactic tactic_for(int tile_m, int n_cols, double tiles, int sm_count) {
 
 const char* path_name(ExpertsPath p) { return p == ExpertsPath::Mma ? "mma" : "cutlass"; }
 
+ExpertsPath parse_experts_path(const std::string& s) {
+  if (s == "mma") return ExpertsPath::Mma;
+  if (s == "cutlass") return ExpertsPath::Cutlass;
+  throw Error("path", "unknown experts path '" + s + "'; allowed: mma, cutlass");
+}
+
 void check_backend_name(const std::string& name) {
   if (name != "auto" && name != "mma" && name != "cutlass")
     throw Error("options.backend", "unknown backend '" + name + "'; allowed: auto, mma, cutlass");
 }
 
-LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens, int sm_count) {
+bool backend_allows(const std::string& backend, ExpertsPath p) {
+  return backend == "auto" || backend == path_name(p);
+}
+
+LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens, int sm_count,
+                          const TuningChoice* tuned) {
   const double rows = static_cast<double>(num_tokens) * config.routing.top_k;
   const int e_local = config.local_experts();
   const double per_expert = rows / e_local;
@@ -63,6 +76,26 @@ LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens, int sm_count)
   const double tiles = hit * std::ceil(rows / std::max(hit, 1.0) / plan.tile_m);
   plan.gemm1 = tactic_for(plan.tile_m, config.gemm1_cols(), tiles, sm_count);
   plan.gemm2 = tactic_for(plan.tile_m, config.experts.hidden, tiles, sm_count);
+  if (tuned == nullptr) return plan;
+
+  // A cache entry is keyed with backend "auto" (plan/tuning.h), so a forced
+  // backend may meet a winner of the other path: the caller must not pass it.
+  if (!backend_allows(backend, tuned->path))
+    throw Error("tuning_choice", "'" + tuned->to_string() + "' takes the " +
+                                     path_name(tuned->path) + " path; options.backend is '" +
+                                     backend + "'");
+  plan.path = tuned->path;
+  if (tuned->path == ExpertsPath::Cutlass) {
+    plan.sm90 = tuned->sm90;
+    return plan;
+  }
+  // GEMM1 and GEMM2 run over one tile schedule, so they share its M tile.
+  if (tuned->gemm1.tile_m != tuned->gemm2.tile_m)
+    throw Error("tuning_choice",
+                "'" + tuned->to_string() + "': gemm1 and gemm2 need the same tile_m");
+  plan.tile_m = tuned->gemm1.tile_m;
+  plan.gemm1 = tuned->gemm1;
+  plan.gemm2 = tuned->gemm2;
   return plan;
 }
 

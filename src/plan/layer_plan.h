@@ -18,8 +18,14 @@ namespace unimoe {
 //        b2 added by the finalize.
 enum class ExpertsPath { Mma, Cutlass };
 const char* path_name(ExpertsPath p);
+// "mma" or "cutlass"; throws Error (field "path") naming the allowed values.
+ExpertsPath parse_experts_path(const std::string& s);
 // "auto", "mma" or "cutlass"; throws Error naming the allowed values.
 void check_backend_name(const std::string& name);
+// Whether options.backend `backend` lets path `p` serve: "auto" lets both.
+bool backend_allows(const std::string& backend, ExpertsPath p);
+
+struct TuningChoice;  // plan/tuning.h
 
 // The host-side plan for one call size.
 struct LayerPlan {
@@ -35,7 +41,15 @@ struct LayerPlan {
 // small M tiles keeps the memory-bound work spread over many CTAs. Many
 // rows: the Cutlass path's wgmma tiles. options.backend "mma" or "cutlass"
 // forces the path. sm_count: the device's multiprocessors.
-LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens, int sm_count);
+//
+// `tuned`, when given (the autotuner's winner for the call's token bucket),
+// replaces the rule: its path, and on the Mma path its GEMM tactics (tile_m =
+// their tile_m); on the Cutlass path its sm90 tactic (the Mma fields keep the
+// rule's values, which that path does not run). Throws Error (field
+// "tuning_choice") when its path is one options.backend forbids or its two
+// GEMM tactics have different tile_m.
+LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens, int sm_count,
+                          const TuningChoice* tuned = nullptr);
 
 // Empty when the GPU layer can serve `config`, else the reason (the rule that
 // failed). Checked by MoELayer::create.

@@ -1,5 +1,6 @@
 // The GEMM tactics the device library compiles, as plain host data: the
-// plan picks among them, the kernels instantiate exactly these.
+// plan picks among them, the kernels instantiate exactly these. Each prints
+// and parses (the autotuner's cache stores them as text).
 #pragma once
 
 #include <string>
@@ -13,10 +14,19 @@ struct GemmTactic {
   std::string to_string() const;  // "m64n128"
 };
 
+constexpr bool operator==(const GemmTactic& a, const GemmTactic& b) {
+  return a.tile_m == b.tile_m && a.tile_n == b.tile_n;
+}
+constexpr bool operator!=(const GemmTactic& a, const GemmTactic& b) { return !(a == b); }
+
 // The compiled mma tactics, best first for large T (src/kernels/grouped_gemm.cu
 // instantiates one kernel for each and checks the list at compile time).
 inline constexpr GemmTactic kMmaTactics[] = {{128, 128}, {64, 128}, {16, 128}, {16, 64}};
 inline constexpr int kNumMmaTactics = sizeof(kMmaTactics) / sizeof(kMmaTactics[0]);
+
+// "m16n64" -> {16, 64}. Throws Error (field "mma_tactic") listing the
+// compiled tactics when `s` is not one of kMmaTactics.
+GemmTactic parse_gemm_tactic(const std::string& s);
 
 // One compiled CUTLASS configuration (src/kernels/sm90_grouped_gemm*.cu):
 // kernel schedule and tile (BLK_M x BLK_N x BLK_K), cluster 1x1 for all.
@@ -26,6 +36,15 @@ enum class Sm90GemmTactic : int {
   Pingpong64x128,      // two consumer warp groups alternate 64x128x64 tiles
 };
 
-inline constexpr int kNumSm90GemmTactics = 3;
+// Every compiled CUTLASS tactic, in enum order.
+inline constexpr Sm90GemmTactic kSm90GemmTactics[] = {
+    Sm90GemmTactic::Cooperative128x128, Sm90GemmTactic::Cooperative128x256,
+    Sm90GemmTactic::Pingpong64x128};
+inline constexpr int kNumSm90GemmTactics = sizeof(kSm90GemmTactics) / sizeof(kSm90GemmTactics[0]);
+
+// "coop_128x128x64", "coop_128x256x64", "pingpong_64x128x64".
+std::string to_string(Sm90GemmTactic t);
+// Throws Error (field "sm90_tactic") naming the allowed values.
+Sm90GemmTactic parse_sm90_gemm_tactic(const std::string& s);
 
 }  // namespace unimoe
