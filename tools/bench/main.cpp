@@ -30,7 +30,8 @@ void print_table(const RunResult& r) {
   if (!r.note.empty()) std::printf("NOTE: %s\n", r.note.c_str());
   std::printf("ceilings: %.3f TB/s, %.1f TFLOP/s%s\n", r.ceilings.bandwidth_tbps, r.ceilings.matmul_tflops,
               r.mode == "gpu" ? " (measured in this run)" : " (H200 reference values)");
-  std::printf("%-16s %-8s %6s %6s %10s %10s %7s %7s %8s %9s  %s\n", "preset", "backend", "T", "active", "time_us",
+  std::printf("columns: time and floor in us; rel_err vs the CPU reference; a peer's (xN) is its time over unimoe's\n");
+  std::printf("%-16s %-13s %6s %6s %10s %10s %7s %7s %8s %9s  %s\n", "preset", "backend", "T", "active", "time_us",
               "floor_us", "t/floor", "TB/s", "TFLOP/s", "rel_err", "stages (us) | peers (us)");
   for (const Point& p : r.points) {
     std::string stages;
@@ -45,13 +46,17 @@ void print_table(const RunResult& r) {
       stages += buf;
     }
     const bool gpu = r.mode == "gpu";
-    char ratio[16] = "-", err[16] = "-";
-    if (gpu) std::snprintf(ratio, sizeof ratio, "%.2f", p.time_us / p.floor.floor_us);
+    // Ratios and rates against GPU ceilings mean nothing for CPU times.
+    char ratio[16] = "-", err[16] = "-", tbps[16] = "-", tflops[16] = "-";
+    if (gpu) {
+      std::snprintf(ratio, sizeof ratio, "%.2f", p.time_us / p.floor.floor_us);
+      std::snprintf(tbps, sizeof tbps, "%.3f", p.floor.bytes / (p.time_us * 1e6));
+      std::snprintf(tflops, sizeof tflops, "%.1f", p.floor.flops / (p.time_us * 1e6));
+    }
     if (p.rel_err >= 0) std::snprintf(err, sizeof err, "%.2e", p.rel_err);
-    std::printf("%-16s %-8s %6d %6.0f %10.1f %10.1f %7s %7.3f %8.1f %9s  %s\n", p.preset.c_str(),
-                p.backend.c_str(), p.tokens,
-                p.active_experts, p.time_us, p.floor.floor_us, ratio, p.floor.bytes / (p.time_us * 1e6),
-                p.floor.flops / (p.time_us * 1e6), err, stages.c_str());
+    std::printf("%-16s %-13s %6d %6.0f %10.1f %10.1f %7s %7s %8s %9s  %s\n", p.preset.c_str(),
+                p.backend.c_str(), p.tokens, p.active_experts, p.time_us, p.floor.floor_us, ratio,
+                tbps, tflops, err, stages.c_str());
   }
   if (r.mode != "gpu") return;
   std::map<std::string, std::pair<double, int>> per_backend;  // sum of log(t/floor), points
@@ -85,10 +90,12 @@ void write_json(const Options& opt, const RunResult& r) {
                           {"memory_floor_us", p.floor.memory_us},
                           {"compute_floor_us", p.floor.compute_us},
                           {"bytes", p.floor.bytes},
-                          {"flops", p.floor.flops},
-                          {"TBps", p.floor.bytes / (p.time_us * 1e6)},
-                          {"TFLOPs", p.floor.flops / (p.time_us * 1e6)}};
-    if (r.mode == "gpu") row["time_over_floor"] = p.time_us / p.floor.floor_us;
+                          {"flops", p.floor.flops}};
+    if (r.mode == "gpu") {
+      row["time_over_floor"] = p.time_us / p.floor.floor_us;
+      row["TBps"] = p.floor.bytes / (p.time_us * 1e6);
+      row["TFLOPs"] = p.floor.flops / (p.time_us * 1e6);
+    }
     if (p.rel_err >= 0) row["rel_err"] = p.rel_err;
     for (const auto& [name, us] : p.stage_us) row["stages_us"][name] = us;
     for (const auto& [name, us] : p.peers_us) row["peers_us"][name] = us;
