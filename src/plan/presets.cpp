@@ -4,13 +4,7 @@ namespace unimoe {
 namespace {
 
 MoEConfig make(RoutingPolicy policy, int e, int h, int i, int k) {
-  MoEConfig c;
-  c.routing.policy = policy;
-  c.routing.num_experts = e;
-  c.routing.top_k = k;
-  c.experts.hidden = h;
-  c.experts.intermediate = i;
-  return c;
+  return moe_config(policy, e, k, h, i);
 }
 
 MoEConfig grouped(MoEConfig c, int n_group, int topk_group, float scale) {
@@ -46,6 +40,17 @@ std::vector<Preset> build() {
 }
 
 }  // namespace
+
+MoEConfig moe_config(RoutingPolicy policy, int num_experts, int top_k, int hidden,
+                     int intermediate) {
+  MoEConfig c;
+  c.routing.policy = policy;
+  c.routing.num_experts = num_experts;
+  c.routing.top_k = top_k;
+  c.experts.hidden = hidden;
+  c.experts.intermediate = intermediate;
+  return c;
+}
 
 const std::vector<Preset>& presets() {
   static const std::vector<Preset> all = build();

@@ -15,6 +15,10 @@ struct Preset {
 };
 
 const std::vector<Preset>& presets();
+
+// A BF16 SwiGLU config with every other field at its default.
+MoEConfig moe_config(RoutingPolicy policy, int num_experts, int top_k, int hidden,
+                     int intermediate);
 // Throws Error naming the known presets when `name` is not one.
 const Preset& find_preset(const std::string& name);
 

@@ -25,9 +25,8 @@ inline bool is_deepseek(RoutingPolicy p) {
 }
 
 // RoutingConfig is an aggregate: policy, E, K, n_group, topk_group, scale, has_bias.
-inline RoutingConfig make_routing_config(RoutingPolicy policy, int e, int k, int n_group = 1,
-                                         int topk_group = 1, float scale = 1.0f,
-                                         bool has_bias = false) {
+inline RoutingConfig make_config(RoutingPolicy policy, int e, int k, int n_group = 1,
+                                 int topk_group = 1, float scale = 1.0f, bool has_bias = false) {
   return RoutingConfig{policy, e, k, n_group, topk_group, scale, has_bias};
 }
 

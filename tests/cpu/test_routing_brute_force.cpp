@@ -26,13 +26,10 @@ using test::kAllPolicies;
 using test::kInf;
 using test::kNaN;
 using test::is_deepseek;
+using test::make_config;
 using test::row_of;
 using test::weight_matches;
 
-RoutingConfig make_config(P policy, int e, int k, int n_group = 1, int topk_group = 1,
-                          float scale = 1.0f, bool has_bias = false) {
-  return test::make_routing_config(policy, e, k, n_group, topk_group, scale, has_bias);
-}
 
 // -------------------------------------------------------- brute force ----
 // Selection by a full stable sort of (key, index), descending (a stable sort

@@ -104,15 +104,6 @@ class LayerRig {
   std::unique_ptr<MoELayer> layer_;
 };
 
-MoEConfig small_config(RoutingPolicy policy, int e, int k, int h, int i) {
-  MoEConfig c;
-  c.routing.policy = policy;
-  c.routing.num_experts = e;
-  c.routing.top_k = k;
-  c.experts.hidden = h;
-  c.experts.intermediate = i;
-  return c;
-}
 
 // Logits that send every token to `hot` first (then K-1 others at random).
 std::vector<float> hot_expert_logits(const MoEConfig& c, int t, uint64_t seed, int hot) {
@@ -163,7 +154,7 @@ TEST(LayerGpu, TokenCountsOnQwen3) {
 TEST(LayerGpu, OddSizesAndEveryActivation) {
   UNIMOE_REQUIRE_GPU();
   for (Activation act : {Activation::SwiGLU, Activation::GeGLU, Activation::ReLU2, Activation::SwiGLUOai}) {
-    MoEConfig c = small_config(RoutingPolicy::Renormalize, 12, 3, 136, 72);
+    MoEConfig c = moe_config(RoutingPolicy::Renormalize, 12, 3, 136, 72);
     c.experts.activation = act;
     c.experts.has_bias = act == Activation::SwiGLUOai;
     for (int t : {1, 7, 100}) check_point(c, t, "uniform");
@@ -175,23 +166,23 @@ TEST(LayerGpu, DeepSeekRoutingAndDefaultPolicy) {
   MoEConfig ds = find_preset("dsv3-tp8").config;
   ds.experts.hidden = 512;
   check_point(ds, 33, "uniform");
-  check_point(small_config(RoutingPolicy::Default, 64, 6, 256, 128), 50, "uniform");
+  check_point(moe_config(RoutingPolicy::Default, 64, 6, 256, 128), 50, "uniform");
 }
 
 TEST(LayerGpu, OneHotExpertTakesEveryToken) {
   UNIMOE_REQUIRE_GPU();
-  for (int t : {1, 33, 1000}) check_point(small_config(RoutingPolicy::Renormalize, 32, 4, 256, 192), t, "hot");
+  for (int t : {1, 33, 1000}) check_point(moe_config(RoutingPolicy::Renormalize, 32, 4, 256, 192), t, "hot");
 }
 
 TEST(LayerGpu, MostExpertsEmpty) {
   UNIMOE_REQUIRE_GPU();
-  for (int t : {3, 200}) check_point(small_config(RoutingPolicy::Renormalize, 128, 8, 256, 128), t, "few");
-  check_point(small_config(RoutingPolicy::Renormalize, 128, 8, 256, 128), 500, "skewed");
+  for (int t : {3, 200}) check_point(moe_config(RoutingPolicy::Renormalize, 128, 8, 256, 128), t, "few");
+  check_point(moe_config(RoutingPolicy::Renormalize, 128, 8, 256, 128), 500, "skewed");
 }
 
 TEST(LayerGpu, ExpertParallelRangeDropsOffRankRows) {
   UNIMOE_REQUIRE_GPU();
-  MoEConfig c = small_config(RoutingPolicy::Renormalize, 64, 8, 256, 128);
+  MoEConfig c = moe_config(RoutingPolicy::Renormalize, 64, 8, 256, 128);
   c.experts.local_expert_offset = 16;
   c.experts.num_local_experts = 16;
   for (int t : {1, 7, 300}) check_point(c, t, "uniform");
@@ -201,7 +192,7 @@ TEST(LayerGpu, PrecomputedRouting) {
   UNIMOE_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  const MoEConfig c = small_config(RoutingPolicy::Renormalize, 32, 4, 256, 128);
+  const MoEConfig c = moe_config(RoutingPolicy::Renormalize, 32, 4, 256, 128);
   const int t = 77;
   LayerRig rig(c, t, seed);
   const std::vector<float> logits = ref::make_logits(c, t, seed, "uniform");
@@ -254,7 +245,7 @@ TEST_P(LayerGraphGpu, CapturedOnceReplaysWithFreshRouting) {
 
 TEST(LayerGpu, RefusesBadCallsWithClearErrors) {
   UNIMOE_REQUIRE_GPU();
-  const MoEConfig c = small_config(RoutingPolicy::Renormalize, 8, 2, 64, 64);
+  const MoEConfig c = moe_config(RoutingPolicy::Renormalize, 8, 2, 64, 64);
   LayerRig rig(c, 4, 1);
   ForwardArgs a = rig.args(5);
   EXPECT_THROW(rig.layer().forward(a, nullptr), Error);  // T above max_tokens
