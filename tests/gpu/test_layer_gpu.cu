@@ -104,7 +104,6 @@ class LayerRig {
   std::unique_ptr<MoELayer> layer_;
 };
 
-
 // Logits that send every token to `hot` first (then K-1 others at random).
 std::vector<float> hot_expert_logits(const MoEConfig& c, int t, uint64_t seed, int hot) {
   std::vector<float> l = ref::make_logits(c, t, seed, "uniform");
