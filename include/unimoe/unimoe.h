@@ -176,6 +176,13 @@ class MoELayer {
   // Keeps the pointers (not a copy); the weights must outlive the layer.
   virtual void set_weights(const ExpertWeights& weights) = 0;
   virtual void forward(const ForwardArgs& args, CUstream_st* stream) = 0;
+
+  // Uses the winners that `unimoe-bench --autotune --tuning-cache PATH`
+  // saved for this GPU, CUDA and unimoe version and config (docs/tuning.md)
+  // for the token buckets they cover; other buckets follow the built-in
+  // rule. Returns what was used and why anything was not. A missing file
+  // uses nothing; an unreadable one throws Error. Call before capturing.
+  virtual std::string use_tuning_cache(const std::string& path) = 0;
 };
 
 }  // namespace unimoe

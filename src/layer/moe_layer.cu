@@ -59,9 +59,6 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens)
   int device = 0;
   UNIMOE_CUDA_CHECK(cudaGetDevice(&device));
   UNIMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
-  // The Cutlass path's buffers, only when some call size may take it.
-  const bool uses_cutlass =
-      plan_for_tokens(config_, max_tokens, sm_count_).path == ExpertsPath::Cutlass;
   auto carve = [&](Carver& c) {
     topk_ids_ = c.take<int32_t>(rows);
     topk_weights_ = c.take<float>(rows);
@@ -74,21 +71,86 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens)
     act_ = c.take<uint16_t>(rows * config_.experts.intermediate);
     y_ = c.take<uint16_t>(rows * config_.experts.hidden);
     permute_scratch_ = c.take<char>(permute_scratch_bytes(max_tokens, k, e_local));
-    if (uses_cutlass) {
-      gathered_ = c.take<uint16_t>(rows * config_.experts.hidden);
-      h_ = c.take<uint16_t>(rows * config_.gemm1_cols());
-      sm90_workspace_ = c.take<char>(sm90_grouped_gemm_workspace_bytes(e_local, sm_count_));
-    }
   };
   Carver dry(nullptr);
   carve(dry);
   UNIMOE_CUDA_CHECK(cudaMalloc(&arena_, dry.used()));
   Carver real(static_cast<char*>(arena_));
   carve(real);
+  // The Cutlass path's buffers, only when some call size may take it.
+  if (plan_for_tokens(config_, max_tokens, sm_count_).path == ExpertsPath::Cutlass)
+    ensure_cutlass_buffers();
 }
 
 MoELayerImpl::~MoELayerImpl() {
   if (arena_) cudaFree(arena_);
+  if (cutlass_arena_) cudaFree(cutlass_arena_);
+}
+
+void MoELayerImpl::ensure_cutlass_buffers() {
+  if (cutlass_arena_) return;
+  const std::size_t rows = static_cast<std::size_t>(max_tokens_) * config_.routing.top_k;
+  auto carve = [&](Carver& c) {
+    gathered_ = c.take<uint16_t>(rows * config_.experts.hidden);
+    h_ = c.take<uint16_t>(rows * config_.gemm1_cols());
+    sm90_workspace_ =
+        c.take<char>(sm90_grouped_gemm_workspace_bytes(config_.local_experts(), sm_count_));
+  };
+  Carver dry(nullptr);
+  carve(dry);
+  UNIMOE_CUDA_CHECK(cudaMalloc(&cutlass_arena_, dry.used()));
+  Carver real(static_cast<char*>(cutlass_arena_));
+  carve(real);
+}
+
+TuningDevice current_tuning_device() {
+  int device = 0;
+  UNIMOE_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  UNIMOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  TuningDevice d;
+  d.gpu_name = prop.name;
+  d.sm_count = prop.multiProcessorCount;
+  d.cuda_version = CUDART_VERSION;
+  return d;
+}
+
+void MoELayerImpl::set_tuned(int bucket, const TuningChoice& choice) {
+  check_token_bucket(bucket);
+  // Refuses a choice the config's backend option forbids, before keeping it.
+  plan_for_tokens(config_, bucket, sm_count_, &choice);
+  if (choice.path == ExpertsPath::Cutlass) ensure_cutlass_buffers();
+  tuned_[bucket] = choice;
+}
+
+std::string MoELayerImpl::use_tuning_cache(const std::string& path) {
+  const TuningDevice device = current_tuning_device();
+  const TuningCache cache = TuningCache::load(path, device);
+  const TuningKey key = TuningKey::make(device, config_);
+  std::string report;
+  for (const std::string& m : cache.messages()) report += m + "\n";
+  int used = 0, buckets = 0;
+  for (int bucket : token_buckets(max_tokens_)) {
+    ++buckets;
+    const std::optional<TuningChoice> choice = cache.find(key, bucket);
+    if (!choice) continue;
+    if (!backend_allows(config_.options.backend, choice->path)) {
+      report += "bucket " + std::to_string(bucket) + ": cached winner takes the " +
+                path_name(choice->path) + " path, which options.backend '" +
+                config_.options.backend + "' forbids: not used\n";
+      continue;
+    }
+    set_tuned(bucket, *choice);
+    ++used;
+  }
+  report += "tuning cache " + path + ": winners for " + std::to_string(used) + " of " +
+            std::to_string(buckets) + " token buckets used; the others follow the rule";
+  return report;
+}
+
+const TuningChoice* MoELayerImpl::tuned_for(int num_tokens) const {
+  const auto it = tuned_.find(token_bucket(num_tokens));
+  return it == tuned_.end() ? nullptr : &it->second;
 }
 
 void MoELayerImpl::set_weights(const ExpertWeights& w) {
@@ -121,7 +183,7 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
   const int rows = t * k;
   const int32_t* ids = precomputed(a) ? a.topk_ids : topk_ids_;
   const float* weights = precomputed(a) ? a.topk_weights : topk_weights_;
-  const LayerPlan plan = plan_for_tokens(config_, std::max(t, 1), sm_count_);
+  const LayerPlan plan = plan_for_tokens(config_, std::max(t, 1), sm_count_, tuned_for(t));
   const int tiles_cap = max_tiles(rows, e_local, plan.tile_m);
   switch (stage) {
     case Stage::Routing: {
@@ -238,8 +300,8 @@ void MoELayerImpl::run_sm90_gemm(const uint16_t* a, const void* b, uint16_t* d, 
 
 void MoELayerImpl::run_cutlass_gemm1(const ForwardArgs& a, const LayerPlan& plan,
                                      cudaStream_t stream) {
-  if (!gathered_)
-    throw std::runtime_error("the Cutlass path was not planned for this layer's max_tokens");
+  if (!cutlass_arena_)
+    throw std::runtime_error("the Cutlass path's buffers were not allocated for this layer");
   const int capacity = a.num_tokens * config_.routing.top_k;
   GatherRowsParams g;
   g.x = static_cast<const uint16_t*>(a.x);

@@ -7,12 +7,14 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <map>
 #include <string>
 
 #include "kernels/grouped_gemm.cuh"
 #include "kernels/permute.cuh"
 #include "kernels/sm90_grouped_gemm.cuh"
 #include "plan/layer_plan.h"
+#include "plan/tuning.h"
 #include "unimoe/unimoe.h"
 
 namespace unimoe {
@@ -22,6 +24,9 @@ inline constexpr std::array<Stage, 5> kStages = {Stage::Routing, Stage::Permute,
                                                  Stage::Gemm2, Stage::Finalize};
 const char* stage_name(Stage s);
 
+
+// The current CUDA device as the tuning cache keys it.
+TuningDevice current_tuning_device();
 
 class MoELayerImpl final : public MoELayer {
  public:
@@ -35,6 +40,12 @@ class MoELayerImpl final : public MoELayer {
   std::string backend_name() const override { return config_.options.backend; }
   void set_weights(const ExpertWeights& weights) override;
   void forward(const ForwardArgs& args, CUstream_st* stream) override;
+  std::string use_tuning_cache(const std::string& path) override;
+
+  // Serve the calls of token bucket `bucket` with `choice` instead of the
+  // rule (the autotuner tries candidates this way). Allocates the Cutlass
+  // path's buffers if the choice needs them: not during capture.
+  void set_tuned(int bucket, const TuningChoice& choice);
 
   // One stage of forward alone (the inputs of earlier stages must be in the
   // workspace already).
@@ -45,6 +56,8 @@ class MoELayerImpl final : public MoELayer {
 
  private:
   void check_args(const ForwardArgs& args) const;
+  void ensure_cutlass_buffers();
+  const TuningChoice* tuned_for(int num_tokens) const;
   void run_cutlass_gemm1(const ForwardArgs& args, const LayerPlan& plan, cudaStream_t stream);
   void run_sm90_gemm(const uint16_t* a, const void* b, uint16_t* d, int n, int k,
                      const LayerPlan& plan, cudaStream_t stream);
@@ -65,7 +78,9 @@ class MoELayerImpl final : public MoELayer {
   uint16_t* act_ = nullptr;
   uint16_t* y_ = nullptr;
   void* permute_scratch_ = nullptr;
-  // Cutlass path only.
+  std::map<int, TuningChoice> tuned_;  // token bucket -> winner
+  // Cutlass path only, in their own allocation (made when needed).
+  void* cutlass_arena_ = nullptr;
   uint16_t* gathered_ = nullptr;  // [T*K, H] x rows in permuted order
   uint16_t* h_ = nullptr;         // [T*K, gemm1_cols] GEMM1 output before the activation
   void* sm90_workspace_ = nullptr;

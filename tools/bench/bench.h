@@ -23,6 +23,8 @@ struct Options {
   std::string peer_script;   // torch_peer.py to run side by side ("" = none)
   std::string anchors;       // peer timings JSON to compare against ("" = none)
   std::string json_path = "out/bench.json";
+  bool autotune = false;     // tune each (preset, T) bucket not in the cache
+  std::string tuning_cache;  // JSON cache of winners ("" = none)
 };
 
 struct Point {
@@ -36,6 +38,8 @@ struct Point {
   std::vector<std::pair<std::string, double>> stage_us;
   double rel_err = -1;        // vs the CPU reference (-1: not checked)
   std::map<std::string, double> peers_us;  // peer name -> time
+  std::string choice;                      // the tuned winner (autotune / cache)
+  std::vector<std::string> tuning_log;     // each candidate's time or rejection
 };
 
 struct RunResult {

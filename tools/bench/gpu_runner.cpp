@@ -14,12 +14,14 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "ref/synthetic.h"
 #include "kernels/common.cuh"
 #include "kernels/fill.cuh"
 #include "layer/moe_layer.h"
 #include "plan/presets.h"
+#include "plan/tuning.h"
 
 namespace unimoe::bench {
 namespace {
@@ -27,6 +29,10 @@ namespace {
 using namespace unimoe::ref;
 
 constexpr int kDefaultRotate = 4;
+// A candidate passes the tuner's reference check below this relative L2
+// error: bf16 operands, fp32 accumulation, bf16 intermediates (the GPU tests'
+// bound; measured errors are 2e-3..5e-3).
+constexpr double kTuningTolerance = 1e-2;
 
 // Device memory freed on scope exit.
 struct DeviceMem {
@@ -119,8 +125,10 @@ struct InputSet {
   ForwardArgs args;
 };
 
+// cache: the tuning cache when autotuning (winners found there are reused,
+// missing ones tuned and added), else nullptr.
 void run_preset(const Options& opt, const std::string& name, const std::string& backend,
-                cudaStream_t stream, RunResult& result) {
+                TuningCache* cache, cudaStream_t stream, RunResult& result) {
   MoEConfig c = find_preset(name).config;
   c.experts.quant = opt.quant;
   c.options.backend = backend;
@@ -139,6 +147,8 @@ void run_preset(const Options& opt, const std::string& name, const std::string& 
   ExpertWeights w{w13.p, w2.p, nullptr, nullptr};
   if (c.experts.has_bias) w = {w13.p, w2.p, b13.as<float>(), b2.as<float>()};
   layer.set_weights(w);
+  if (!cache && !opt.tuning_cache.empty())
+    std::fprintf(stderr, "  %s\n", layer.use_tuning_cache(opt.tuning_cache).c_str());
   HostWeights host_weights(c, seeds);
   const std::vector<float> host_routing_bias = host_bias(c, seeds);
   const int rotate = opt.rotate > 0 ? opt.rotate : kDefaultRotate;
@@ -174,30 +184,77 @@ void run_preset(const Options& opt, const std::string& name, const std::string& 
     UNIMOE_CUDA_CHECK(cudaMemcpy(counts.data(), layer.expert_counts(), e * 4, cudaMemcpyDeviceToHost));
     p.active_experts = static_cast<double>(std::count_if(counts.begin(), counts.end(), [](int n) { return n > 0; }));
 
+    // The reference output of input set 0's first `check` tokens, computed
+    // once; every candidate and the final layer are compared with it.
     const int check = std::min(t, opt.check_tokens);
-    if (check > 0 && c.experts.quant == QuantVariant::BF16) {
-      std::vector<uint16_t> got_bits(std::size_t(check) * h);
-      UNIMOE_CUDA_CHECK(cudaMemcpy(got_bits.data(), sets[0].out->p, got_bits.size() * 2, cudaMemcpyDeviceToHost));
+    std::vector<float> want;
+    if (check > 0) {
       const std::vector<float> logits = make_logits(c, t, seeds.x ^ (t + 1000 * 0), opt.routing);
       const ref::Routing routing = ref::route(c.routing, logits.data(), check,
                                               c.routing.has_bias ? host_routing_bias.data() : nullptr);
       const std::vector<float> x = host_x(c, check, seeds);
-      const std::vector<float> want = ref::moe_forward(c, host_weights.source(), x.data(), routing);
+      want = ref::moe_forward(c, host_weights.source(), x.data(), routing);
+    }
+    // Relative L2 error of a fresh forward of set 0 (output poisoned first).
+    auto error_of_set0 = [&] {
+      UNIMOE_CUDA_CHECK(cudaMemsetAsync(sets[0].out->p, 0xff, std::size_t(t) * h * 2, stream));
+      layer.forward(sets[0].args, stream);
+      std::vector<uint16_t> got_bits(want.size());
+      UNIMOE_CUDA_CHECK(cudaMemcpyAsync(got_bits.data(), sets[0].out->p, got_bits.size() * 2,
+                                        cudaMemcpyDeviceToHost, stream));
+      UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
       double num = 0, den = 0;
       for (std::size_t j = 0; j < want.size(); ++j) {
         const double d = ref::bf16_to_f32(got_bits[j]) - static_cast<double>(want[j]);
         num += d * d;
         den += static_cast<double>(want[j]) * want[j];
       }
-      p.rel_err = den > 0 ? std::sqrt(num / den) : (num > 0 ? INFINITY : 0);
-      if (std::isnan(p.rel_err)) p.rel_err = INFINITY;
-    }
+      const double err = den > 0 ? std::sqrt(num / den) : (num > 0 ? INFINITY : 0);
+      return std::isnan(err) ? INFINITY : err;
+    };
+    // The layer's time: every input set's forward in one graph, per forward.
+    auto time_layer = [&] {
+      cudaGraphExec_t full = capture(stream, [&] {
+        for (const InputSet& in : sets) layer.forward(in.args, stream);
+      });
+      const double us = median_replay_us(full, stream, opt.iters, rotate);
+      cudaGraphExecDestroy(full);
+      return us;
+    };
 
-    cudaGraphExec_t full = capture(stream, [&] {
-      for (const InputSet& in : sets) layer.forward(in.args, stream);
-    });
-    p.time_us = median_replay_us(full, stream, opt.iters, rotate);
-    cudaGraphExecDestroy(full);
+    if (cache) {
+      const int bucket = token_bucket(t);
+      const TuningKey key = TuningKey::make(cache->device(), c);
+      std::optional<TuningChoice> winner = cache->find(key, bucket);
+      if (winner) {
+        std::fprintf(stderr, "  %s T=%d: cached winner for bucket %d, no timing: %s\n", name.c_str(), t,
+                     bucket, winner->to_string().c_str());
+      } else {
+        std::fprintf(stderr, "  tuning %s T=%d (bucket %d):\n", name.c_str(), t, bucket);
+        const Tuner tuner(
+            [&](const TuningChoice& choice) {
+              layer.set_tuned(bucket, choice);
+              return time_layer();
+            },
+            [&](const TuningChoice& choice, std::string* why) {
+              layer.set_tuned(bucket, choice);
+              const double err = error_of_set0();
+              if (err < kTuningTolerance) return true;
+              *why = "relative L2 error " + std::to_string(err) + " vs the CPU reference";
+              return false;
+            },
+            [&](const std::string& line) {
+              std::fprintf(stderr, "    %s\n", line.c_str());
+              p.tuning_log.push_back(line);
+            });
+        winner = tuner.tune(candidates_for(c, bucket));
+        cache->put(key, bucket, *winner);
+      }
+      layer.set_tuned(bucket, *winner);
+      p.choice = winner->to_string();
+    }
+    if (check > 0) p.rel_err = error_of_set0();
+    p.time_us = time_layer();
     for (Stage st : kStages) {
       cudaGraphExec_t g = capture(stream, [&] {
         for (const InputSet& in : sets) layer.run_stage(st, in.args, stream);
@@ -242,8 +299,18 @@ RunResult run_gpu(const Options& opt) {
   result.ceilings = measure_ceilings(stream);
   std::fprintf(stderr, "  bandwidth %.3f TB/s, bf16 matmul %.1f TFLOP/s\n", result.ceilings.bandwidth_tbps,
                result.ceilings.matmul_tflops);
+  std::optional<TuningCache> cache;
+  if (opt.autotune) {
+    cache = TuningCache::load(opt.tuning_cache, current_tuning_device());
+    for (const std::string& m : cache->messages()) std::fprintf(stderr, "%s\n", m.c_str());
+  }
   for (const std::string& name : opt.presets)
-    for (const std::string& backend : opt.backends) run_preset(opt, name, backend, stream, result);
+    for (const std::string& backend : opt.backends)
+      run_preset(opt, name, backend, cache ? &*cache : nullptr, stream, result);
+  if (cache) {
+    cache->save(opt.tuning_cache);
+    std::fprintf(stderr, "tuning cache written: %s\n", opt.tuning_cache.c_str());
+  }
   cudaStreamDestroy(stream);
   return result;
 }

@@ -99,6 +99,8 @@ void write_json(const Options& opt, const RunResult& r) {
     if (p.rel_err >= 0) row["rel_err"] = p.rel_err;
     for (const auto& [name, us] : p.stage_us) row["stages_us"][name] = us;
     for (const auto& [name, us] : p.peers_us) row["peers_us"][name] = us;
+    if (!p.choice.empty()) row["tuned_choice"] = p.choice;
+    if (!p.tuning_log.empty()) row["tuning_log"] = p.tuning_log;
     doc["points"].push_back(row);
   }
   const std::filesystem::path path(opt.json_path);
@@ -131,6 +133,11 @@ int main(int argc, char** argv) {
   app.add_option("--peer", opt.peer_script, "path of torch_peer.py: run the PyTorch peer side by side");
   app.add_option("--anchors", opt.anchors, "peer timings JSON (shared/anchors/h200-bf16-peers.json) to compare");
   app.add_option("--json", opt.json_path, "where to write the JSON results")->capture_default_str();
+  app.add_flag("--autotune", opt.autotune,
+               "time every (path, tactic) candidate per token bucket, keep the fastest that passes the "
+               "reference check, save winners to --tuning-cache (buckets already there are not timed)");
+  app.add_option("--tuning-cache", opt.tuning_cache,
+                 "tuning cache JSON: written by --autotune (default out/tuning.json), else read by the layer");
   CLI11_PARSE(app, argc, argv);
   try {
     opt.quant = parse_quant_variant(quant);
@@ -153,8 +160,17 @@ int main(int argc, char** argv) {
       if (v < 1) throw Error("tokens", "'" + t + "' is not a token count >= 1");
       opt.tokens.push_back(v);
     }
+    if (opt.autotune && opt.tuning_cache.empty()) opt.tuning_cache = "out/tuning.json";
+    // A forced backend restricts the candidates, but the cache key is the
+    // "auto" config's: its winner must not stand in for the true one.
+    if (opt.autotune && opt.backends != std::vector<std::string>{"auto"})
+      throw Error("backend", "--autotune tunes the auto backend; leave --backend at auto");
+    if (opt.autotune && opt.check_tokens < 1)
+      throw Error("check-tokens", "--autotune checks every candidate against the CPU reference: use >= 1");
     std::string why = "--cpu given";
     RunResult result = !opt.force_cpu && gpu_available(&why) ? run_gpu(opt) : run_cpu_reference(opt, why);
+    if (result.mode != "gpu" && (opt.autotune || !opt.tuning_cache.empty()))
+      result.note += " --autotune and --tuning-cache apply to the GPU layer only: ignored.";
     add_torch_peer(opt, result);
     add_anchor_peers(opt, result);
     print_table(result);

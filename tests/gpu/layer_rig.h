@@ -1,0 +1,106 @@
+// A layer on synthetic weights that the host can regenerate, with input
+// buffers and an error check against the CPU reference: the fixture of the
+// layer and tuning GPU tests.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/test_util.h"
+#include "gpu/gpu_test_util.h"
+#include "kernels/fill.cuh"
+#include "layer/moe_layer.h"
+#include "ref/ref.h"
+#include "ref/synthetic.h"
+
+namespace unimoe::test {
+
+// Relative L2 error bound of the layer's output. Operands are bf16 with fp32
+// accumulation; the activated intermediate and y are rounded to bf16 on the
+// device (the reference rounds the intermediate only) and out is rounded to
+// bf16: expected errors are a few 1e-3.
+inline constexpr double kLayerTolerance = 1e-2;
+
+// A layer with synthetic weights that the host can regenerate.
+class LayerRig {
+ public:
+  LayerRig(const MoEConfig& c, int max_tokens, uint64_t seed)
+      : c_(c), seeds_(ref::seeds_for(seed)), host_weights_(c, seeds_) {
+    const std::size_t e = c.local_experts(), h = c.experts.hidden, i = c.experts.intermediate;
+    const std::size_t n1 = c.gemm1_cols();
+    w13_ = DeviceBuffer<uint16_t>(e * n1 * h);
+    w2_ = DeviceBuffer<uint16_t>(e * h * i);
+    launch_fill_bf16(w13_.get(), w13_.size(), seeds_.w13, ref::w13_scale(c), nullptr);
+    launch_fill_bf16(w2_.get(), w2_.size(), seeds_.w2, ref::w2_scale(c), nullptr);
+    ExpertWeights w{w13_.get(), w2_.get(), nullptr, nullptr};
+    if (c.experts.has_bias) {
+      b13_ = DeviceBuffer<float>(e * n1);
+      b2_ = DeviceBuffer<float>(e * h);
+      launch_fill_f32(b13_.get(), b13_.size(), seeds_.b13, ref::kBiasScale, nullptr);
+      launch_fill_f32(b2_.get(), b2_.size(), seeds_.b2, ref::kBiasScale, nullptr);
+      w.b13 = b13_.get();
+      w.b2 = b2_.get();
+    }
+    bias_host_ = ref::host_bias(c, seeds_);
+    bias_ = DeviceBuffer<float>(bias_host_);
+    layer_ = MoELayer::create(c, max_tokens);
+    layer_->set_weights(w);
+    x_ = DeviceBuffer<uint16_t>(std::size_t(max_tokens) * h);
+    logits_ = DeviceBuffer<float>(std::size_t(max_tokens) * c.routing.num_experts);
+    out_ = DeviceBuffer<uint16_t>(std::size_t(max_tokens) * h);
+  }
+
+  // Args for T tokens over this rig's buffers.
+  ForwardArgs args(int t) const {
+    ForwardArgs a;
+    a.num_tokens = t;
+    a.x = x_.get();
+    a.logits = logits_.get();
+    a.routing_bias = c_.routing.has_bias ? bias_.get() : nullptr;
+    a.out = out_.get();
+    return a;
+  }
+
+  // New x (from `x_seed`) and the given logits into the input buffers; out poisoned.
+  void load_inputs(int t, uint64_t x_seed, const std::vector<float>& logits) {
+    seeds_.x = x_seed;
+    launch_fill_bf16(x_.get(), std::size_t(t) * c_.experts.hidden, x_seed, ref::kXScale, nullptr);
+    UNIMOE_CUDA_CHECK(cudaMemcpy(logits_.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
+    out_.poison();
+  }
+
+  // Relative L2 error of the device output against the reference for the
+  // routing the reference computes from `logits` (or the given routing).
+  double error(int t, const std::vector<float>& logits, const ref::Routing* given = nullptr) {
+    UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<uint16_t> bits = out_.download();
+    std::vector<float> got(std::size_t(t) * c_.experts.hidden);
+    for (std::size_t j = 0; j < got.size(); ++j) got[j] = ref::bf16_to_f32(bits[j]);
+    const ref::Routing routing =
+        given ? *given
+              : ref::route(c_.routing, logits.data(), t, c_.routing.has_bias ? bias_host_.data() : nullptr);
+    const std::vector<float> x = ref::host_x(c_, t, seeds_);
+    const std::vector<float> want = ref::moe_forward(c_, host_weights_.source(), x.data(), routing);
+    return test::rel_l2(got, want);
+  }
+
+  MoELayer& layer() { return *layer_; }
+  // The implementation, for what the public interface does not offer
+  // (trying tuning candidates).
+  MoELayerImpl& impl() { return static_cast<MoELayerImpl&>(*layer_); }
+  const MoEConfig& config() const { return c_; }
+
+ private:
+  MoEConfig c_;
+  ref::Seeds seeds_;
+  ref::HostWeights host_weights_;
+  DeviceBuffer<uint16_t> w13_, w2_, x_, out_;
+  DeviceBuffer<float> b13_, b2_, bias_, logits_;
+  std::vector<float> bias_host_;
+  std::unique_ptr<MoELayer> layer_;
+};
+
+}  // namespace unimoe::test
