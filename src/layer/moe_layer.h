@@ -1,5 +1,6 @@
-// The layer behind the public MoELayer: the plan (tile size, tactic), the
-// workspace sized once from (config, max_tokens), and the fixed launch chain
+// The layer behind the public MoELayer: the plan (src/plan/layer_plan.h, or
+// a tuned choice per token bucket), the workspace sized once from (config,
+// max_tokens), and the fixed launch chain
 //   routing -> permute -> gemm1 -> gemm2 -> finalize.
 // Each stage can also be launched alone, so that the benchmark can time it.
 #pragma once
@@ -23,7 +24,6 @@ enum class Stage { Routing, Permute, Gemm1, Gemm2, Finalize };
 inline constexpr std::array<Stage, 5> kStages = {Stage::Routing, Stage::Permute, Stage::Gemm1,
                                                  Stage::Gemm2, Stage::Finalize};
 const char* stage_name(Stage s);
-
 
 // The current CUDA device as the tuning cache keys it.
 TuningDevice current_tuning_device();
