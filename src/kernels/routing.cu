@@ -1,341 +1,45 @@
 // Routing on the device (contract: routing.cuh, formulas: docs/routing.md).
-// One warp per token: lane l holds experts l, l + 32, l + 64, ... in
-// registers (kPerLane of them), and K rounds of a warp argmax pick the
-// experts, best first. Keys are floats mapped to order-preserving uint32, so
-// one max-reduce finds the best key and one min-reduce over the lanes that
-// hold it finds the lowest index: ties go to the lower expert, as in the
-// reference. Key 0 lies below every float (-inf included) and marks experts
-// already chosen, masked by the group stage, or past E.
-// Weights are computed in double from the fp32 logits, as the reference does
-// (only the all-expert softmax sum of Default and RenormalizeNaive adds fp32
-// terms), so they agree with it within a few fp32 ulps.
-#include <cmath>
+// One warp per token; the per-token math (selection keys, groups, weights)
+// lives in routing_device.cuh, shared with the fused routing + permute kernel.
 #include <cstdint>
 #include <stdexcept>
-#include <string>
 
 #include "kernels/common.cuh"
 #include "kernels/routing.cuh"
+#include "kernels/routing_device.cuh"
 
 namespace unimoe {
 namespace {
 
-constexpr int kWarpSize = 32;
+using namespace routing_detail;
+
 constexpr int kWarpsPerBlock = 4;
 constexpr int kThreads = kWarpsPerBlock * kWarpSize;
-constexpr unsigned kFullMask = 0xffffffffu;
-constexpr int kMaxExperts = 1024;
-constexpr int kMaxTopK = 32;
-constexpr int kMaxGroups = 16;  // each group gets at least 2 lanes of the warp
-constexpr uint32_t kNoKey = 0;  // below every float key
-constexpr double kDeepSeekEpsilon = 1e-20;
-
-static_assert(2 * kMaxGroups <= kWarpSize, "every group has lanes of its own");
-static_assert(kMaxTopK <= kWarpSize, "one lane per chosen expert");
-static_assert(kMaxExperts <= 32 * kWarpSize, "at most 32 experts per lane");
-
-struct RoutingKernelParams {
-  const void* logits;
-  const float* bias;  // nullptr: no bias
-  int num_tokens;
-  int num_experts;
-  int top_k;
-  RoutingPolicy policy;
-  int n_group;  // 1: no group stage
-  int topk_group;
-  int lanes_per_group;  // power of two, n_group * lanes_per_group <= 32
-  float routed_scaling_factor;
-  int32_t* topk_ids;
-  float* topk_weights;
-};
-
-__device__ __forceinline__ float load_logit(const float* row, int e) { return row[e]; }
-__device__ __forceinline__ float load_logit(const uint16_t* row, int e) {
-  return __uint_as_float(static_cast<uint32_t>(row[e]) << 16);
-}
-
-__device__ __forceinline__ float nan_to_neg_inf(float v) { return isnan(v) ? -INFINITY : v; }
-
-// Order-preserving map of a NaN-free float to uint32 (-inf -> 0x007fffff,
-// never kNoKey). -0 is folded into +0 first: they compare equal as floats,
-// so they must tie here too.
-__device__ __forceinline__ uint32_t order_key(float v) {
-  const uint32_t bits = __float_as_uint(v == 0.0f ? 0.0f : v);
-  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
-}
-
-// The float order_key came from (-0 comes back as +0).
-__device__ __forceinline__ float key_value(uint32_t key) {
-  return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
-}
-
-// The best (key, index) of the warp: largest key, then lowest index. Every
-// lane passes its own best; every lane gets the winning index, and the
-// winning key in `top`.
-__device__ __forceinline__ int warp_argmax(uint32_t key, int index, uint32_t& top) {
-  top = __reduce_max_sync(kFullMask, key);
-  const unsigned candidate = key == top ? static_cast<unsigned>(index) : 0xffffffffu;
-  return static_cast<int>(__reduce_min_sync(kFullMask, candidate));
-}
-
-__device__ __forceinline__ double warp_sum(double v) {
-#pragma unroll
-  for (int d = kWarpSize / 2; d > 0; d /= 2) v += __shfl_xor_sync(kFullMask, v, d);
-  return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int d = kWarpSize / 2; d > 0; d /= 2) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, d));
-  return v;
-}
-
-// The reference's sigmoid: full relative precision on both sides of 0.
-__device__ __forceinline__ double sigmoid(double x) {
-  if (x >= 0) return 1.0 / (1.0 + exp(-x));
-  const double e = exp(x);
-  return e / (1.0 + e);
-}
-
-// DeepSeek's fp32 score, formed as the reference forms it. exp runs in double
-// and is rounded to fp32 once: a correctly rounded expf, which is what the
-// host's expf gives in all but very rare cases (CUDA's expf may be 2 ulp off,
-// which would swap near-tied experts).
-__device__ __forceinline__ float deepseek_score(float x) {
-  const float e = static_cast<float>(exp(-static_cast<double>(x)));
-  return 1.0f / (1.0f + e);
-}
-
-// Softmax of the whole row (Default, RenormalizeNaive): its maximum, and
-// either the sum of exp(x - max) (finite max) or how many values equal an
-// infinite max, which then share the mass.
-struct RowSoftmax {
-  float max;
-  double sum;
-  int ties;
-};
-
-template <int kPerLane>
-__device__ RowSoftmax row_softmax(const float (&x)[kPerLane], int num_experts, int lane) {
-  float m = -INFINITY;
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) m = fmaxf(m, x[j]);  // padding holds -inf
-  RowSoftmax r{warp_max(m), 0.0, 0};
-  if (isinf(r.max)) {
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j)
-      r.ties += __popc(__ballot_sync(kFullMask, lane + kWarpSize * j < num_experts && x[j] == r.max));
-  } else {
-    double sum = 0;  // fp32 terms, double sum: rounding stays near 1e-7 for E = 1024
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) sum += expf(x[j] - r.max);  // exp(-inf) = 0
-    r.sum = warp_sum(sum);
-  }
-  return r;
-}
-
-// Keeps the topk_group groups with the largest sum of their two best keys
-// (ties to the lower group) and returns them as a bit mask. The keys go
-// through shared memory so that each group is read by its own lanes_per_group
-// lanes (consecutive experts), and only a short butterfly within those lanes
-// remains, rather than a full-warp reduction per group.
-template <int kPerLane>
-__device__ uint32_t kept_groups(const float (&c)[kPerLane], const RoutingKernelParams& p,
-                                int lane) {
-  __shared__ float s_keys[kWarpsPerBlock][kPerLane * kWarpSize];
-  float* keys = s_keys[threadIdx.x / kWarpSize];
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) keys[lane + kWarpSize * j] = c[j];
-  __syncwarp();
-
-  const int per_group = p.num_experts / p.n_group;
-  const int group = lane / p.lanes_per_group, sub = lane % p.lanes_per_group;
-  float first = -INFINITY, second = -INFINITY;
-  if (group < p.n_group) {
-    const float* in_group = keys + group * per_group;
-#pragma unroll 4
-    for (int i = sub; i < per_group; i += p.lanes_per_group) {
-      const float v = in_group[i];
-      if (v > first) {
-        second = first;
-        first = v;
-      } else if (v > second) {
-        second = v;
-      }
-    }
-  }
-  // Merge the top-2 pairs of a group's lanes (aligned, a power of two wide).
-  for (int d = p.lanes_per_group / 2; d > 0; d /= 2) {
-    const float other_first = __shfl_xor_sync(kFullMask, first, d);
-    const float other_second = __shfl_xor_sync(kFullMask, second, d);
-    second = fmaxf(fminf(first, other_first), fmaxf(second, other_second));
-    first = fmaxf(first, other_first);
-  }
-  // The first lane of each group bids for it; lower lanes are lower groups.
-  uint32_t group_key = (group < p.n_group && sub == 0)
-                           ? order_key(nan_to_neg_inf(first + second))  // +inf + -inf
-                           : kNoKey;
-  uint32_t kept = 0;
-  for (int i = 0; i < p.topk_group; ++i) {
-    uint32_t top;
-    const int winner = warp_argmax(group_key, lane, top);
-    kept |= 1u << (winner / p.lanes_per_group);
-    if (lane == winner) group_key = kNoKey;
-  }
-  return kept;
-}
-
-// w / sum(w) over the chosen lanes; an all-zero w stays zero.
-__device__ __forceinline__ double renormalize(double w) {
-  const double sum = warp_sum(w);
-  return sum == 0 ? w : w / sum;
-}
-
-// The weight of the expert this lane chose (lanes >= K pass 0 and take part
-// in the warp sums only). x: its logit, NaN already -inf.
-__device__ double chosen_weight(const RoutingKernelParams& p, const RowSoftmax& row, float x,
-                                bool active) {
-  switch (p.policy) {
-    case RoutingPolicy::Default:
-    case RoutingPolicy::RenormalizeNaive: {
-      double w = 0;
-      if (active) {
-        w = isinf(row.max) ? (x == row.max ? 1.0 / row.ties : 0.0)
-                           : exp(static_cast<double>(x) - row.max) / row.sum;
-      }
-      return p.policy == RoutingPolicy::RenormalizeNaive ? renormalize(w) : w;
-    }
-    case RoutingPolicy::Renormalize: {
-      // Softmax over the chosen logits; lane 0 holds the largest.
-      const float m = __shfl_sync(kFullMask, x, 0);
-      if (isinf(m)) {
-        const int ties = __popc(__ballot_sync(kFullMask, active && x == m));
-        return active && x == m ? 1.0 / ties : 0.0;
-      }
-      const double v = active ? exp(static_cast<double>(x) - m) : 0.0;
-      return v / warp_sum(v);
-    }
-    case RoutingPolicy::TopK:
-      return x;
-    case RoutingPolicy::Sigmoid:
-    case RoutingPolicy::TopKSigmoid:
-    case RoutingPolicy::Llama4:
-      return sigmoid(x);
-    case RoutingPolicy::SigmoidRenorm:
-      return renormalize(active ? sigmoid(x) : 0.0);
-    case RoutingPolicy::DeepSeekV3:
-    case RoutingPolicy::MiniMax2: {
-      const double s = active ? sigmoid(x) : 0.0;
-      return s / (warp_sum(s) + kDeepSeekEpsilon) * p.routed_scaling_factor;
-    }
-  }
-  return 0;
-}
 
 template <typename LogitT, int kPerLane, bool kDeepSeek>
 __global__ void __launch_bounds__(kThreads) routing_kernel(RoutingKernelParams p) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int token = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize;
+  // Group keys of each warp; only DeepSeek's group stage uses them.
+  __shared__ float s_keys[kWarpsPerBlock][kDeepSeek ? kPerLane * kWarpSize : 1];
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int token = blockIdx.x * kWarpsPerBlock + warp;
   if (token >= p.num_tokens) return;  // the whole warp leaves together
-  const int num_experts = p.num_experts;
-  const LogitT* row = static_cast<const LogitT*>(p.logits) + static_cast<size_t>(token) * num_experts;
-
-  // The row, NaN as -inf; slots past E hold -inf and get kNoKey below.
-  float x[kPerLane];
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    const int e = lane + kWarpSize * j;
-    x[j] = e < num_experts ? nan_to_neg_inf(load_logit(row, e)) : -INFINITY;
-  }
-
-  RowSoftmax softmax{0.0f, 0.0, 0};
-  if (!kDeepSeek &&
-      (p.policy == RoutingPolicy::Default || p.policy == RoutingPolicy::RenormalizeNaive))
-    softmax = row_softmax(x, num_experts, lane);
-
-  uint32_t key[kPerLane];
-  if constexpr (kDeepSeek) {
-    float c[kPerLane];
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      const int e = lane + kWarpSize * j;
-      const float bias = (p.bias != nullptr && e < num_experts) ? p.bias[e] : 0.0f;
-      c[j] = nan_to_neg_inf(deepseek_score(x[j]) + bias);
-    }
-    const uint32_t kept = p.n_group > 1 ? kept_groups(c, p, lane) : 1u;
-    const int per_group = num_experts / p.n_group;
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      const int e = lane + kWarpSize * j;
-      const bool candidate = e < num_experts && ((kept >> (e / per_group)) & 1u);
-      key[j] = candidate ? order_key(c[j]) : kNoKey;
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j)
-      key[j] = lane + kWarpSize * j < num_experts ? order_key(x[j]) : kNoKey;
-  }
-
-  // K rounds of argmax; lane k keeps the k-th choice and its logit. Where
-  // the key is the logit itself, the winning key gives the logit back;
-  // DeepSeek's winning lane hands its logit over.
-  int chosen = 0;
-  float chosen_x = 0.0f;
-  for (int k = 0; k < p.top_k; ++k) {
-    uint32_t best = kNoKey;
-    int best_j = 0;
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      if (key[j] > best) {  // strict: the lower slot (lower expert) keeps a tie
-        best = key[j];
-        best_j = j;
-      }
-    }
-    uint32_t top;
-    const int winner = warp_argmax(best, lane + kWarpSize * best_j, top);
-    float winner_x;
-    if constexpr (kDeepSeek) {
-      float mine = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kPerLane; ++j)
-        if (lane + kWarpSize * j == winner) mine = x[j];
-      winner_x = __shfl_sync(kFullMask, mine, winner % kWarpSize);
-    } else {
-      winner_x = key_value(top);
-    }
-    if (lane == k) {
-      chosen = winner;
-      chosen_x = winner_x;
-    }
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j)
-      if (lane + kWarpSize * j == winner) key[j] = kNoKey;
-  }
-
-  const bool active = lane < p.top_k;
-  const double weight = chosen_weight(p, softmax, chosen_x, active);
-  if (active) {
+  const TokenChoice choice = route_token<LogitT, kPerLane, kDeepSeek>(p, token, lane, s_keys[warp]);
+  if (lane < p.top_k) {
     const size_t out = static_cast<size_t>(token) * p.top_k + lane;
-    p.topk_ids[out] = chosen;
-    p.topk_weights[out] = static_cast<float>(weight);
+    p.topk_ids[out] = choice.expert;
+    p.topk_weights[out] = choice.weight;
   }
 }
 
 template <typename LogitT, bool kDeepSeek>
 void launch_for_width(const RoutingKernelParams& p, int blocks, cudaStream_t stream) {
-  const int per_lane = ceil_div(p.num_experts, kWarpSize);
-  if (per_lane <= 1) {
-    routing_kernel<LogitT, 1, kDeepSeek><<<blocks, kThreads, 0, stream>>>(p);
-  } else if (per_lane <= 2) {
-    routing_kernel<LogitT, 2, kDeepSeek><<<blocks, kThreads, 0, stream>>>(p);
-  } else if (per_lane <= 4) {
-    routing_kernel<LogitT, 4, kDeepSeek><<<blocks, kThreads, 0, stream>>>(p);
-  } else if (per_lane <= 8) {
-    routing_kernel<LogitT, 8, kDeepSeek><<<blocks, kThreads, 0, stream>>>(p);
-  } else if (per_lane <= 16) {
-    routing_kernel<LogitT, 16, kDeepSeek><<<blocks, kThreads, 0, stream>>>(p);
-  } else {
-    routing_kernel<LogitT, 32, kDeepSeek><<<blocks, kThreads, 0, stream>>>(p);
+  switch (slots_per_lane(p.num_experts)) {
+    case 1: routing_kernel<LogitT, 1, kDeepSeek><<<blocks, kThreads, 0, stream>>>(p); break;
+    case 2: routing_kernel<LogitT, 2, kDeepSeek><<<blocks, kThreads, 0, stream>>>(p); break;
+    case 4: routing_kernel<LogitT, 4, kDeepSeek><<<blocks, kThreads, 0, stream>>>(p); break;
+    case 8: routing_kernel<LogitT, 8, kDeepSeek><<<blocks, kThreads, 0, stream>>>(p); break;
+    case 16: routing_kernel<LogitT, 16, kDeepSeek><<<blocks, kThreads, 0, stream>>>(p); break;
+    default: routing_kernel<LogitT, 32, kDeepSeek><<<blocks, kThreads, 0, stream>>>(p); break;
   }
   UNIMOE_LAUNCH_CHECK();
 }
@@ -350,56 +54,19 @@ void launch_for_type(const RoutingKernelParams& p, bool deepseek, int blocks,
   }
 }
 
-void require(bool ok, const std::string& message) {
-  if (!ok) throw std::invalid_argument("launch_routing: " + message);
-}
-
 }  // namespace
 
 void launch_routing(const RoutingParams& params, cudaStream_t stream) {
-  const RoutingConfig& c = params.config;
-  const bool deepseek = c.policy == RoutingPolicy::DeepSeekV3 || c.policy == RoutingPolicy::MiniMax2;
-  const int n_group = c.policy == RoutingPolicy::DeepSeekV3 ? c.n_group : 1;
-  // The limits this kernel is built for; validate() refuses the rest earlier.
-  require(params.num_tokens >= 0, "num_tokens must be >= 0");
-  require(c.num_experts >= 1 && c.num_experts <= kMaxExperts,
-          "num_experts must be 1.." + std::to_string(kMaxExperts));
-  require(c.top_k >= 1 && c.top_k <= kMaxTopK && c.top_k <= c.num_experts,
-          "top_k must be 1..min(num_experts, " + std::to_string(kMaxTopK) + ")");
-  require(c.policy != RoutingPolicy::Llama4 || c.top_k == 1, "Llama4 needs top_k = 1");
-  require(n_group >= 1 && n_group <= kMaxGroups && c.num_experts % n_group == 0,
-          "n_group must be 1.." + std::to_string(kMaxGroups) + " and divide num_experts");
-  if (n_group > 1) {
-    require(c.num_experts / n_group >= 2, "groups need at least 2 experts");
-    require(c.topk_group >= 1 && c.topk_group <= n_group, "topk_group must be 1..n_group");
-    require(c.top_k <= c.topk_group * (c.num_experts / n_group),
-            "top_k exceeds the experts of the kept groups");
-  }
-  require(!(deepseek && c.has_bias) || params.bias != nullptr, "has_bias is set but bias is null");
+  check_routing_config(params, "launch_routing");
   if (params.num_tokens == 0) return;
-  require(params.logits != nullptr && params.topk_ids != nullptr && params.topk_weights != nullptr,
-          "logits, topk_ids and topk_weights must be set");
-
-  RoutingKernelParams p{};
-  p.logits = params.logits;
-  p.bias = deepseek && c.has_bias ? params.bias : nullptr;
-  p.num_tokens = params.num_tokens;
-  p.num_experts = c.num_experts;
-  p.top_k = c.top_k;
-  p.policy = c.policy;
-  p.n_group = n_group;
-  p.topk_group = n_group > 1 ? c.topk_group : 1;
-  p.lanes_per_group = kWarpSize;
-  while (p.lanes_per_group * n_group > kWarpSize) p.lanes_per_group /= 2;
-  p.routed_scaling_factor = c.routed_scaling_factor;
-  p.topk_ids = params.topk_ids;
-  p.topk_weights = params.topk_weights;
-
+  if (params.logits == nullptr || params.topk_ids == nullptr || params.topk_weights == nullptr)
+    throw std::invalid_argument("launch_routing: logits, topk_ids and topk_weights must be set");
+  const RoutingKernelParams p = make_routing_kernel_params(params);
   const int blocks = ceil_div(params.num_tokens, kWarpsPerBlock);
-  if (c.logits_type == LogitsType::BF16) {
-    launch_for_type<uint16_t>(p, deepseek, blocks, stream);
+  if (params.config.logits_type == LogitsType::BF16) {
+    launch_for_type<uint16_t>(p, is_deepseek(p.policy), blocks, stream);
   } else {
-    launch_for_type<float>(p, deepseek, blocks, stream);
+    launch_for_type<float>(p, is_deepseek(p.policy), blocks, stream);
   }
 }
 

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kernels/common.cuh"
 #include "kernels/expert_rows.cuh"
+#include "kernels/fused_routing.cuh"
 #include "kernels/routing.cuh"
 
 namespace unimoe {
@@ -16,6 +19,15 @@ constexpr int kSmallestTileM = 16;
 constexpr std::size_t kAlign = 256;
 
 std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// UNIMOE_ROUTING_VARIANT: unset or "split" runs launch_routing then
+// launch_permute; "fused" runs the one-block fused kernel where it fits.
+bool fused_routing_requested() {
+  const char* v = std::getenv("UNIMOE_ROUTING_VARIANT");
+  if (v == nullptr || std::string(v) == "split") return false;
+  if (std::string(v) == "fused") return true;
+  throw Error("UNIMOE_ROUTING_VARIANT", std::string("is '") + v + "'; allowed: split, fused");
+}
 
 // Hands out aligned slices of one allocation: first a dry run to size it.
 class Carver {
@@ -48,7 +60,7 @@ const char* stage_name(Stage s) {
 }
 
 MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens)
-    : config_(config), max_tokens_(max_tokens) {
+    : config_(config), max_tokens_(max_tokens), fused_routing_(fused_routing_requested()) {
   validate(config_);
   check_backend_name(config_.options.backend);
   if (max_tokens < 1) throw Error("max_tokens", "is " + std::to_string(max_tokens) + "; must be >= 1");
@@ -185,36 +197,50 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
   const float* weights = precomputed(a) ? a.topk_weights : topk_weights_;
   const LayerPlan plan = plan_for_tokens(config_, std::max(t, 1), sm_count_, tuned_for(t));
   const int tiles_cap = max_tiles(rows, e_local, plan.tile_m);
+  // The fused kernel does routing and permute in the Routing stage; the
+  // Permute stage then launches nothing.
+  const bool fused = fused_routing_ && fused_routing_fits(t, k, e_local);
+  auto routing_params = [&] {
+    RoutingParams p;
+    p.logits = precomputed(a) ? nullptr : a.logits;
+    p.bias = a.routing_bias;
+    p.num_tokens = t;
+    p.config = config_.routing;
+    p.topk_ids = topk_ids_;
+    p.topk_weights = topk_weights_;
+    return p;
+  };
+  auto permute_params = [&] {
+    PermuteParams p;
+    p.topk_ids = ids;
+    p.num_tokens = t;
+    p.top_k = k;
+    p.local_offset = config_.experts.local_expert_offset;
+    p.num_local = e_local;
+    p.expert_counts = expert_counts_;
+    p.expert_offsets = expert_offsets_;
+    p.permuted_to_expanded = permuted_to_expanded_;
+    p.expanded_to_permuted = expanded_to_permuted_;
+    p.num_tile_sizes = 1;
+    p.tile_m[0] = plan.tile_m;
+    p.tiles[0] = tiles_;
+    p.num_tiles[0] = num_tiles_;
+    p.scratch = permute_scratch_;
+    return p;
+  };
   switch (stage) {
     case Stage::Routing: {
+      if (fused) {
+        launch_fused_routing_permute(routing_params(), permute_params(), stream);
+        return;
+      }
       if (precomputed(a) || t == 0) return;
-      RoutingParams p;
-      p.logits = a.logits;
-      p.bias = a.routing_bias;
-      p.num_tokens = t;
-      p.config = config_.routing;
-      p.topk_ids = topk_ids_;
-      p.topk_weights = topk_weights_;
-      launch_routing(p, stream);
+      launch_routing(routing_params(), stream);
       return;
     }
     case Stage::Permute: {
-      PermuteParams p;
-      p.topk_ids = ids;
-      p.num_tokens = t;
-      p.top_k = k;
-      p.local_offset = config_.experts.local_expert_offset;
-      p.num_local = e_local;
-      p.expert_counts = expert_counts_;
-      p.expert_offsets = expert_offsets_;
-      p.permuted_to_expanded = permuted_to_expanded_;
-      p.expanded_to_permuted = expanded_to_permuted_;
-      p.num_tile_sizes = 1;
-      p.tile_m[0] = plan.tile_m;
-      p.tiles[0] = tiles_;
-      p.num_tiles[0] = num_tiles_;
-      p.scratch = permute_scratch_;
-      launch_permute(p, stream);
+      if (fused) return;
+      launch_permute(permute_params(), stream);
       return;
     }
     case Stage::Gemm1: {

@@ -65,6 +65,7 @@ class MoELayerImpl final : public MoELayer {
 
   MoEConfig config_;
   int max_tokens_;
+  bool fused_routing_;  // UNIMOE_ROUTING_VARIANT=fused, read at creation
   ExpertWeights weights_{};
   void* arena_ = nullptr;  // one allocation; the pointers below point into it
   int32_t* topk_ids_ = nullptr;

@@ -1,0 +1,366 @@
+// Routing + sort/permute in one block (contract: fused_routing.cuh). The
+// block runs four phases, separated by __syncthreads:
+//   1. route: warp w routes tokens w, w + warps, ... with routing.cu's
+//      per-token code (routing_device.cuh) and stages each expanded row's
+//      local expert in shared memory (precomputed mode stages the given ids);
+//   2. count: scatter warp w takes the w-th contiguous span of expanded rows,
+//      32 rows a piece in order, and counts its rows per expert
+//      (__match_any_sync: the lowest lane of equal experts adds, no atomics);
+//   3. scan: expert totals -> counts and offsets, and each (warp, expert)'s
+//      first permuted row;
+//   4. scatter and tiles: each row goes to its warp's cursor plus its rank
+//      among the piece's lanes of the same expert, so the rows of an expert
+//      stay in increasing expanded index (the stable order of ref::permute);
+//      then every tile schedule, a thread per tile.
+// One 32 KB work area serves, in turn, the warps' group keys, the per-warp
+// cursors and the tile bases.
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/common.cuh"
+#include "kernels/fused_routing.cuh"
+#include "kernels/routing_device.cuh"
+
+namespace unimoe {
+namespace {
+
+using namespace routing_detail;
+
+constexpr int kWorkWords = 8192;
+constexpr int kMaxThreads = 1024;
+
+// Threads of the routing kernel for kPerLane experts a lane: every warp gets
+// kPerLane * 32 group keys in the work area. This also bounds registers:
+// kPerLane = 32 needs about 150 a thread, which 256 threads allow.
+constexpr int fused_threads(int per_lane) {
+  return kWorkWords / per_lane < kMaxThreads ? kWorkWords / per_lane : kMaxThreads;
+}
+
+static_assert(fused_threads(kMaxExperts / kWarpSize) % kWarpSize == 0 &&
+                  fused_threads(kMaxExperts / kWarpSize) * (kMaxExperts / kWarpSize) <= kWorkWords,
+              "whole warps, whose group keys fit in the work area");
+static_assert(kWorkWords / kFusedMaxLocalExperts >= 1, "at least one scatter warp");
+static_assert(kWorkWords >= kMaxTileSizes * (kFusedMaxLocalExperts + 1),
+              "every schedule's tile bases fit in the work area");
+static_assert(kFusedMaxLocalExperts <= 32767, "staged experts are int16");
+static_assert(kMaxThreads / kWarpSize <= kWarpSize, "one warp scans the warp totals");
+
+struct BlockPermuteParams {
+  const int32_t* topk_ids;  // [rows], precomputed mode only
+  int rows;                 // T * K
+  int local_offset;
+  int num_local;
+  int32_t* expert_counts;
+  int32_t* expert_offsets;
+  int32_t* permuted_to_expanded;
+  int32_t* expanded_to_permuted;
+  int num_tile_sizes;
+  int tile_m[kMaxTileSizes];
+  DeviceTile* tiles[kMaxTileSizes];
+  int32_t* num_tiles[kMaxTileSizes];
+};
+
+struct BlockShared {
+  union {
+    float keys[kWorkWords];     // phase 1: each warp's group keys
+    int32_t words[kWorkWords];  // phases 2-4: cursors [scatter warps][E_local], then tile bases
+  } work;
+  int16_t expert[kFusedMaxRows];               // local expert of each expanded row, -1 off rank
+  int32_t offsets[kFusedMaxLocalExperts + 1];  // expert offsets
+  int32_t scan[kWarpSize + 1];                 // block scan: warp bases, then the total
+};
+
+static_assert(sizeof(BlockShared) <= 48 * 1024, "fits static shared memory");
+
+__device__ __forceinline__ int16_t local_expert(int id, const BlockPermuteParams& p) {
+  const int e = id - p.local_offset;
+  return static_cast<int16_t>(e >= 0 && e < p.num_local ? e : -1);
+}
+
+// Exclusive sum of one value per thread over the block; `total` gets the sum
+// of all. Every thread calls it.
+__device__ int block_exclusive_sum(int value, int* s_scan, int& total) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int warps = blockDim.x / kWarpSize;
+  int inclusive = value;
+#pragma unroll
+  for (int d = 1; d < kWarpSize; d *= 2) {
+    const int other = __shfl_up_sync(kFullMask, inclusive, d);
+    if (lane >= d) inclusive += other;
+  }
+  if (lane == kWarpSize - 1) s_scan[warp] = inclusive;
+  __syncthreads();
+  if (warp == 0) {
+    const int w = lane < warps ? s_scan[lane] : 0;
+    int w_inclusive = w;
+#pragma unroll
+    for (int d = 1; d < kWarpSize; d *= 2) {
+      const int other = __shfl_up_sync(kFullMask, w_inclusive, d);
+      if (lane >= d) w_inclusive += other;
+    }
+    if (lane < warps) s_scan[lane] = w_inclusive - w;
+    if (lane == kWarpSize - 1) s_scan[kWarpSize] = w_inclusive;
+  }
+  __syncthreads();
+  const int result = s_scan[warp] + inclusive - value;
+  total = s_scan[kWarpSize];
+  __syncthreads();  // s_scan may be reused by the next call
+  return result;
+}
+
+// Phases 2-4 over s.expert[0, rows); every thread of the block calls it.
+__device__ void permute_block(const BlockPermuteParams& p, BlockShared& s) {
+  const int tid = threadIdx.x, threads = blockDim.x;
+  const int lane = tid % kWarpSize, warp = tid / kWarpSize;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  const int num_local = p.num_local;
+  // As many scatter warps as have counters in the work area; each takes a
+  // span of whole pieces.
+  const int scatter_warps = min(threads / kWarpSize, kWorkWords / num_local);
+  const int pieces = (p.rows + kWarpSize - 1) / kWarpSize;
+  const int span = (pieces + scatter_warps - 1) / scatter_warps * kWarpSize;
+  const int span_begin = warp * span;
+  const int span_end = min(span_begin + span, p.rows);
+
+  // Phase 2: rows per (scatter warp, expert).
+  for (int i = tid; i < scatter_warps * num_local; i += threads) s.work.words[i] = 0;
+  __syncthreads();
+  if (warp < scatter_warps) {
+    int* cursor = s.work.words + warp * num_local;
+    for (int piece = span_begin; piece < span_end; piece += kWarpSize) {
+      const int row = piece + lane;
+      const int e = row < span_end ? s.expert[row] : -1;
+      const unsigned same = __match_any_sync(kFullMask, e);
+      if (e >= 0 && (same & lanes_below) == 0) cursor[e] += __popc(same);
+      __syncwarp();  // the next piece's leader sees this update
+    }
+  }
+  __syncthreads();
+
+  // Phase 3: each thread owns a run of consecutive experts.
+  const int per_thread = (num_local + threads - 1) / threads;
+  const int first = min(tid * per_thread, num_local);
+  const int last = min(first + per_thread, num_local);
+  int mine = 0;
+  for (int e = first; e < last; ++e)
+    for (int w = 0; w < scatter_warps; ++w) mine += s.work.words[w * num_local + e];
+  int total = 0;
+  int next = block_exclusive_sum(mine, s.scan, total);
+  for (int e = first; e < last; ++e) {
+    s.offsets[e] = next;
+    p.expert_offsets[e] = next;
+    const int start = next;
+    for (int w = 0; w < scatter_warps; ++w) {
+      const int n = s.work.words[w * num_local + e];
+      s.work.words[w * num_local + e] = next;
+      next += n;
+    }
+    p.expert_counts[e] = next - start;
+  }
+  if (tid == 0) {
+    s.offsets[num_local] = total;
+    p.expert_offsets[num_local] = total;
+  }
+  __syncthreads();
+
+  // Phase 4a: place the rows.
+  if (warp < scatter_warps) {
+    int* cursor = s.work.words + warp * num_local;
+    for (int piece = span_begin; piece < span_end; piece += kWarpSize) {
+      const int row = piece + lane;
+      const int e = row < span_end ? s.expert[row] : -1;
+      const unsigned same = __match_any_sync(kFullMask, e);
+      if (e >= 0) {
+        const int dst = cursor[e] + __popc(same & lanes_below);
+        p.permuted_to_expanded[dst] = row;
+        p.expanded_to_permuted[row] = dst;
+      } else if (row < span_end) {
+        p.expanded_to_permuted[row] = -1;
+      }
+      __syncwarp();  // every lane has read its cursor before the leader moves it
+      if (e >= 0 && (same & lanes_below) == 0) cursor[e] += __popc(same);
+      __syncwarp();
+    }
+  }
+  __syncthreads();  // the cursors are done: the work area takes the tile bases
+
+  // Phase 4b: tile bases of every schedule (the first tile of each expert;
+  // empty experts share their successor's), then the tiles. Unrolled so that
+  // the parameter arrays are indexed by constants.
+#pragma unroll
+  for (int t = 0; t < kMaxTileSizes; ++t) {
+    if (t >= p.num_tile_sizes) break;
+    const int tile_m = p.tile_m[t];
+    int32_t* bases = s.work.words + t * (num_local + 1);
+    int my_tiles = 0;
+    for (int e = first; e < last; ++e) {
+      const int count = s.offsets[e + 1] - s.offsets[e];
+      my_tiles += count == 0 ? 0 : (count - 1) / tile_m + 1;  // no overflow for huge tile_m
+    }
+    int num_tiles = 0;
+    int base = block_exclusive_sum(my_tiles, s.scan, num_tiles);
+    for (int e = first; e < last; ++e) {
+      bases[e] = base;
+      const int count = s.offsets[e + 1] - s.offsets[e];
+      base += count == 0 ? 0 : (count - 1) / tile_m + 1;
+    }
+    if (tid == 0) {
+      bases[num_local] = num_tiles;
+      *p.num_tiles[t] = num_tiles;
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int t = 0; t < kMaxTileSizes; ++t) {
+    if (t >= p.num_tile_sizes) break;
+    const int32_t* bases = s.work.words + t * (num_local + 1);
+    const int num_tiles = bases[num_local];
+    // Tile i belongs to the last expert whose first tile is <= i.
+    for (int i = tid; i < num_tiles; i += threads) {
+      int lo = 0, hi = num_local - 1;
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (bases[mid] <= i) lo = mid; else hi = mid - 1;
+      }
+      const int row_start = s.offsets[lo] + (i - bases[lo]) * p.tile_m[t];
+      const int rows = min(p.tile_m[t], s.offsets[lo + 1] - row_start);
+      p.tiles[t][i] = DeviceTile{lo, row_start, rows, 0};
+    }
+  }
+}
+
+template <typename LogitT, int kPerLane, bool kDeepSeek>
+__global__ void __launch_bounds__(fused_threads(kPerLane), 1)
+    fused_routing_permute_kernel(RoutingKernelParams r, BlockPermuteParams p) {
+  constexpr int kWarps = fused_threads(kPerLane) / kWarpSize;
+  __shared__ BlockShared s;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  float* group_keys = s.work.keys + warp * kPerLane * kWarpSize;
+  for (int token = warp; token < r.num_tokens; token += kWarps) {  // uniform per warp
+    const TokenChoice choice = route_token<LogitT, kPerLane, kDeepSeek>(r, token, lane, group_keys);
+    if (lane < r.top_k) {
+      const int row = token * r.top_k + lane;
+      r.topk_ids[row] = choice.expert;
+      r.topk_weights[row] = choice.weight;
+      s.expert[row] = local_expert(choice.expert, p);
+    }
+    __syncwarp();  // the next token's group keys overwrite this one's
+  }
+  __syncthreads();
+  permute_block(p, s);
+}
+
+// Precomputed ids, or no tokens: phases 2-4 only.
+__global__ void __launch_bounds__(kMaxThreads, 1) fused_permute_kernel(BlockPermuteParams p) {
+  __shared__ BlockShared s;
+  for (int i = threadIdx.x; i < p.rows; i += blockDim.x)
+    s.expert[i] = local_expert(p.topk_ids[i], p);
+  __syncthreads();
+  permute_block(p, s);
+}
+
+template <typename LogitT, int kPerLane, bool kDeepSeek>
+void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, cudaStream_t stream) {
+  fused_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>
+      <<<1, fused_threads(kPerLane), 0, stream>>>(r, p);
+}
+
+template <typename LogitT, bool kDeepSeek>
+void launch_routing_block(const RoutingKernelParams& r, const BlockPermuteParams& p,
+                          cudaStream_t stream) {
+  switch (slots_per_lane(r.num_experts)) {
+    case 1: launch_width<LogitT, 1, kDeepSeek>(r, p, stream); break;
+    case 2: launch_width<LogitT, 2, kDeepSeek>(r, p, stream); break;
+    case 4: launch_width<LogitT, 4, kDeepSeek>(r, p, stream); break;
+    case 8: launch_width<LogitT, 8, kDeepSeek>(r, p, stream); break;
+    case 16: launch_width<LogitT, 16, kDeepSeek>(r, p, stream); break;
+    default: launch_width<LogitT, 32, kDeepSeek>(r, p, stream); break;
+  }
+}
+
+template <typename LogitT>
+void launch_for_type(const RoutingKernelParams& r, const BlockPermuteParams& p,
+                     cudaStream_t stream) {
+  if (is_deepseek(r.policy)) {
+    launch_routing_block<LogitT, true>(r, p, stream);
+  } else {
+    launch_routing_block<LogitT, false>(r, p, stream);
+  }
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw std::invalid_argument("launch_fused_routing_permute: " + message);
+}
+
+}  // namespace
+
+bool fused_routing_fits(int num_tokens, int top_k, int num_local) {
+  return num_tokens >= 0 && top_k >= 1 && num_local >= 1 && num_local <= kFusedMaxLocalExperts &&
+         static_cast<long long>(num_tokens) * top_k <= kFusedMaxRows;
+}
+
+void launch_fused_routing_permute(const RoutingParams& routing, const PermuteParams& permute,
+                                  cudaStream_t stream) {
+  const bool route = routing.logits != nullptr;
+  require(fused_routing_fits(permute.num_tokens, permute.top_k, permute.num_local),
+          "needs num_tokens >= 0, top_k >= 1, num_tokens * top_k <= " +
+              std::to_string(kFusedMaxRows) + " and num_local 1.." +
+              std::to_string(kFusedMaxLocalExperts) + "; got T=" +
+              std::to_string(permute.num_tokens) + " K=" + std::to_string(permute.top_k) +
+              " num_local=" + std::to_string(permute.num_local));
+  require(permute.local_offset >= 0, "local_offset must be >= 0");
+  require(permute.num_tile_sizes >= 0 && permute.num_tile_sizes <= kMaxTileSizes,
+          "num_tile_sizes must be 0.." + std::to_string(kMaxTileSizes));
+  for (int s = 0; s < permute.num_tile_sizes; ++s)
+    require(permute.tile_m[s] > 0 && permute.tiles[s] != nullptr && permute.num_tiles[s] != nullptr,
+            "each tile size needs tile_m > 0, tiles and num_tiles");
+  require(permute.expert_counts != nullptr && permute.expert_offsets != nullptr,
+          "expert_counts and expert_offsets must be set");
+  const int rows = permute.num_tokens * permute.top_k;
+  require(rows == 0 || (permute.permuted_to_expanded != nullptr &&
+                        permute.expanded_to_permuted != nullptr),
+          "permuted_to_expanded and expanded_to_permuted must be set");
+  if (route) {
+    check_routing_config(routing, "launch_fused_routing_permute");
+    require(routing.num_tokens == permute.num_tokens && routing.config.top_k == permute.top_k,
+            "routing and permute disagree on num_tokens or top_k");
+    require(permute.topk_ids == nullptr || permute.topk_ids == routing.topk_ids,
+            "with logits, permute.topk_ids must be null or routing.topk_ids");
+    require(rows == 0 || (routing.topk_ids != nullptr && routing.topk_weights != nullptr),
+            "topk_ids and topk_weights must be set");
+  } else {
+    require(rows == 0 || permute.topk_ids != nullptr,
+            "without logits (precomputed ids), permute.topk_ids must be set");
+  }
+
+  BlockPermuteParams p{};
+  p.topk_ids = route ? nullptr : permute.topk_ids;
+  p.rows = rows;
+  p.local_offset = permute.local_offset;
+  p.num_local = permute.num_local;
+  p.expert_counts = permute.expert_counts;
+  p.expert_offsets = permute.expert_offsets;
+  p.permuted_to_expanded = permute.permuted_to_expanded;
+  p.expanded_to_permuted = permute.expanded_to_permuted;
+  p.num_tile_sizes = permute.num_tile_sizes;
+  for (int s = 0; s < permute.num_tile_sizes; ++s) {
+    p.tile_m[s] = permute.tile_m[s];
+    p.tiles[s] = permute.tiles[s];
+    p.num_tiles[s] = permute.num_tiles[s];
+  }
+
+  if (!route || rows == 0) {
+    fused_permute_kernel<<<1, kMaxThreads, 0, stream>>>(p);
+  } else {
+    const RoutingKernelParams r = make_routing_kernel_params(routing);
+    if (routing.config.logits_type == LogitsType::BF16) {
+      launch_for_type<uint16_t>(r, p, stream);
+    } else {
+      launch_for_type<float>(r, p, stream);
+    }
+  }
+  UNIMOE_LAUNCH_CHECK();
+}
+
+}  // namespace unimoe

@@ -1,0 +1,38 @@
+// Routing and sort/permute fused into one launch of one thread block, for
+// small inputs where the fixed cost of launch_routing + launch_permute (four
+// launches) dominates. Writes exactly what those two write (contracts:
+// routing.cuh, permute.cuh): topk_ids, topk_weights, expert counts and
+// offsets, both row maps, every requested tile schedule and its tile count.
+// Graph-safe: no host sync, no scratch; T = 0 still writes counts, offsets
+// and tile counts (all 0).
+//
+// Two modes, chosen by routing.logits:
+//   - routing (logits set): routes routing.num_tokens tokens into
+//     routing.topk_ids / topk_weights and permutes them; permute.topk_ids is
+//     not read and must be null or routing.topk_ids.
+//   - precomputed (logits null): permutes the ids in permute.topk_ids as
+//     given; of `routing` nothing is read, and nothing is written to its
+//     outputs.
+// T, K and the rank's expert range come from `permute`; in routing mode they
+// must agree with routing.num_tokens and routing.config.top_k.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/permute.cuh"
+#include "kernels/routing.cuh"
+
+namespace unimoe {
+
+// The largest inputs one block serves: T * K expanded rows and E_local.
+inline constexpr int kFusedMaxRows = 4096;
+inline constexpr int kFusedMaxLocalExperts = 1024;
+
+// Whether launch_fused_routing_permute takes (T, K, E_local).
+bool fused_routing_fits(int num_tokens, int top_k, int num_local);
+
+// Throws std::invalid_argument for inputs that do not fit or do not agree.
+void launch_fused_routing_permute(const RoutingParams& routing, const PermuteParams& permute,
+                                  cudaStream_t stream);
+
+}  // namespace unimoe

@@ -1,0 +1,355 @@
+// The fused routing + permute kernel (launch_fused_routing_permute) against
+// the CPU reference (ref::route, ref::permute, ref::make_tiles) and against
+// the split launches (launch_routing + launch_permute). Metric: ids exact,
+// weights within 1e-6 relative of the reference, counts, offsets, both row
+// maps and every tile schedule exact; against the split launches every output
+// bit for bit (both run the same per-token device code). Outputs are
+// poisoned before every launch. Covers every policy, fp32 and bf16 logits,
+// T 0..512, E 8..1024, grouped DeepSeekV3 with bias, an EP range with
+// off-rank rows, one hot expert, precomputed ids, the largest inputs, three
+// tile sizes at once, a CUDA graph replayed with new logits, and the layer
+// under UNIMOE_ROUTING_VARIANT=fused.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iterator>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/routing_cases.h"
+#include "common/test_util.h"
+#include "gpu/fused_routing_rig.h"
+#include "gpu/gpu_test_util.h"
+#include "gpu/layer_rig.h"
+#include "kernels/fused_routing.cuh"
+#include "plan/presets.h"
+#include "ref/ref.h"
+#include "ref/synthetic.h"
+
+namespace unimoe {
+namespace {
+
+using test::check_fused_and_split;
+using test::DeviceBuffer;
+using test::legal_routing;
+using test::make_routing;
+using test::precomputed_inputs;
+using test::random_inputs;
+using Problem = test::RoutingProblem;
+using Inputs = test::RoutingInputs;
+using Outputs = test::RoutingOutputs;
+using Rig = test::RoutingRig;
+
+constexpr LogitsType kTypes[] = {LogitsType::F32, LogitsType::BF16};
+constexpr int kTokens[] = {0, 1, 2, 3, 7, 33, 100, 512};
+constexpr int kExperts[] = {8, 64, 128, 256, 384, 1024};
+constexpr int kTopKs[] = {1, 2, 4, 8, 22, 32};
+
+TEST(FusedRoutingGpu, EveryPolicyAndShape) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  int cases = 0;
+  for (RoutingPolicy policy : test::kAllPolicies)
+    for (LogitsType type : kTypes)
+      for (int e : kExperts)
+        for (int k : kTopKs) {
+          const RoutingConfig c = make_routing(policy, e, k, type, cases % 3 != 0);
+          if (!legal_routing(c)) continue;
+          int t = kTokens[cases++ % std::size(kTokens)];
+          while (t * k > kFusedMaxRows) t /= 2;
+          Problem pr{c, t};
+          check_fused_and_split(pr, random_inputs(pr, rng));
+        }
+  EXPECT_GT(cases, 300);  // the loops did run
+}
+
+TEST(FusedRoutingGpu, GroupedDeepSeekV3WithBias) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  int cases = 0;
+  for (int n_group : {2, 4, 8, 16})
+    for (int topk_group : {1, n_group / 2, std::min(8, n_group)})
+      for (int e : {64, 256, 384, 1024})
+        for (int k : {1, 8, 22})
+          for (LogitsType type : kTypes) {
+            RoutingConfig c = make_routing(RoutingPolicy::DeepSeekV3, e, k, type, true);
+            c.n_group = n_group;
+            c.topk_group = topk_group;
+            if (!legal_routing(c)) continue;
+            const int t = cases++ % 2 ? 100 : 33;
+            Problem pr{c, t};
+            // A bias as large as the scores, so that it moves groups around.
+            check_fused_and_split(
+                pr, test::logits_inputs(pr, test::random_vector(std::size_t(t) * e, rng, -4, 4),
+                                        test::random_vector(e, rng, -1, 1)));
+          }
+  EXPECT_GT(cases, 50);
+}
+
+TEST(FusedRoutingGpu, ExpertParallelRangeWithOffRankRows) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const std::pair<int, int> ranges[] = {{0, 32}, {64, 32}, {224, 32}, {100, 1}, {1, 255}, {0, 256}};
+  for (int t : {1, 33, 512})
+    for (auto [offset, count] : ranges) {
+      const RoutingConfig c =
+          make_routing(RoutingPolicy::Renormalize, 256, 8, LogitsType::BF16, false);
+      Problem pr{c, t, offset, count, {1, 7, 128}};
+      check_fused_and_split(pr, random_inputs(pr, rng));
+    }
+  const RoutingConfig sigmoid =
+      make_routing(RoutingPolicy::Sigmoid, 1024, 32, LogitsType::F32, false);
+  Problem wide{sigmoid, 100, 512, 512};
+  check_fused_and_split(wide, random_inputs(wide, rng));
+}
+
+TEST(FusedRoutingGpu, OneHotExpert) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  // Routed: expert 3 is every token's first choice (512 tiles at tile_m 1).
+  const std::vector<int> tile_m = {1, 64, 128};
+  Problem pr{make_routing(RoutingPolicy::Renormalize, 64, 8, LogitsType::F32, false), 512, 0, 0,
+             tile_m};
+  Inputs in = random_inputs(pr, rng);
+  for (int t = 0; t < pr.num_tokens; ++t) in.logits[static_cast<std::size_t>(t) * 64 + 3] += 20.0f;
+  check_fused_and_split(pr, in);
+  // Precomputed: every row to one expert (ids may repeat within a token).
+  Problem all_rows{make_routing(RoutingPolicy::Renormalize, 1024, 1, LogitsType::F32, false), 4096,
+                   0, 0, tile_m};
+  Inputs one = precomputed_inputs(4096, 1, 1024, rng);
+  std::fill(one.ids.begin(), one.ids.end(), 1023);
+  check_fused_and_split(all_rows, one);
+  Problem eight{make_routing(RoutingPolicy::Renormalize, 8, 8, LogitsType::F32, false), 512, 0, 0,
+                tile_m};
+  Inputs five = precomputed_inputs(512, 8, 8, rng);
+  std::fill(five.ids.begin(), five.ids.end(), 5);
+  check_fused_and_split(eight, five);
+}
+
+TEST(FusedRoutingGpu, PrecomputedIdsWriteNoRoutingOutputs) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  struct Shape {
+    int t, k, e, offset, local;
+  };
+  const Shape shapes[] = {{0, 8, 256, 0, 256},      {1, 1, 8, 0, 8},
+                          {3, 8, 64, 8, 32},        {33, 6, 128, 0, 128},
+                          {100, 22, 256, 0, 256},   {512, 8, 384, 100, 200},
+                          {128, 32, 1024, 0, 1024}, {4096, 1, 1024, 512, 512}};
+  for (const Shape& s : shapes) {
+    Problem pr{make_routing(RoutingPolicy::Renormalize, s.e, s.k, LogitsType::F32, false), s.t,
+               s.offset, s.local};
+    const Inputs in = precomputed_inputs(s.t, s.k, s.e, rng);
+    check_fused_and_split(pr, in);
+    Rig rig(pr, in);
+    rig.poison();
+    rig.run_fused(nullptr);
+    for (int32_t id : rig.download().ids) ASSERT_EQ(id, -1);  // still the poison
+  }
+}
+
+TEST(FusedRoutingGpu, NoTokensWritesZeroCountsOffsetsAndTiles) {
+  UNIMOE_REQUIRE_GPU();
+  std::mt19937_64 rng(1);
+  for (bool precomputed : {false, true}) {
+    Problem pr{make_routing(RoutingPolicy::DeepSeekV3, 256, 8, LogitsType::F32, true), 0, 32, 128};
+    const Inputs in = precomputed ? precomputed_inputs(0, 8, 256, rng) : random_inputs(pr, rng);
+    Rig rig(pr, in);
+    rig.poison();
+    rig.run_fused(nullptr);
+    const Outputs o = rig.download();
+    EXPECT_EQ(o.counts, std::vector<int32_t>(128, 0));
+    EXPECT_EQ(o.offsets, std::vector<int32_t>(129, 0));
+    for (int s = 0; s < 3; ++s) EXPECT_EQ(o.num_tiles[s], 0);
+  }
+}
+
+TEST(FusedRoutingGpu, LargestInputs) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  // T * K = 4096 exactly, at every kernel width's extreme.
+  const RoutingConfig configs[] = {
+      make_routing(RoutingPolicy::Renormalize, 1024, 1, LogitsType::BF16, false),
+      make_routing(RoutingPolicy::TopK, 1024, 32, LogitsType::F32, false),
+      make_routing(RoutingPolicy::DeepSeekV3, 1024, 8, LogitsType::F32, true),
+      make_routing(RoutingPolicy::Default, 512, 4, LogitsType::BF16, false)};
+  for (const RoutingConfig& c : configs) {
+    ASSERT_TRUE(legal_routing(c));
+    Problem pr{c, kFusedMaxRows / c.top_k};
+    check_fused_and_split(pr, random_inputs(pr, rng));
+  }
+}
+
+TEST(FusedRoutingGpu, RefusesInputsBeyondOneBlock) {
+  UNIMOE_REQUIRE_GPU();
+  EXPECT_TRUE(fused_routing_fits(4096, 1, 1024));
+  EXPECT_TRUE(fused_routing_fits(128, 32, 1));
+  EXPECT_TRUE(fused_routing_fits(0, 8, 256));
+  EXPECT_FALSE(fused_routing_fits(4097, 1, 8));
+  EXPECT_FALSE(fused_routing_fits(513, 8, 8));
+  EXPECT_FALSE(fused_routing_fits(1, 1, 1025));
+  EXPECT_FALSE(fused_routing_fits(1, 1, 0));
+  EXPECT_FALSE(fused_routing_fits(-1, 1, 8));
+  EXPECT_FALSE(fused_routing_fits(1 << 20, 1 << 12, 8));  // T * K overflows int
+
+  std::mt19937_64 rng(2);
+  Problem pr{make_routing(RoutingPolicy::Renormalize, 64, 8, LogitsType::F32, false), 8};
+  Rig rig(pr, random_inputs(pr, rng));
+  DeviceBuffer<int32_t> other(64);
+  auto refused = [&](auto change) {
+    RoutingParams r = rig.routing();
+    PermuteParams p = rig.permute();
+    change(r, p);
+    EXPECT_THROW(launch_fused_routing_permute(r, p, nullptr), std::invalid_argument);
+  };
+  refused([](RoutingParams& r, PermuteParams& p) { r.num_tokens = p.num_tokens = 513; });
+  refused([](RoutingParams&, PermuteParams& p) { p.num_local = 1025; });
+  refused([](RoutingParams& r, PermuteParams&) { r.num_tokens = 7; });
+  refused([&](RoutingParams&, PermuteParams& p) { p.topk_ids = other.get(); });
+  refused([](RoutingParams& r, PermuteParams& p) {
+    r.logits = nullptr;
+    p.topk_ids = nullptr;
+  });
+  refused([](RoutingParams&, PermuteParams& p) { p.num_tile_sizes = kMaxTileSizes + 1; });
+  refused([](RoutingParams& r, PermuteParams& p) { r.config.top_k = p.top_k = 33; });
+  EXPECT_NO_THROW(rig.run_fused(nullptr));
+  UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+TEST(FusedRoutingGpu, GraphReplayWithNewLogits) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  Problem pr{make_routing(RoutingPolicy::DeepSeekV3, 256, 8, LogitsType::F32, true), 333, 32, 128};
+  ASSERT_EQ(pr.config.n_group, 8);
+  const std::vector<float> bias = test::random_vector(256, rng, -0.2f, 0.2f);
+  Rig rig(pr, test::logits_inputs(pr, std::vector<float>(333 * 256, 0.0f), bias));
+
+  cudaStream_t stream;
+  UNIMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  rig.run_fused(stream);
+  UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 3; ++replay) {
+    SCOPED_TRACE("replay " + std::to_string(replay));
+    // A different skew each time, so that the routing outcome really changes.
+    std::vector<float> values = test::random_vector(333 * 256, rng, -4, 4);
+    for (std::size_t i = 0; i < values.size(); ++i)
+      if (static_cast<int>(i % 256) / 32 == replay) values[i] += 2.0f;
+    const Inputs in = test::logits_inputs(pr, std::move(values), bias);
+    rig.upload(in);
+    rig.poison();
+    UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());  // uploads and poison land before the replay
+    UNIMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const Outputs fused = rig.download();
+    test::expect_matches_reference(pr, in, fused);
+    rig.poison();
+    rig.run_split(nullptr);
+    test::expect_identical(fused, rig.download(), false);
+  }
+  UNIMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  UNIMOE_CUDA_CHECK(cudaGraphDestroy(graph));
+  UNIMOE_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// Sets UNIMOE_ROUTING_VARIANT for a scope (unset for nullptr), then restores it.
+class ScopedVariant {
+ public:
+  explicit ScopedVariant(const char* value) {
+    const char* old = std::getenv(kName);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    if (value)
+      setenv(kName, value, 1);
+    else
+      unsetenv(kName);
+  }
+  ~ScopedVariant() {
+    if (had_)
+      setenv(kName, old_.c_str(), 1);
+    else
+      unsetenv(kName);
+  }
+
+ private:
+  static constexpr const char* kName = "UNIMOE_ROUTING_VARIANT";
+  bool had_ = false;
+  std::string old_;
+};
+
+std::vector<int32_t> download_counts(test::LayerRig& rig, int num_local) {
+  std::vector<int32_t> counts(num_local);
+  UNIMOE_CUDA_CHECK(
+      cudaMemcpy(counts.data(), rig.impl().expert_counts(), num_local * 4, cudaMemcpyDeviceToHost));
+  return counts;
+}
+
+TEST(FusedRoutingGpu, LayerVariantMatchesSplit) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  MoEConfig c = moe_config(RoutingPolicy::Renormalize, 64, 8, 256, 128);
+  c.experts.local_expert_offset = 16;
+  c.experts.num_local_experts = 32;
+  const int max_tokens = 600;  // T = 600 is 4800 rows: the fused layer falls back to split
+  std::unique_ptr<test::LayerRig> fused, split;
+  {
+    ScopedVariant v("fused");
+    fused = std::make_unique<test::LayerRig>(c, max_tokens, seed);
+  }
+  {
+    ScopedVariant v(nullptr);
+    split = std::make_unique<test::LayerRig>(c, max_tokens, seed);
+  }
+  for (int t : {1, 7, 100, 512, 600}) {
+    SCOPED_TRACE("T=" + std::to_string(t));
+    const std::vector<float> logits = ref::make_logits(c, t, seed + t, "uniform");
+    for (auto* rig : {fused.get(), split.get()}) {
+      rig->load_inputs(t, seed ^ 0xabc, logits);
+      rig->layer().forward(rig->args(t), nullptr);
+    }
+    const double fused_error = fused->error(t, logits), split_error = split->error(t, logits);
+    EXPECT_LT(fused_error, test::kLayerTolerance);
+    EXPECT_EQ(fused_error, split_error);  // deterministic stages: the same output bits
+    EXPECT_EQ(download_counts(*fused, 32), download_counts(*split, 32));
+  }
+  // Precomputed ids and weights through the fused Routing stage.
+  const int t = 77;
+  const std::vector<float> logits = ref::make_logits(c, t, seed, "uniform");
+  const ref::Routing routing = ref::route(c.routing, logits.data(), t, nullptr);
+  DeviceBuffer<int32_t> ids(routing.ids);
+  DeviceBuffer<float> weights(routing.weights);
+  fused->load_inputs(t, seed ^ 0xdef, logits);
+  ForwardArgs args = fused->args(t);
+  args.logits = nullptr;
+  args.topk_ids = ids.get();
+  args.topk_weights = weights.get();
+  fused->layer().forward(args, nullptr);
+  EXPECT_LT(fused->error(t, logits, &routing), test::kLayerTolerance);
+
+  ScopedVariant bad("fast");
+  EXPECT_THROW(test::LayerRig(c, 8, seed), Error);
+}
+
+}  // namespace
+}  // namespace unimoe
