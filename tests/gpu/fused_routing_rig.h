@@ -28,20 +28,6 @@
 
 namespace unimoe::test {
 
-// Whether validate() accepts the routing config (the experts part is filler).
-inline bool legal_routing(const RoutingConfig& r) {
-  MoEConfig m;
-  m.routing = r;
-  m.experts.hidden = 128;
-  m.experts.intermediate = 128;
-  try {
-    validate(m);
-    return true;
-  } catch (const Error&) {
-    return false;
-  }
-}
-
 inline RoutingConfig make_routing(RoutingPolicy policy, int e, int k, LogitsType type, bool bias) {
   RoutingConfig c;
   c.policy = policy;

@@ -70,6 +70,9 @@ class LayerRig {
     launch_fill_bf16(x_.get(), std::size_t(t) * c_.experts.hidden, x_seed, ref::kXScale, nullptr);
     UNIMOE_CUDA_CHECK(cudaMemcpy(logits_.get(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice));
     out_.poison();
+    // The fill and the memset run on the legacy stream; a graph replayed on a
+    // non-blocking stream does not wait for them.
+    UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
   // Relative L2 error of the device output against the reference for the
@@ -101,6 +104,35 @@ class LayerRig {
   DeviceBuffer<float> b13_, b2_, bias_, logits_;
   std::vector<float> bias_host_;
   std::unique_ptr<MoELayer> layer_;
+};
+
+// One forward captured once in a CUDA graph on its own stream; each
+// replay() launches it and waits for it.
+class CapturedForward {
+ public:
+  CapturedForward(MoELayer& layer, const ForwardArgs& args) {
+    UNIMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    layer.forward(args, stream_);
+    UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph_));
+    UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+  }
+  CapturedForward(const CapturedForward&) = delete;
+  CapturedForward& operator=(const CapturedForward&) = delete;
+  ~CapturedForward() {
+    cudaGraphExecDestroy(exec_);
+    cudaGraphDestroy(graph_);
+    cudaStreamDestroy(stream_);
+  }
+  void replay() {
+    UNIMOE_CUDA_CHECK(cudaGraphLaunch(exec_, stream_));
+    UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+ private:
+  cudaStream_t stream_{};
+  cudaGraph_t graph_{};
+  cudaGraphExec_t exec_{};
 };
 
 }  // namespace unimoe::test

@@ -144,27 +144,16 @@ TEST_P(LayerGraphGpu, CapturedOnceReplaysWithFreshRouting) {
   c.options.backend = GetParam();
   const int t = 37;
   LayerRig rig(c, t, seed);
-  cudaStream_t stream;
-  UNIMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   rig.load_inputs(t, seed, ref::make_logits(c, t, seed, "uniform"));
-  cudaGraph_t graph;
-  UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  rig.layer().forward(rig.args(t), stream);
-  UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  test::CapturedForward graph(rig.layer(), rig.args(t));
   for (int replay = 0; replay < 3; ++replay) {
     SCOPED_TRACE("replay " + std::to_string(replay));
     const std::vector<float> logits =
         replay == 1 ? hot_expert_logits(c, t, seed + replay, 5) : ref::make_logits(c, t, seed + replay, "uniform");
     rig.load_inputs(t, seed + 100 + replay, logits);
-    UNIMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    graph.replay();
     EXPECT_LT(rig.error(t, logits), kTolerance);
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 
 TEST(LayerGpu, RefusesBadCallsWithClearErrors) {

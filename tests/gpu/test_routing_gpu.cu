@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/routing_cases.h"
 #include "common/test_util.h"
 #include "gpu/gpu_test_util.h"
 #include "kernels/routing.cuh"
@@ -41,20 +42,6 @@ constexpr long kMaxLogitsPerCase = 1 << 18;
 
 bool is_deepseek(RoutingPolicy p) {
   return p == RoutingPolicy::DeepSeekV3 || p == RoutingPolicy::MiniMax2;
-}
-
-// Whether validate() accepts the routing config (the experts part is filler).
-bool legal(const RoutingConfig& r) {
-  MoEConfig m;
-  m.routing = r;
-  m.experts.hidden = 128;
-  m.experts.intermediate = 128;
-  try {
-    validate(m);
-    return true;
-  } catch (const Error&) {
-    return false;
-  }
 }
 
 std::string describe(const RoutingConfig& c, int num_tokens) {
@@ -182,7 +169,7 @@ RoutingConfig with_groups(RoutingConfig c) {
   if (c.policy != RoutingPolicy::DeepSeekV3) return c;
   c.n_group = 8;
   c.topk_group = 4;
-  if (!legal(c)) c.n_group = c.topk_group = 1;
+  if (!test::legal_routing(c)) c.n_group = c.topk_group = 1;
   return c;
 }
 
@@ -204,7 +191,7 @@ TEST(RoutingGpu, RandomLogitsEveryPolicy) {
           c.has_bias = is_deepseek(policy) && case_index % 3 != 0;
           c.routed_scaling_factor = is_deepseek(policy) ? 2.5f : 1.0f;
           c = with_groups(c);
-          if (!legal(c)) continue;
+          if (!test::legal_routing(c)) continue;
           // Every T in turn, so each size meets many shapes; at most
           // kMaxLogitsPerCase logits keep the reference fast.
           int t = kTokens[case_index++ % std::size(kTokens)];
@@ -240,7 +227,7 @@ TEST(RoutingGpu, GroupedDeepSeekV3) {
             c.has_bias = true;
             c.routed_scaling_factor = 2.5f;
             c.logits_type = type;
-            if (!legal(c)) continue;
+            if (!test::legal_routing(c)) continue;
             const int t = cases++ % 2 ? 100 : 33;
             SCOPED_TRACE(describe(c, t));
             const Logits l = make_logits(uniform(static_cast<std::size_t>(t) * e, rng, -4, 4), c);
@@ -303,7 +290,7 @@ TEST(RoutingGpu, AdversarialLogits) {
             c.logits_type = type;
             c.has_bias = bias_kind > 0;
             c = with_groups(c);
-            if (!legal(c)) continue;
+            if (!test::legal_routing(c)) continue;
             const int t = 4 * kPatterns;
             SCOPED_TRACE(describe(c, t) + " bias_kind " + std::to_string(bias_kind));
             std::vector<float> values(static_cast<std::size_t>(t) * e);
@@ -337,7 +324,7 @@ TEST(RoutingGpu, LargeTokenCount) {
     c.logits_type = policy == RoutingPolicy::Renormalize ? LogitsType::BF16 : LogitsType::F32;
     c.has_bias = is_deepseek(policy);
     c = with_groups(c);
-    ASSERT_TRUE(legal(c));
+    ASSERT_TRUE(test::legal_routing(c));
     SCOPED_TRACE(describe(c, t));
     const Logits l = make_logits(uniform(static_cast<std::size_t>(t) * 256, rng, -4, 4), c);
     expect_matches_reference(c, l, t, uniform(256, rng, -0.2f, 0.2f));

@@ -121,25 +121,14 @@ TEST(TuningGpu, TunedForwardCapturesAndReplays) {
   choice.gemm1 = {16, 128};
   choice.gemm2 = {16, 64};
   rig.impl().set_tuned(token_bucket(t), choice);
-  cudaStream_t stream;
-  UNIMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   rig.load_inputs(t, seed, ref::make_logits(c, t, seed, "uniform"));
-  cudaGraph_t graph;
-  UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  rig.layer().forward(rig.args(t), stream);
-  UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  test::CapturedForward graph(rig.layer(), rig.args(t));
   for (int replay = 0; replay < 2; ++replay) {
     const std::vector<float> logits = ref::make_logits(c, t, seed + 1 + replay, "uniform");
     rig.load_inputs(t, seed + 10 + replay, logits);
-    UNIMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    graph.replay();
     EXPECT_LT(rig.error(t, logits), kLayerTolerance) << "replay " << replay;
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 
 }  // namespace
