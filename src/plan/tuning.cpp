@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <exception>
 #include <sstream>
 #include <stdexcept>
 
@@ -164,17 +165,23 @@ TuningChoice Tuner::tune(const std::vector<TuningChoice>& candidates) const {
     TuningChoice c = candidate;
     c.time_us = 0;
     std::string why;
-    if (!refcheck_(c, &why)) {
-      why = "reference check failed: " + (why.empty() ? std::string("no reason given") : why);
-    } else {
-      const double t = time_us_(c);
-      if (std::isfinite(t) && t >= 0) {
-        c.time_us = t;
-        report("timed " + c.to_string());
-        if (!best || t < best->time_us) best = c;
-        continue;
+    try {
+      if (!refcheck_(c, &why)) {
+        why = "reference check failed: " + (why.empty() ? std::string("no reason given") : why);
+      } else {
+        const double t = time_us_(c);
+        if (std::isfinite(t) && t >= 0) {
+          c.time_us = t;
+          report("timed " + c.to_string());
+          if (!best || t < best->time_us) best = c;
+          continue;
+        }
+        why = "timing failed: time_us " + shortest(t);
       }
-      why = "timing failed: time_us " + shortest(t);
+    } catch (const std::exception& e) {
+      // A candidate that cannot run (a launcher refusing it, say) is
+      // rejected like one that runs wrong; the others are still tried.
+      why = std::string("threw: ") + e.what();
     }
     report("rejected " + c.to_string() + ": " + why);
     failures += "\n  " + c.to_string() + ": " + why;

@@ -259,6 +259,23 @@ TEST(Tuner, ExcludesAFastCandidateThatFailsAndBreaksTiesToTheEarlier) {
   EXPECT_EQ(tuner.tune(cands), expected);
 }
 
+TEST(Tuner, ACandidateThatThrowsIsRejectedAndTheOthersStillRun) {
+  const std::vector<TuningChoice> cands = candidates_for(find_preset("dsv3-tp8").config, 8);
+  ASSERT_GE(cands.size(), 2u);
+  std::vector<std::string> lines;
+  Tuner tuner(
+      [&](const TuningChoice& c) {
+        if (untimed_text(c) == untimed_text(cands[0])) throw std::runtime_error("tactic not compiled");
+        return 7.0;
+      },
+      [](const TuningChoice&, std::string*) { return true; },
+      [&](const std::string& line) { lines.push_back(line); });
+  TuningChoice expected = cands[1];
+  expected.time_us = 7;
+  EXPECT_EQ(tuner.tune(cands), expected);
+  EXPECT_TRUE(contains(lines.front(), "threw: tactic not compiled")) << lines.front();
+}
+
 TEST(Tuner, ThrowsWithEveryReasonWhenAllFail) {
   const std::vector<TuningChoice> cands = candidates_for(find_preset("dsv3-tp8").config, 8);
   std::vector<std::string> lines;

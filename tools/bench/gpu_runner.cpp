@@ -47,9 +47,15 @@ struct DeviceMem {
 
 // Captures `body` (launches on `stream`) once into a graph.
 cudaGraphExec_t capture(cudaStream_t stream, const std::function<void()>& body) {
-  cudaGraph_t graph;
+  cudaGraph_t graph = nullptr;
   UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  body();
+  try {
+    body();
+  } catch (...) {
+    // Leave the stream usable for the next candidate or point.
+    if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+    throw;
+  }
   UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   cudaGraphExec_t exec;
   UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
