@@ -22,7 +22,9 @@
 #include <string>
 
 #include "kernels/common.cuh"
+#include "kernels/grouped_gemm_args.cuh"
 #include "kernels/grouped_gemm_epilogue.cuh"
+#include "kernels/stream_gemm.cuh"
 #include "kernels/warp_mma.cuh"
 
 namespace unimoe {
@@ -31,31 +33,6 @@ namespace {
 constexpr int kBlockK = 64;           // K per pipeline stage: one swizzled shared-memory row
 constexpr int kChunks = kBlockK / 8;  // 16-byte chunks per row
 static_assert(kBlockK * 2 == kSwizzleRowBytes, "a stage row is one swizzle row");
-
-// One grouped GEMM over the tile schedule, for tile t and column block nb:
-//   out[row_start + i, n] =
-//       epilogue(sum_k A[i, k] * B[expert, b_row(n), k] + bias[expert, b_row(n)])
-// for i < rows and n < n_out. Gated epilogues read two B rows per output
-// column n: the gate row n and the up row up_offset + n.
-struct GroupedGemmArgs {
-  const uint16_t* a = nullptr;      // GEMM1: x [T, k]; GEMM2: act [P, k]
-  const int32_t* gather = nullptr;  // GEMM1: permuted row r reads A row gather[r] / top_k;
-                                    // GEMM2: nullptr, row r reads A row r
-  int top_k = 1;
-  const uint16_t* b = nullptr;      // [E_local, b_rows, k]
-  const float* bias = nullptr;      // [E_local, b_rows] or nullptr
-  int b_rows = 0;                   // B rows per expert
-  const DeviceTile* tiles = nullptr;
-  const int32_t* num_tiles = nullptr;
-  int n_blocks = 0;                 // column blocks per tile
-  int k = 0;                        // reduction length, a multiple of 8
-  int n_out = 0;                    // output columns, a multiple of 8
-  int up_offset = 0;                // gated only
-  GemmEpilogue epilogue = GemmEpilogue::Identity;
-  float alpha = 0.0f;               // SwiGLUOai
-  float limit = 0.0f;               // SwiGLUOai
-  uint16_t* out = nullptr;          // [P, n_out] bf16
-};
 
 // A tactic: CTA tile, warp grid, pipeline depth, and the CTAs per SM that the
 // register budget is built for.
@@ -288,6 +265,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 // m16n128, m16n64: for decode, where an expert has a few rows and the cost is
 // streaming its weights: deep pipelines of 16-byte copies and, with the
 // narrower tile, more CTAs to spread the weights over every SM.
+// stream_m16 (stream_gemm.cu): swap-AB, weights straight into registers.
 using TileM128N128 = TileConfig<128, 128, 2, 4, 3, 2>;
 using TileM64N128 = TileConfig<64, 128, 2, 2, 3, 3>;
 using TileM16N128 = TileConfig<16, 128, 1, 4, 6, 2>;
@@ -312,11 +290,16 @@ constexpr int kNumTactics = kNumMmaTactics;
 
 template <class Cfg>
 constexpr bool same_tile(int index) {
-  return kMmaTactics[index].tile_m == Cfg::kTileM && kMmaTactics[index].tile_n == Cfg::kTileN;
+  return !kMmaTactics[index].stream && kMmaTactics[index].tile_m == Cfg::kTileM &&
+         kMmaTactics[index].tile_n == Cfg::kTileN;
 }
-static_assert(kNumMmaTactics == 4 && same_tile<TileM128N128>(0) && same_tile<TileM64N128>(1) &&
-                  same_tile<TileM16N128>(2) && same_tile<TileM16N64>(3),
-              "plan/tactics.h's kMmaTactics must list the compiled tile configs in order");
+// The tiled configs first, then the stream kernel (stream_gemm.cu).
+constexpr int kStreamIndex = 4;
+static_assert(kNumMmaTactics == 5 && same_tile<TileM128N128>(0) && same_tile<TileM64N128>(1) &&
+                  same_tile<TileM16N128>(2) && same_tile<TileM16N64>(3) &&
+                  kMmaTactics[kStreamIndex].stream &&
+                  kMmaTactics[kStreamIndex].tile_m == kStreamTileM,
+              "plan/tactics.h's kMmaTactics must list the compiled configs in order");
 
 // The kernel of a tactic, in kTactics order.
 CompiledTactic compiled_tactic(int index) {
@@ -342,9 +325,7 @@ void require(bool ok, const char* who, const std::string& message) {
 void launch_grouped_gemm(GroupedGemmArgs args, const GemmTactic& tactic, int max_tiles,
                          cudaStream_t stream, const char* who) {
   int index = 0;
-  while (index < kNumTactics &&
-         !(kTactics[index].tile_m == tactic.tile_m && kTactics[index].tile_n == tactic.tile_n))
-    ++index;
+  while (index < kNumTactics && kTactics[index] != tactic) ++index;
   require(index < kNumTactics, who,
           "tactic " + tactic.to_string() + " is not compiled; compiled: " + compiled_names());
   require(args.k > 0 && args.k % 8 == 0, who,
@@ -357,6 +338,10 @@ void launch_grouped_gemm(GroupedGemmArgs args, const GemmTactic& tactic, int max
               args.num_tiles != nullptr,
           who, "an input, the weights, the output or the tile schedule is null");
 
+  if (index == kStreamIndex) {
+    launch_stream_gemm(args, max_tiles, stream);
+    return;
+  }
   const int out_cols = is_gated(args.epilogue) ? tactic.tile_n / 2 : tactic.tile_n;
   args.n_blocks = ceil_div(args.n_out, out_cols);
   const long long blocks = static_cast<long long>(max_tiles) * args.n_blocks;

@@ -40,9 +40,14 @@ struct PermuteParams {
   void* scratch = nullptr;                 // permute_scratch_bytes(T, K, E_local)
 };
 
-// Upper bound on the tiles of one schedule.
+// Upper bound on the tiles of one schedule: each expert's rows round up to
+// whole tiles, and a tile holds at least one row. (At decode the second
+// bound is the tight one: T = 1, K = 8 gives at most 8 tiles, not E_local.)
+// At least 1, so that a schedule for no rows still has a buffer.
 inline int max_tiles(int rows, int num_local, int tile_m) {
-  return (rows + tile_m - 1) / tile_m + num_local;
+  const int rounded = (rows + tile_m - 1) / tile_m + num_local;
+  const int at_least_one = rows > 1 ? rows : 1;
+  return at_least_one < rounded ? at_least_one : rounded;
 }
 
 std::size_t permute_scratch_bytes(int num_tokens, int top_k, int num_local);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -20,13 +21,12 @@ constexpr std::size_t kAlign = 256;
 
 std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-// UNIMOE_ROUTING_VARIANT: unset or "split" runs launch_routing then
-// launch_permute; "fused" runs the one-block fused kernel where it fits.
-bool fused_routing_requested() {
+// UNIMOE_ROUTING_VARIANT: unset follows the plan's rule; "split" or
+// "fused" forces that variant (fused only where the kernel serves the size).
+std::optional<RoutingVariant> forced_routing_variant() {
   const char* v = std::getenv("UNIMOE_ROUTING_VARIANT");
-  if (v == nullptr || std::string(v) == "split") return false;
-  if (std::string(v) == "fused") return true;
-  throw Error("UNIMOE_ROUTING_VARIANT", std::string("is '") + v + "'; allowed: split, fused");
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return parse_routing_variant(v);
 }
 
 // Hands out aligned slices of one allocation: first a dry run to size it.
@@ -60,7 +60,7 @@ const char* stage_name(Stage s) {
 }
 
 MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens)
-    : config_(config), max_tokens_(max_tokens), fused_routing_(fused_routing_requested()) {
+    : config_(config), max_tokens_(max_tokens), forced_routing_(forced_routing_variant()) {
   validate(config_);
   check_backend_name(config_.options.backend);
   if (max_tokens < 1) throw Error("max_tokens", "is " + std::to_string(max_tokens) + "; must be >= 1");
@@ -199,7 +199,9 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
   const int tiles_cap = max_tiles(rows, e_local, plan.tile_m);
   // The fused kernel does routing and permute in the Routing stage; the
   // Permute stage then launches nothing.
-  const bool fused = fused_routing_ && fused_routing_fits(t, k, e_local);
+  const RoutingVariant variant =
+      forced_routing_.value_or(routing_variant_for(config_.routing, t));
+  const bool fused = variant == RoutingVariant::Fused && fused_routing_fits(t, k, e_local);
   auto routing_params = [&] {
     RoutingParams p;
     p.logits = precomputed(a) ? nullptr : a.logits;

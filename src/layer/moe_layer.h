@@ -9,6 +9,7 @@
 
 #include <array>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "kernels/grouped_gemm.cuh"
@@ -65,7 +66,8 @@ class MoELayerImpl final : public MoELayer {
 
   MoEConfig config_;
   int max_tokens_;
-  bool fused_routing_;  // UNIMOE_ROUTING_VARIANT=fused, read at creation
+  // UNIMOE_ROUTING_VARIANT, read at creation: forces a routing variant.
+  std::optional<RoutingVariant> forced_routing_;
   ExpertWeights weights_{};
   void* arena_ = nullptr;  // one allocation; the pointers below point into it
   int32_t* topk_ids_ = nullptr;

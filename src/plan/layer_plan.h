@@ -37,9 +37,10 @@ struct LayerPlan {
 };
 
 // The rule: rows per local expert decide (crossover measured on the H200;
-// see kCutlassRowsPerExpert in layer_plan.cpp). Few rows: the Mma path with
-// small M tiles keeps the memory-bound work spread over many CTAs. Many
-// rows: the Cutlass path's wgmma tiles. options.backend "mma" or "cutlass"
+// see kCutlassRowsPerExpert in layer_plan.cpp). Up to 96 rows: the Mma
+// path; up to 16 rows with 16-row tiles, narrow ones (n64) or the stream
+// (swap-AB) kernel where wide tiles would leave SMs idle. Many rows: the
+// Cutlass path's wgmma tiles. options.backend "mma" or "cutlass"
 // forces the path. sm_count: the device's multiprocessors.
 //
 // `tuned`, when given (the autotuner's winner for the call's token bucket),
@@ -50,6 +51,22 @@ struct LayerPlan {
 // GEMM tactics have different tile_m.
 LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens, int sm_count,
                           const TuningChoice* tuned = nullptr);
+
+// How routing and sort/permute run: Split (the per-token routing kernel,
+// then permute's three launches) or Fused (one block does both; it serves
+// T * K <= 4096 and E_local <= 1024: kernels/fused_routing.cuh).
+enum class RoutingVariant { Split, Fused };
+const char* routing_variant_name(RoutingVariant v);
+// "split" or "fused"; throws Error (field "UNIMOE_ROUTING_VARIANT") naming
+// the allowed values.
+RoutingVariant parse_routing_variant(const std::string& s);
+
+// The rule between the variants for T tokens, measured on the H200
+// (docs/notes.md, session 2, run 1; the constants in layer_plan.cpp): Fused
+// only well inside the fused kernel's limits. A forced variant (the
+// UNIMOE_ROUTING_VARIANT environment variable, read by the layer) replaces
+// it; the layer runs Split wherever the fused kernel cannot serve.
+RoutingVariant routing_variant_for(const RoutingConfig& routing, int num_tokens);
 
 // Empty when the GPU layer can serve `config`, else the reason (the rule that
 // failed). Checked by MoELayer::create.

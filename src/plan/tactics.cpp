@@ -21,6 +21,7 @@ static_assert(sizeof(kSm90Names) / sizeof(kSm90Names[0]) == kNumSm90GemmTactics,
 }  // namespace
 
 std::string GemmTactic::to_string() const {
+  if (stream) return "stream_m" + std::to_string(tile_m);
   return "m" + std::to_string(tile_m) + "n" + std::to_string(tile_n);
 }
 

@@ -7,24 +7,31 @@
 
 namespace unimoe {
 
-// Tile shape of one mma.sync grouped-GEMM instantiation.
+// One mma.sync grouped-GEMM instantiation over a tile schedule of tile_m
+// rows. Tiled: a CTA computes tile_m x tile_n of the output through shared
+// memory. Stream (swap-AB, for decode): weight rows sit on the MMA's M side
+// and a tile's rows (tokens) on its N side; warps stream weights straight
+// from HBM into registers, split K inside the CTA and reduce in a fixed
+// order. tile_n is 0 for a stream tactic: its column block follows K.
 struct GemmTactic {
   int tile_m = 64;   // rows of a tile (must equal the schedule's tile_m)
-  int tile_n = 128;  // output columns of a tile
-  std::string to_string() const;  // "m64n128"
+  int tile_n = 128;  // output columns of a tile (0: stream)
+  bool stream = false;
+  std::string to_string() const;  // "m64n128", "stream_m16"
 };
 
 constexpr bool operator==(const GemmTactic& a, const GemmTactic& b) {
-  return a.tile_m == b.tile_m && a.tile_n == b.tile_n;
+  return a.tile_m == b.tile_m && a.tile_n == b.tile_n && a.stream == b.stream;
 }
 constexpr bool operator!=(const GemmTactic& a, const GemmTactic& b) { return !(a == b); }
 
 // The compiled mma tactics, best first for large T (src/kernels/grouped_gemm.cu
 // instantiates one kernel for each and checks the list at compile time).
-inline constexpr GemmTactic kMmaTactics[] = {{128, 128}, {64, 128}, {16, 128}, {16, 64}};
+inline constexpr GemmTactic kMmaTactics[] = {
+    {128, 128}, {64, 128}, {16, 128}, {16, 64}, {16, 0, true}};
 inline constexpr int kNumMmaTactics = sizeof(kMmaTactics) / sizeof(kMmaTactics[0]);
 
-// "m16n64" -> {16, 64}. Throws Error (field "mma_tactic") listing the
+// "m16n64" -> {16, 64}, "stream_m16" -> {16, 0, true}. Throws Error (field "mma_tactic") listing the
 // compiled tactics when `s` is not one of kMmaTactics.
 GemmTactic parse_gemm_tactic(const std::string& s);
 

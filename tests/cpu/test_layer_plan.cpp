@@ -19,20 +19,23 @@ LayerPlan plan(const std::string& preset, int tokens, const std::string& backend
   return plan_for_tokens(c, tokens, kH200Sms);
 }
 
-TEST(LayerPlan, SmallNDecodeTakesNarrowTilesWhereSmsWouldIdle) {
-  // dsv3-tp8 T=1: GEMM1 has 2I = 512 columns, 32 CTAs at n128 -> n64;
-  // GEMM2 has H = 7168 columns, 448 CTAs at n128 -> stays n128.
+TEST(LayerPlan, DecodeTakesNarrowTilesOrTheStreamKernelWhereSmsWouldIdle) {
+  // dsv3-tp8 T=1: GEMM1 (I = 256) has 8 tiles x 8 column blocks = 64 CTAs
+  // even at n64 -> stream; GEMM2's K is I = 256 -> stream.
   const LayerPlan ds = plan("dsv3-tp8", 1);
   EXPECT_EQ(ds.path, ExpertsPath::Mma);
   EXPECT_EQ(ds.tile_m, 16);
-  EXPECT_EQ(ds.gemm1.to_string(), "m16n64");
-  EXPECT_EQ(ds.gemm2.to_string(), "m16n128");
-  // qwen3-30b-a3b T=1: 96 and 128 CTAs at n128 -> both n64.
+  EXPECT_EQ(ds.gemm1.to_string(), "stream_m16");
+  EXPECT_EQ(ds.gemm2.to_string(), "stream_m16");
+  // dsv3-tp8 T=8: 64 tiles x 4 column blocks = 256 CTAs -> n128 GEMM1.
+  EXPECT_EQ(plan("dsv3-tp8", 8).gemm1.to_string(), "m16n128");
+  EXPECT_EQ(plan("dsv3-tp8", 8).gemm2.to_string(), "stream_m16");
+  // qwen3-30b-a3b T=1: 96 and 128 CTAs at n128 -> both n64 (192 CTAs at n64).
   const LayerPlan qw = plan("qwen3-30b-a3b", 1);
   EXPECT_EQ(qw.gemm1.to_string(), "m16n64");
   EXPECT_EQ(qw.gemm2.to_string(), "m16n64");
-  // dsv3-tp8 T=8: 64 tiles x 4 column blocks = 256 CTAs -> n128.
-  EXPECT_EQ(plan("dsv3-tp8", 8).gemm1.to_string(), "m16n128");
+  // 17 rows per expert: 64-row tiles.
+  EXPECT_EQ(plan("mixtral-8x7b", 68).gemm1.to_string(), "m64n128");
 }
 
 TEST(LayerPlan, CutlassAboveTheMeasuredCrossover) {
@@ -53,7 +56,7 @@ TEST(LayerPlan, ForcedBackendsHoldAtEveryT) {
 TEST(LayerPlan, EveryPlannedTacticIsCompiled) {
   auto compiled = [](const GemmTactic& t) {
     return std::any_of(std::begin(kMmaTactics), std::end(kMmaTactics), [&](const GemmTactic& c) {
-      return c.tile_m == t.tile_m && c.tile_n == t.tile_n;
+      return c == t;
     });
   };
   for (const Preset& p : presets())
@@ -81,6 +84,42 @@ TEST(LayerPlan, BackendNamesAndUnsupportedConfigsSayWhy) {
   EXPECT_EQ(gpu_unsupported_reason(c), "");
   c.experts.quant = QuantVariant::MXFP4;
   EXPECT_NE(gpu_unsupported_reason(c).find("MXFP4 has no GPU kernels yet"), std::string::npos);
+}
+
+TEST(RoutingVariantRule, FusedForSmallCallsAtTheMeasuredPoints) {
+  auto variant = [](const std::string& preset, int tokens) {
+    return routing_variant_for(find_preset(preset).config.routing, tokens);
+  };
+  // Measured wins of the fused kernel (layer_plan.cpp).
+  for (int t : {1, 8}) {
+    EXPECT_EQ(variant("dsv3-tp8", t), RoutingVariant::Fused) << t;
+    EXPECT_EQ(variant("qwen3-30b-a3b", t), RoutingVariant::Fused) << t;
+  }
+  EXPECT_EQ(variant("mixtral-8x7b", 64), RoutingVariant::Fused);  // 128 rows
+  EXPECT_EQ(variant("gpt-oss-120b", 64), RoutingVariant::Fused);  // 256 rows
+  // Measured losses or ties: split.
+  EXPECT_EQ(variant("dsv3-tp8", 64), RoutingVariant::Split);       // 512 rows, DeepSeekV3
+  EXPECT_EQ(variant("qwen3-30b-a3b", 64), RoutingVariant::Split);  // 512 rows
+  EXPECT_EQ(variant("mixtral-8x7b", 512), RoutingVariant::Split);  // 1024 rows
+  // DeepSeek policies keep one token per warp of the fused block.
+  EXPECT_EQ(variant("dsv3-tp8", 32), RoutingVariant::Fused);
+  MoEConfig wide = find_preset("dsv3-tp8").config;
+  wide.routing.top_k = 1;
+  EXPECT_EQ(routing_variant_for(wide.routing, 33), RoutingVariant::Split);
+  EXPECT_EQ(routing_variant_for(find_preset("minimax-m2").config.routing, 33),
+            RoutingVariant::Split);
+}
+
+TEST(RoutingVariantRule, NamesParseAndBadValuesSayWhatIsAllowed) {
+  for (RoutingVariant v : {RoutingVariant::Split, RoutingVariant::Fused})
+    EXPECT_EQ(parse_routing_variant(routing_variant_name(v)), v);
+  try {
+    parse_routing_variant("cluster");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "UNIMOE_ROUTING_VARIANT");
+    EXPECT_NE(std::string(e.what()).find("allowed: split, fused"), std::string::npos);
+  }
 }
 
 }  // namespace

@@ -160,7 +160,7 @@ TEST(Candidates, EveryCompiledPairWithOneTileMAndEverySm90Tactic) {
   std::size_t pairs = 0;
   for (const GemmTactic& a : kMmaTactics)
     for (const GemmTactic& b : kMmaTactics) pairs += a.tile_m == b.tile_m;
-  EXPECT_EQ(pairs, 6u);  // m128: 1, m64: 1, m16: 2 x 2
+  EXPECT_EQ(pairs, 11u);  // m128: 1, m64: 1, m16: 3 x 3 (m16n128, m16n64, stream_m16)
   ASSERT_EQ(all.size(), pairs + kNumSm90GemmTactics);
   std::vector<Sm90GemmTactic> sm90;
   for (std::size_t i = 0; i < all.size(); ++i) {
@@ -301,9 +301,9 @@ TEST(Tuner, ThrowsWithEveryReasonWhenAllFail) {
 
 TEST(TunedPlan, TakesTheTunedPathAndTactics) {
   const MoEConfig c = find_preset("dsv3-tp8").config;
-  // Without a choice the rule holds: T=1 plans m16n64 / m16n128.
+  // Without a choice the rule holds: T=1 streams (layer_plan.cpp).
   const LayerPlan rule = plan_for_tokens(c, 1, kH200Sms);
-  EXPECT_EQ(rule.gemm1.to_string(), "m16n64");
+  EXPECT_EQ(rule.gemm1.to_string(), "stream_m16");
   TuningChoice mma =
       TuningChoice::parse("path=mma gemm1=m64n128 gemm2=m64n128 sm90=coop_128x128x64 time_us=3");
   const LayerPlan tuned = plan_for_tokens(c, 1, kH200Sms, &mma);

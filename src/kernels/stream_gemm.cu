@@ -1,0 +1,197 @@
+// The stream (swap-AB) grouped GEMM (contract: stream_gemm.cuh).
+//
+// At decode an expert has a few rows, so a GEMM is a matrix-vector product
+// whose cost is reading the expert's weights once. The tiled kernel puts the
+// rows on the MMA's M side (16 rows, mostly padding) and stages weights
+// through shared memory; this one swaps the operands: a warp takes 16 weight
+// rows as the A operand of mma.sync m16n8k16 and the tile's (up to 16) rows
+// as two n8 B fragments, and loads both straight from global memory into
+// registers, 16 bytes per lane, kUnroll k-steps in flight. Nothing is staged
+// in shared memory, so every warp is a stream of independent weight loads.
+//
+// The K order inside an m16n8k16 step is free (a dot product does not care)
+// as long as A and B agree, so each lane loads 8 consecutive K values of its
+// row with one 16-byte load and the fragments take them in this order: lane
+// (g, t) holds real k 8t..8t+3 as the step-0 pairs (2t, 2t+1) and
+// (2t+8, 2t+9), and 8t+4..8t+7 as step 1's. A 32-wide K slab is two steps.
+//
+// The 8 warps of a CTA split K `splits` ways and cover 8 / splits row groups;
+// the partial sums meet in shared memory and are added in split order, so
+// the result does not depend on timing. Gated GEMM1: a row group is 8 gate
+// rows and the 8 matching up rows (fragment rows g and g + 8), so a lane
+// holds (gate, up) of one output column and applies the activation in
+// registers. Other GEMMs: 16 output columns per row group.
+#include "kernels/stream_gemm.cuh"
+
+#include <cuda_bf16.h>
+
+#include <climits>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/common.cuh"
+#include "kernels/warp_mma.cuh"
+
+namespace unimoe {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kUnroll = 4;           // 32-wide K slabs whose loads are in flight together
+constexpr int kSlab = 32;            // K per slab: 4 lanes x 8 values
+constexpr int kMinKPerWarp = 256;    // splits stop before a warp gets less K than this
+static_assert(kStreamTileM == 16, "two n8 token fragments per tile");
+
+struct StreamArgs {
+  GroupedGemmArgs g;
+  int splits = 1;   // warps along K: 1, 2, 4 or 8
+  int k_chunk = 0;  // K per split, a multiple of kSlab
+};
+
+// Weights are read once: bypass L1.
+__device__ __forceinline__ uint4 load_weights(const uint16_t* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+__global__ void __launch_bounds__(kThreads, 2) stream_gemm_kernel(const StreamArgs sa) {
+  const GroupedGemmArgs& args = sa.g;
+  const int tile_index = blockIdx.x / args.n_blocks;
+  if (tile_index >= *args.num_tiles) return;
+  const DeviceTile tile = args.tiles[tile_index];
+  const int block = blockIdx.x - tile_index * args.n_blocks;
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int split = warp % sa.splits, group = warp / sa.splits;
+  const int groups = kWarps / sa.splits;
+  const bool gated = is_gated(args.epilogue);
+  const int group_cols = gated ? 8 : 16;
+  const int col0 = (block * groups + group) * group_cols;
+
+  // Fragment rows g and g + 8: weight rows lo and hi.
+  const int row_lo = col0 + g;
+  const int row_hi = gated ? args.up_offset + col0 + g : col0 + g + 8;
+  const bool lo_ok = row_lo < args.n_out;
+  const bool hi_ok = gated ? lo_ok : row_hi < args.n_out;
+  const uint16_t* w = args.b + static_cast<size_t>(tile.expert) * args.b_rows * args.k + 8 * t;
+  const uint16_t* w_lo = w + static_cast<size_t>(row_lo) * args.k;
+  const uint16_t* w_hi = w + static_cast<size_t>(row_hi) * args.k;
+
+  // Token fragment f holds tile rows 8f..8f+7; this lane loads row 8f + g.
+  const uint16_t* x_row[2];
+  bool x_ok[2];
+#pragma unroll
+  for (int f = 0; f < 2; ++f) {
+    const int i = 8 * f + g;
+    x_ok[f] = i < tile.rows;
+    x_row[f] = args.a;
+    if (x_ok[f]) {
+      const int r = tile.row_start + i;
+      const int src = args.gather != nullptr ? args.gather[r] / args.top_k : r;
+      x_row[f] = args.a + static_cast<size_t>(src) * args.k + 8 * t;
+    }
+  }
+  const bool second = tile.rows > 8;  // warp-uniform: skip the empty fragment
+
+  float acc[2][4] = {};
+  const int k_begin = split * sa.k_chunk;
+  const int k_end = min(args.k, k_begin + sa.k_chunk);
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int k0 = k_begin; k0 < k_end; k0 += kSlab * kUnroll) {
+    uint4 wl[kUnroll], wh[kUnroll], xv[kUnroll][2];
+    // k_end is a multiple of 8, so a lane's 8 values are all in or all out.
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int k = k0 + u * kSlab;
+      const bool k_ok = k + 8 * t < k_end;
+      wl[u] = k_ok && lo_ok ? load_weights(w_lo + k) : zero;
+      wh[u] = k_ok && hi_ok ? load_weights(w_hi + k) : zero;
+#pragma unroll
+      for (int f = 0; f < 2; ++f)
+        xv[u][f] = k_ok && x_ok[f] ? __ldg(reinterpret_cast<const uint4*>(x_row[f] + k)) : zero;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int step = 0; step < 2; ++step) {
+        const uint32_t a[4] = {word(wl[u], 2 * step), word(wh[u], 2 * step),
+                               word(wl[u], 2 * step + 1), word(wh[u], 2 * step + 1)};
+        mma_bf16_16816(acc[0], a, word(xv[u][0], 2 * step), word(xv[u][0], 2 * step + 1));
+        if (second)
+          mma_bf16_16816(acc[1], a, word(xv[u][1], 2 * step), word(xv[u][1], 2 * step + 1));
+      }
+  }
+
+  // ---- K splits meet in shared memory; split 0 adds them in split order.
+  if (sa.splits > 1) {
+    __shared__ float partial[kWarps][8][32];
+#pragma unroll
+    for (int f = 0; f < 2; ++f)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) partial[warp][f * 4 + c][lane] = acc[f][c];
+    __syncthreads();
+    if (split != 0) return;
+    for (int s = 1; s < sa.splits; ++s)
+#pragma unroll
+      for (int f = 0; f < 2; ++f)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[f][c] += partial[warp + s][f * 4 + c][lane];
+  }
+
+  // ---- epilogue: lane (g, t) holds rows lo (c0, c1) and hi (c2, c3) for
+  // tile rows 8f + 2t and 8f + 2t + 1.
+  const float* bias =
+      args.bias != nullptr ? args.bias + static_cast<size_t>(tile.expert) * args.b_rows : nullptr;
+  const float bias_lo = bias != nullptr && lo_ok ? bias[row_lo] : 0.0f;
+  const float bias_hi = bias != nullptr && hi_ok ? bias[row_hi] : 0.0f;
+#pragma unroll
+  for (int f = 0; f < 2; ++f)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int i = 8 * f + 2 * t + j;
+      if (i >= tile.rows) continue;
+      __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(args.out) +
+                           static_cast<size_t>(tile.row_start + i) * args.n_out;
+      const float lo = acc[f][j] + bias_lo, hi = acc[f][2 + j] + bias_hi;
+      if (gated) {
+        if (lo_ok)
+          out[row_lo] = __float2bfloat16_rn(gated_activation(args.epilogue, lo, hi, args.alpha,
+                                                             args.limit));
+      } else {
+        if (lo_ok) out[row_lo] = __float2bfloat16_rn(pointwise_activation(args.epilogue, lo));
+        if (hi_ok) out[row_hi] = __float2bfloat16_rn(pointwise_activation(args.epilogue, hi));
+      }
+    }
+}
+
+}  // namespace
+
+void launch_stream_gemm(GroupedGemmArgs args, int max_tiles, cudaStream_t stream) {
+  if (max_tiles == 0) return;
+  StreamArgs sa;
+  // Split K while each warp keeps at least kMinKPerWarp of it: long K
+  // (GEMM1's H) spreads over all 8 warps, short K (GEMM2's I) keeps whole
+  // rows per warp and more row groups per CTA.
+  while (sa.splits < kWarps && args.k / (2 * sa.splits) >= kMinKPerWarp) sa.splits *= 2;
+  sa.k_chunk = ceil_div(ceil_div(args.k, sa.splits), kSlab) * kSlab;
+  const int cols_per_cta = (kWarps / sa.splits) * (is_gated(args.epilogue) ? 8 : 16);
+  args.n_blocks = ceil_div(args.n_out, cols_per_cta);
+  const long long blocks = static_cast<long long>(max_tiles) * args.n_blocks;
+  if (blocks > INT_MAX)
+    throw std::runtime_error("launch_stream_gemm: max_tiles x column blocks = " +
+                             std::to_string(blocks) + " exceeds the grid limit");
+  sa.g = args;
+  stream_gemm_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(sa);
+  UNIMOE_LAUNCH_CHECK();
+}
+
+}  // namespace unimoe
