@@ -27,6 +27,7 @@ __global__ void __launch_bounds__(kThreads)
     gather_rows_kernel(const uint4* __restrict__ x, const int32_t* __restrict__ permuted_to_expanded,
                        const int32_t* __restrict__ expert_offsets, int num_groups, int top_k,
                        int vecs_per_row, uint4* __restrict__ out) {
+  pdl_begin();
   const int row = warp_row();
   if (row >= expert_offsets[num_groups]) return;
   const int token = permuted_to_expanded[row] / top_k;
@@ -104,6 +105,7 @@ struct ActivationArgs {
 
 template <Activation kAct>
 __global__ void __launch_bounds__(kThreads) gated_activation_kernel(ActivationArgs p) {
+  pdl_begin();
   constexpr bool kGated = kAct != Activation::ReLU2;
   const int row = warp_row();
   if (row >= p.expert_offsets[p.num_groups]) return;
@@ -149,7 +151,7 @@ void launch_gather_rows(const GatherRowsParams& p, cudaStream_t stream) {
   if (p.capacity == 0) return;
   require(p.x && p.permuted_to_expanded && p.expert_offsets && p.out, "gather_rows: a null pointer");
   require(aligned16(p.x) && aligned16(p.out), "gather_rows: x and out must be 16-byte aligned");
-  gather_rows_kernel<<<ceil_div(p.capacity, kRowsPerBlock), kThreads, 0, stream>>>(
+  launch_pdl(gather_rows_kernel, ceil_div(p.capacity, kRowsPerBlock), kThreads, 0, stream,
       reinterpret_cast<const uint4*>(p.x), p.permuted_to_expanded, p.expert_offsets, p.num_groups,
       p.top_k, p.hidden / kVec, reinterpret_cast<uint4*>(p.out));
   UNIMOE_LAUNCH_CHECK();
@@ -170,16 +172,16 @@ void launch_gated_activation(const GatedActivationParams& p, cudaStream_t stream
   const dim3 grid(ceil_div(p.capacity, kRowsPerBlock));
   switch (p.activation) {
     case Activation::SwiGLU:
-      gated_activation_kernel<Activation::SwiGLU><<<grid, kThreads, 0, stream>>>(args);
+      launch_pdl(gated_activation_kernel<Activation::SwiGLU>, grid, kThreads, 0, stream, args);
       break;
     case Activation::GeGLU:
-      gated_activation_kernel<Activation::GeGLU><<<grid, kThreads, 0, stream>>>(args);
+      launch_pdl(gated_activation_kernel<Activation::GeGLU>, grid, kThreads, 0, stream, args);
       break;
     case Activation::SwiGLUOai:
-      gated_activation_kernel<Activation::SwiGLUOai><<<grid, kThreads, 0, stream>>>(args);
+      launch_pdl(gated_activation_kernel<Activation::SwiGLUOai>, grid, kThreads, 0, stream, args);
       break;
     case Activation::ReLU2:
-      gated_activation_kernel<Activation::ReLU2><<<grid, kThreads, 0, stream>>>(args);
+      launch_pdl(gated_activation_kernel<Activation::ReLU2>, grid, kThreads, 0, stream, args);
       break;
     default:
       throw std::invalid_argument("gated_activation: unknown activation " +

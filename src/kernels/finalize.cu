@@ -22,6 +22,7 @@ static_assert(kMaxTopK <= kFinalizeThreads, "one thread reads each k's row and w
 
 // Block (t, column block): each thread owns kVector consecutive columns.
 __global__ void __launch_bounds__(kFinalizeThreads) finalize_kernel(const FinalizeParams p) {
+  pdl_begin();
   __shared__ int rows[kMaxTopK];
   __shared__ float weights[kMaxTopK];
   __shared__ int experts[kMaxTopK];
@@ -81,7 +82,7 @@ void launch_finalize(const FinalizeParams& p, cudaStream_t stream) {
           "y, expanded_to_permuted, topk_weights or out is null");
   require(p.b2 == nullptr || p.topk_ids != nullptr, "b2 needs topk_ids");
   const dim3 grid(p.num_tokens, ceil_div(p.hidden / kVector, kFinalizeThreads));
-  finalize_kernel<<<grid, kFinalizeThreads, 0, stream>>>(p);
+  launch_pdl(finalize_kernel, grid, kFinalizeThreads, 0, stream, p);
   UNIMOE_LAUNCH_CHECK();
 }
 

@@ -115,9 +115,11 @@ __device__ void permute_block(const BlockPermuteParams& p, BlockShared& s) {
   const int lane = tid % kWarpSize, warp = tid / kWarpSize;
   const unsigned lanes_below = (1u << lane) - 1u;
   const int num_local = p.num_local;
-  // As many scatter warps as have counters in the work area; each takes a
-  // span of whole pieces.
-  const int scatter_warps = min(threads / kWarpSize, kWorkWords / num_local);
+  // As many scatter warps as have counters in the work area and pieces to
+  // take (fewer counters to clear and add up for small inputs); each takes
+  // a span of whole pieces.
+  const int scatter_warps =
+      max(1, min(min(threads / kWarpSize, kWorkWords / num_local), (p.rows + kWarpSize - 1) / kWarpSize));
   const int pieces = (p.rows + kWarpSize - 1) / kWarpSize;
   const int span = (pieces + scatter_warps - 1) / scatter_warps * kWarpSize;
   const int span_begin = warp * span;
@@ -233,11 +235,12 @@ __device__ void permute_block(const BlockPermuteParams& p, BlockShared& s) {
 template <typename LogitT, int kPerLane, bool kDeepSeek>
 __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     fused_routing_permute_kernel(RoutingKernelParams r, BlockPermuteParams p) {
-  constexpr int kWarps = fused_threads(kPerLane) / kWarpSize;
+  pdl_begin();
   __shared__ BlockShared s;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int warps = blockDim.x / kWarpSize;
   float* group_keys = s.work.keys + warp * kPerLane * kWarpSize;
-  for (int token = warp; token < r.num_tokens; token += kWarps) {  // uniform per warp
+  for (int token = warp; token < r.num_tokens; token += warps) {  // uniform per warp
     const TokenChoice choice = route_token<LogitT, kPerLane, kDeepSeek>(r, token, lane, group_keys);
     if (lane < r.top_k) {
       const int row = token * r.top_k + lane;
@@ -253,6 +256,7 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
 
 // Precomputed ids, or no tokens: phases 2-4 only.
 __global__ void __launch_bounds__(kMaxThreads, 1) fused_permute_kernel(BlockPermuteParams p) {
+  pdl_begin();
   __shared__ BlockShared s;
   for (int i = threadIdx.x; i < p.rows; i += blockDim.x)
     s.expert[i] = local_expert(p.topk_ids[i], p);
@@ -260,10 +264,19 @@ __global__ void __launch_bounds__(kMaxThreads, 1) fused_permute_kernel(BlockPerm
   permute_block(p, s);
 }
 
+// Threads for a call: a warp per token and a thread per local expert (the
+// scan phases give each thread a run of experts), whole warps, at least 4,
+// at most what the kernel is built for. Small calls so get a small block,
+// whose barriers are cheaper.
+int block_threads(int max_threads, int num_tokens, int num_local) {
+  const int wanted = max(max(num_tokens * kWarpSize, num_local), 4 * kWarpSize);
+  return min(max_threads, (wanted + kWarpSize - 1) / kWarpSize * kWarpSize);
+}
+
 template <typename LogitT, int kPerLane, bool kDeepSeek>
 void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, cudaStream_t stream) {
-  fused_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>
-      <<<1, fused_threads(kPerLane), 0, stream>>>(r, p);
+  launch_pdl(fused_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>, 1,
+             block_threads(fused_threads(kPerLane), r.num_tokens, p.num_local), 0, stream, r, p);
 }
 
 template <typename LogitT, bool kDeepSeek>
@@ -351,7 +364,7 @@ void launch_fused_routing_permute(const RoutingParams& routing, const PermutePar
   }
 
   if (!route || rows == 0) {
-    fused_permute_kernel<<<1, kMaxThreads, 0, stream>>>(p);
+    launch_pdl(fused_permute_kernel, 1, kMaxThreads, 0, stream, p);
   } else {
     const RoutingKernelParams r = make_routing_kernel_params(routing);
     if (routing.config.logits_type == LogitsType::BF16) {

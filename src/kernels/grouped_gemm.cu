@@ -74,6 +74,7 @@ struct TileConfig {
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     grouped_gemm_kernel(const GroupedGemmArgs args) {
+  pdl_begin();
   constexpr int kTileM = Cfg::kTileM, kTileN = Cfg::kTileN, kStages = Cfg::kStages;
   constexpr int kRowsPerPass = Cfg::kRowsPerPass;
   constexpr int kLoadsA = kTileM / kRowsPerPass;  // A rows a thread copies per stage
@@ -351,7 +352,7 @@ void launch_grouped_gemm(GroupedGemmArgs args, const GemmTactic& tactic, int max
   const CompiledTactic c = compiled_tactic(index);
   UNIMOE_CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          c.smem_bytes));
-  c.kernel<<<static_cast<unsigned>(blocks), c.threads, c.smem_bytes, stream>>>(args);
+  launch_pdl(c.kernel, static_cast<unsigned>(blocks), c.threads, c.smem_bytes, stream, args);
   UNIMOE_LAUNCH_CHECK();
 }
 

@@ -78,6 +78,7 @@ __device__ __forceinline__ int local_expert(const int32_t* topk_ids, int row, in
 __global__ void __launch_bounds__(kCountThreads)
     permute_count_kernel(const int32_t* topk_ids, int rows, int chunk_rows, int local_offset,
                          int num_local, int32_t* chunk_counts) {
+  pdl_begin();
   __shared__ int s_count[kMaxLocalExperts];
   for (int e = threadIdx.x; e < num_local; e += blockDim.x) s_count[e] = 0;
   __syncthreads();
@@ -182,6 +183,7 @@ __device__ int scan_over_chunks(const ScanParams& p) {
 // One block of kScanThreads. After the scan over chunks, thread e owns local
 // expert e.
 __global__ void __launch_bounds__(kScanThreads, 1) permute_scan_kernel(ScanParams p) {
+  pdl_begin();
   __shared__ int s_warp[kWarpSize + 1];
   __shared__ int s_count[kMaxLocalExperts];
   {
@@ -272,6 +274,7 @@ __device__ void write_tiles(const ScatterParams& p, int* s_bases) {
 // each row at its warp's cursor plus its rank among the piece's lanes of the
 // same expert.
 __global__ void __launch_bounds__(kScatterThreads) permute_scatter_kernel(ScatterParams p) {
+  pdl_begin();
   __shared__ int s_cursor[kScatterWarps][kMaxLocalExperts];
   __shared__ int16_t s_expert[kMaxChunkRows];  // -1: off rank or past the end
   __shared__ int s_bases[kMaxLocalExperts + 1];  // one tile schedule's expert bases
@@ -361,7 +364,7 @@ void launch_permute(const PermuteParams& params, cudaStream_t stream) {
   int32_t* tile_bases = scratch + l.tile_bases;
 
   if (l.num_chunks > 0) {
-    permute_count_kernel<<<l.num_chunks, kCountThreads, 0, stream>>>(
+    launch_pdl(permute_count_kernel, l.num_chunks, kCountThreads, 0, stream,
         params.topk_ids, l.rows, l.chunk_rows, params.local_offset, params.num_local,
         chunk_counts);
     UNIMOE_LAUNCH_CHECK();
@@ -382,7 +385,7 @@ void launch_permute(const PermuteParams& params, cudaStream_t stream) {
     scan.tile_m[s] = params.tile_m[s];
     scan.num_tiles[s] = params.num_tiles[s];
   }
-  permute_scan_kernel<<<1, kScanThreads, 0, stream>>>(scan);
+  launch_pdl(permute_scan_kernel, 1, kScanThreads, 0, stream, scan);
   UNIMOE_LAUNCH_CHECK();
 
   if (l.num_chunks > 0) {
@@ -402,7 +405,7 @@ void launch_permute(const PermuteParams& params, cudaStream_t stream) {
       scatter.tile_m[s] = params.tile_m[s];
       scatter.tiles[s] = params.tiles[s];
     }
-    permute_scatter_kernel<<<l.num_chunks, kScatterThreads, 0, stream>>>(scatter);
+    launch_pdl(permute_scatter_kernel, l.num_chunks, kScatterThreads, 0, stream, scatter);
     UNIMOE_LAUNCH_CHECK();
   }
 }

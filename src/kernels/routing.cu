@@ -18,6 +18,7 @@ constexpr int kThreads = kWarpsPerBlock * kWarpSize;
 
 template <typename LogitT, int kPerLane, bool kDeepSeek>
 __global__ void __launch_bounds__(kThreads) routing_kernel(RoutingKernelParams p) {
+  pdl_begin();
   // Group keys of each warp; only DeepSeek's group stage uses them.
   __shared__ float s_keys[kWarpsPerBlock][kDeepSeek ? kPerLane * kWarpSize : 1];
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
@@ -34,12 +35,12 @@ __global__ void __launch_bounds__(kThreads) routing_kernel(RoutingKernelParams p
 template <typename LogitT, bool kDeepSeek>
 void launch_for_width(const RoutingKernelParams& p, int blocks, cudaStream_t stream) {
   switch (slots_per_lane(p.num_experts)) {
-    case 1: routing_kernel<LogitT, 1, kDeepSeek><<<blocks, kThreads, 0, stream>>>(p); break;
-    case 2: routing_kernel<LogitT, 2, kDeepSeek><<<blocks, kThreads, 0, stream>>>(p); break;
-    case 4: routing_kernel<LogitT, 4, kDeepSeek><<<blocks, kThreads, 0, stream>>>(p); break;
-    case 8: routing_kernel<LogitT, 8, kDeepSeek><<<blocks, kThreads, 0, stream>>>(p); break;
-    case 16: routing_kernel<LogitT, 16, kDeepSeek><<<blocks, kThreads, 0, stream>>>(p); break;
-    default: routing_kernel<LogitT, 32, kDeepSeek><<<blocks, kThreads, 0, stream>>>(p); break;
+    case 1: launch_pdl(routing_kernel<LogitT, 1, kDeepSeek>, blocks, kThreads, 0, stream, p); break;
+    case 2: launch_pdl(routing_kernel<LogitT, 2, kDeepSeek>, blocks, kThreads, 0, stream, p); break;
+    case 4: launch_pdl(routing_kernel<LogitT, 4, kDeepSeek>, blocks, kThreads, 0, stream, p); break;
+    case 8: launch_pdl(routing_kernel<LogitT, 8, kDeepSeek>, blocks, kThreads, 0, stream, p); break;
+    case 16: launch_pdl(routing_kernel<LogitT, 16, kDeepSeek>, blocks, kThreads, 0, stream, p); break;
+    default: launch_pdl(routing_kernel<LogitT, 32, kDeepSeek>, blocks, kThreads, 0, stream, p); break;
   }
   UNIMOE_LAUNCH_CHECK();
 }

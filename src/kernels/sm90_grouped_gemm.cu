@@ -94,6 +94,7 @@ struct SetupParams {
 // its expert's weights. A group with no rows keeps M = 0 (see
 // sm90_grouped_gemm_impl.cuh: the tile scheduler skips it).
 __global__ void __launch_bounds__(kSetupThreads) grouped_gemm_setup_kernel(SetupParams p) {
+  pdl_begin();
   for (int g = threadIdx.x; g < p.num_groups; g += blockDim.x) {
     const int32_t begin = p.expert_offsets[g];
     const int32_t rows = p.expert_offsets[g + 1] - begin;
@@ -152,7 +153,7 @@ void launch_sm90_grouped_gemm(const Sm90GroupedGemmParams& p, cudaStream_t strea
   setup.n = p.n;
   setup.k = p.k;
   setup.arrays = carve(p.workspace, layout);
-  grouped_gemm_setup_kernel<<<1, kSetupThreads, 0, stream>>>(setup);
+  launch_pdl(grouped_gemm_setup_kernel, 1, kSetupThreads, 0, stream, setup);
   UNIMOE_LAUNCH_CHECK();
 
   entry.run(setup.arrays, p.num_groups, static_cast<char*>(p.workspace) + layout.cutlass,

@@ -6,7 +6,8 @@
 // through shared memory; this one swaps the operands: a warp takes 16 weight
 // rows as the A operand of mma.sync m16n8k16 and the tile's (up to 16) rows
 // as two n8 B fragments, and loads both straight from global memory into
-// registers, 16 bytes per lane, kUnroll k-steps in flight. Nothing is staged
+// registers, 16 bytes per lane, kUnroll k-steps in flight (twice as many for
+// tiles of at most 8 rows, which need one fragment). Nothing is staged
 // in shared memory, so every warp is a stream of independent weight loads.
 //
 // The K order inside an m16n8k16 step is free (a dot product does not care)
@@ -38,7 +39,7 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kUnroll = 4;           // 32-wide K slabs whose loads are in flight together
+constexpr int kUnroll = 4;           // 32-wide K slabs in flight together (8 for 8-row tiles)
 constexpr int kSlab = 32;            // K per slab: 4 lanes x 8 values
 constexpr int kMinKPerWarp = 256;    // splits stop before a warp gets less K than this
 static_assert(kStreamTileM == 16, "two n8 token fragments per tile");
@@ -62,7 +63,44 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
+// acc[f] += this warp's 16 weight rows x token fragment f over K in
+// [k_begin, k_end), kFrags fragments, kSlabs 32-wide K slabs of loads in
+// flight at a time. k_end is a multiple of 8, so a lane's 8 values are all
+// in or all out.
+template <int kFrags, int kSlabs>
+__device__ __forceinline__ void stream_k_range(const uint16_t* w_lo, const uint16_t* w_hi,
+                                               bool lo_ok, bool hi_ok,
+                                               const uint16_t* const (&x_row)[2],
+                                               const bool (&x_ok)[2], int k_begin, int k_end,
+                                               int t, float (&acc)[2][4]) {
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int k0 = k_begin; k0 < k_end; k0 += kSlab * kSlabs) {
+    uint4 wl[kSlabs], wh[kSlabs], xv[kSlabs][kFrags];
+#pragma unroll
+    for (int u = 0; u < kSlabs; ++u) {
+      const int k = k0 + u * kSlab;
+      const bool k_ok = k + 8 * t < k_end;
+      wl[u] = k_ok && lo_ok ? load_weights(w_lo + k) : zero;
+      wh[u] = k_ok && hi_ok ? load_weights(w_hi + k) : zero;
+#pragma unroll
+      for (int f = 0; f < kFrags; ++f)
+        xv[u][f] = k_ok && x_ok[f] ? __ldg(reinterpret_cast<const uint4*>(x_row[f] + k)) : zero;
+    }
+#pragma unroll
+    for (int u = 0; u < kSlabs; ++u)
+#pragma unroll
+      for (int step = 0; step < 2; ++step) {
+        const uint32_t a[4] = {word(wl[u], 2 * step), word(wh[u], 2 * step),
+                               word(wl[u], 2 * step + 1), word(wh[u], 2 * step + 1)};
+#pragma unroll
+        for (int f = 0; f < kFrags; ++f)
+          mma_bf16_16816(acc[f], a, word(xv[u][f], 2 * step), word(xv[u][f], 2 * step + 1));
+      }
+  }
+}
+
 __global__ void __launch_bounds__(kThreads, 2) stream_gemm_kernel(const StreamArgs sa) {
+  pdl_begin();
   const GroupedGemmArgs& args = sa.g;
   const int tile_index = blockIdx.x / args.n_blocks;
   if (tile_index >= *args.num_tiles) return;
@@ -100,36 +138,15 @@ __global__ void __launch_bounds__(kThreads, 2) stream_gemm_kernel(const StreamAr
       x_row[f] = args.a + static_cast<size_t>(src) * args.k + 8 * t;
     }
   }
-  const bool second = tile.rows > 8;  // warp-uniform: skip the empty fragment
-
   float acc[2][4] = {};
   const int k_begin = split * sa.k_chunk;
   const int k_end = min(args.k, k_begin + sa.k_chunk);
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  for (int k0 = k_begin; k0 < k_end; k0 += kSlab * kUnroll) {
-    uint4 wl[kUnroll], wh[kUnroll], xv[kUnroll][2];
-    // k_end is a multiple of 8, so a lane's 8 values are all in or all out.
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int k = k0 + u * kSlab;
-      const bool k_ok = k + 8 * t < k_end;
-      wl[u] = k_ok && lo_ok ? load_weights(w_lo + k) : zero;
-      wh[u] = k_ok && hi_ok ? load_weights(w_hi + k) : zero;
-#pragma unroll
-      for (int f = 0; f < 2; ++f)
-        xv[u][f] = k_ok && x_ok[f] ? __ldg(reinterpret_cast<const uint4*>(x_row[f] + k)) : zero;
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-      for (int step = 0; step < 2; ++step) {
-        const uint32_t a[4] = {word(wl[u], 2 * step), word(wh[u], 2 * step),
-                               word(wl[u], 2 * step + 1), word(wh[u], 2 * step + 1)};
-        mma_bf16_16816(acc[0], a, word(xv[u][0], 2 * step), word(xv[u][0], 2 * step + 1));
-        if (second)
-          mma_bf16_16816(acc[1], a, word(xv[u][1], 2 * step), word(xv[u][1], 2 * step + 1));
-      }
-  }
+  // Warp-uniform: a tile of at most 8 rows has one token fragment, and the
+  // registers of the second go to twice the weight loads in flight.
+  if (tile.rows <= 8)
+    stream_k_range<1, 2 * kUnroll>(w_lo, w_hi, lo_ok, hi_ok, x_row, x_ok, k_begin, k_end, t, acc);
+  else
+    stream_k_range<2, kUnroll>(w_lo, w_hi, lo_ok, hi_ok, x_row, x_ok, k_begin, k_end, t, acc);
 
   // ---- K splits meet in shared memory; split 0 adds them in split order.
   if (sa.splits > 1) {
@@ -190,7 +207,7 @@ void launch_stream_gemm(GroupedGemmArgs args, int max_tiles, cudaStream_t stream
     throw std::runtime_error("launch_stream_gemm: max_tiles x column blocks = " +
                              std::to_string(blocks) + " exceeds the grid limit");
   sa.g = args;
-  stream_gemm_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(sa);
+  launch_pdl(stream_gemm_kernel, static_cast<unsigned>(blocks), kThreads, 0, stream, sa);
   UNIMOE_LAUNCH_CHECK();
 }
 

@@ -16,42 +16,46 @@ namespace {
 // (mixtral T=512 by 1.27x, every T=4096 and 16384 by 1.15x-1.8x).
 constexpr double kCutlassRowsPerExpert = 96;
 
-// The schedule's M tile for the rows per expert: up to 16 rows, 16-row
-// tiles; up to 64, 64-row tiles; above, 128-row tiles (a first rule; only
-// the 16-row choice has been compared with the others on the H200).
+// The rest of the rule, for the Mma path, measured on the H200 with
+// unimoe-bench --autotune (every pair of tactics sharing an M tile, layer
+// time by graph replay; docs/notes.md, session 2, runs 2 and 8):
+//
+// M tile: 16-row tiles up to 8 rows per expert (mixtral-8x7b T=8, 8 rows:
+// m16n64 493 us against m64n128 565), 64-row tiles above (mixtral T=64, 16
+// rows: m64n128 727 us against m16n64 829); 128-row tiles above 64 rows (not
+// yet compared with 64 on the H200).
+constexpr double kTile16RowsPerExpert = 8;
+constexpr double kTile64RowsPerExpert = 64;
+
 int tile_m_for(double rows_per_expert) {
-  if (rows_per_expert <= 16) return 16;
-  if (rows_per_expert <= 64) return 64;
+  if (rows_per_expert <= kTile16RowsPerExpert) return 16;
+  if (rows_per_expert <= kTile64RowsPerExpert) return 64;
   return 128;
 }
 
-// The tiled tactic for a schedule's M tile and a GEMM of n_cols output
-// columns. 16-row tiles take 64 columns when 128-column tiles would give the
-// GEMM at most one CTA per SM. Measured on the H200 (docs/notes.md, session
-// 1): at T=1 n64 cut dsv3-tp8's GEMM1 (2I = 512: 32 CTAs at n128) from 46.8
-// to 26.1 us and qwen3-30b-a3b's from 19.7 to 15.5 us, but made dsv3-tp8's
-// GEMM2 (448 CTAs at n128) slower, 20.3 -> 25.8 us.
-GemmTactic tiled_tactic(int tile_m, int n_cols, double tiles, int sm_count) {
-  const double ctas_at_n128 = tiles * ((n_cols + 127) / 128);
-  const int tile_n = tile_m == 16 && ctas_at_n128 <= sm_count ? 64 : 128;
+// Column tile: with 16-row tiles, 64 columns won every measured point over
+// 128 (T=8: qwen3-30b-a3b 129 vs 137 us, qwen3-235b-a22b 455 vs 466,
+// gpt-oss-120b 335 vs 345, mixtral 493 vs 512; T=1 and T=64 likewise or
+// tied): more CTAs for the same weights. Larger M tiles take 128.
+GemmTactic tiled_tactic(int tile_m) {
+  const int tile_n = tile_m == 16 ? 64 : 128;
   for (const GemmTactic& t : kMmaTactics)
     if (!t.stream && t.tile_m == tile_m && t.tile_n == tile_n) return t;
   throw std::runtime_error("no GEMM tactic compiled for m" + std::to_string(tile_m) + "n" +
                            std::to_string(tile_n));
 }
 
-// The stream (swap-AB) kernel, for 16-row schedules where the tiled one
-// leaves SMs idle or has too little K per CTA. Measured on the H200
-// (session 2, run 2: unimoe-bench --autotune at T = 1, 8, 64, every pair of
-// 16-row tactics): GEMM1 streamed won only where m16n64 still gave fewer
-// CTAs than SMs (dsv3-tp8 T=1: 64 CTAs; layer 46.7 us against 55.9 with
-// m16n64) and tied or lost elsewhere (qwen3-30b-a3b T=64: 335 vs 292 us);
-// GEMM2 streamed won where its K (= I) is 256 (dsv3-tp8 T=1 and 8, by
-// 1.4-2.7 us: the tiled kernel's pipeline has 4 K tiles a CTA) and lost
-// for longer K (mixtral T=1: 192 vs 187 us).
+// The stream (swap-AB) kernel for both GEMMs where I <= 256 and experts
+// have at most one row: there the tiled kernels have few column blocks
+// (GEMM1, 2I = 512 columns) or few K tiles a CTA (GEMM2, K = I), and the
+// stream kernel's many short CTAs keep every SM streaming. dsv3-tp8: T=1
+// 41.5 us against 51.0 for m16n64 both; T=8 173.9 against 187.7. At 2 rows
+// per expert (T=64) the two tied (run 2); with I >= 768 (every other preset)
+// m16n64 won by 1-8% at T=1 and 8.
 constexpr GemmTactic kStream = kMmaTactics[kNumMmaTactics - 1];
 static_assert(kStream.stream && kStream.tile_m == 16, "the stream tactic serves 16-row tiles");
-constexpr int kStreamGemm2MaxK = 256;
+constexpr int kStreamMaxIntermediate = 256;
+constexpr double kStreamRowsPerExpert = 1;
 
 }  // namespace
 
@@ -72,7 +76,7 @@ bool backend_allows(const std::string& backend, ExpertsPath p) {
   return backend == "auto" || backend == path_name(p);
 }
 
-LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens, int sm_count,
+LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens, [[maybe_unused]] int sm_count,
                           const TuningChoice* tuned) {
   const double rows = static_cast<double>(num_tokens) * config.routing.top_k;
   const int e_local = config.local_experts();
@@ -83,18 +87,10 @@ LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens, int sm_count,
                   ? ExpertsPath::Cutlass
                   : ExpertsPath::Mma;
   plan.tile_m = tile_m_for(per_expert);
-  // Tiles of the schedule under uniform routing: each expert hit gets
-  // ceil(rows / tile_m) tiles.
-  const double hit = std::min<double>(e_local, rows);
-  const double tiles = hit * std::ceil(rows / std::max(hit, 1.0) / plan.tile_m);
-  plan.gemm1 = tiled_tactic(plan.tile_m, config.gemm1_cols(), tiles, sm_count);
-  plan.gemm2 = tiled_tactic(plan.tile_m, config.experts.hidden, tiles, sm_count);
-  if (plan.tile_m == kStream.tile_m) {
-    // m16n64 makes a CTA of 32 gated output columns (64 gate and up rows).
-    const double ctas_at_n64 = tiles * ((config.gemm1_cols() / 2 + 31) / 32);
-    if (ctas_at_n64 < sm_count) plan.gemm1 = kStream;
-    if (config.experts.intermediate <= kStreamGemm2MaxK) plan.gemm2 = kStream;
-  }
+  const bool stream = plan.tile_m == kStream.tile_m &&
+                      config.experts.intermediate <= kStreamMaxIntermediate &&
+                      per_expert <= kStreamRowsPerExpert;
+  plan.gemm1 = plan.gemm2 = stream ? kStream : tiled_tactic(plan.tile_m);
   if (tuned == nullptr) return plan;
 
   // A cache entry is keyed with backend "auto" (plan/tuning.h), so a forced

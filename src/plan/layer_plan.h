@@ -37,11 +37,12 @@ struct LayerPlan {
 };
 
 // The rule: rows per local expert decide (crossover measured on the H200;
-// see kCutlassRowsPerExpert in layer_plan.cpp). Up to 96 rows: the Mma
-// path; up to 16 rows with 16-row tiles, narrow ones (n64) or the stream
-// (swap-AB) kernel where wide tiles would leave SMs idle. Many rows: the
-// Cutlass path's wgmma tiles. options.backend "mma" or "cutlass"
-// forces the path. sm_count: the device's multiprocessors.
+// see layer_plan.cpp for every constant and the figures behind it). Up to
+// 96 rows: the Mma path; up to 8 rows with 16-row tiles, 64 columns wide,
+// or the stream (swap-AB) kernel for small I at one row per expert. Many
+// rows: the Cutlass path's wgmma tiles. options.backend "mma" or "cutlass"
+// forces the path. sm_count: the device's multiprocessors (the current rule,
+// measured on the 132-SM H200 only, does not use it).
 //
 // `tuned`, when given (the autotuner's winner for the call's token bucket),
 // replaces the rule: its path, and on the Mma path its GEMM tactics (tile_m =

@@ -19,23 +19,33 @@ LayerPlan plan(const std::string& preset, int tokens, const std::string& backend
   return plan_for_tokens(c, tokens, kH200Sms);
 }
 
-TEST(LayerPlan, DecodeTakesNarrowTilesOrTheStreamKernelWhereSmsWouldIdle) {
-  // dsv3-tp8 T=1: GEMM1 (I = 256) has 8 tiles x 8 column blocks = 64 CTAs
-  // even at n64 -> stream; GEMM2's K is I = 256 -> stream.
-  const LayerPlan ds = plan("dsv3-tp8", 1);
-  EXPECT_EQ(ds.path, ExpertsPath::Mma);
-  EXPECT_EQ(ds.tile_m, 16);
-  EXPECT_EQ(ds.gemm1.to_string(), "stream_m16");
-  EXPECT_EQ(ds.gemm2.to_string(), "stream_m16");
-  // dsv3-tp8 T=8: 64 tiles x 4 column blocks = 256 CTAs -> n128 GEMM1.
-  EXPECT_EQ(plan("dsv3-tp8", 8).gemm1.to_string(), "m16n128");
-  EXPECT_EQ(plan("dsv3-tp8", 8).gemm2.to_string(), "stream_m16");
-  // qwen3-30b-a3b T=1: 96 and 128 CTAs at n128 -> both n64 (192 CTAs at n64).
-  const LayerPlan qw = plan("qwen3-30b-a3b", 1);
-  EXPECT_EQ(qw.gemm1.to_string(), "m16n64");
-  EXPECT_EQ(qw.gemm2.to_string(), "m16n64");
-  // 17 rows per expert: 64-row tiles.
-  EXPECT_EQ(plan("mixtral-8x7b", 68).gemm1.to_string(), "m64n128");
+TEST(LayerPlan, DecodeTakesNarrowTilesOrTheStreamKernel) {
+  // dsv3-tp8 (I = 256) at up to one row per expert: the stream kernel.
+  for (int t : {1, 8, 32}) {
+    const LayerPlan ds = plan("dsv3-tp8", t);
+    SCOPED_TRACE("T=" + std::to_string(t));
+    EXPECT_EQ(ds.path, ExpertsPath::Mma);
+    EXPECT_EQ(ds.tile_m, 16);
+    EXPECT_EQ(ds.gemm1.to_string(), "stream_m16");
+    EXPECT_EQ(ds.gemm2.to_string(), "stream_m16");
+  }
+  // dsv3-tp8 T=64: 2 rows per expert -> 16-row tiles, 64 columns.
+  EXPECT_EQ(plan("dsv3-tp8", 64).gemm1.to_string(), "m16n64");
+  EXPECT_EQ(plan("dsv3-tp8", 64).gemm2.to_string(), "m16n64");
+  // I >= 768: m16n64 at T = 1 and 8 (measured wins), up to 8 rows per expert.
+  for (const auto& [preset, tokens] : {std::pair<std::string, int>{"qwen3-30b-a3b", 1},
+                                       {"qwen3-235b-a22b", 8},
+                                       {"gpt-oss-120b", 8},
+                                       {"mixtral-8x7b", 32}}) {  // 8 rows per expert
+    const LayerPlan p = plan(preset, tokens);
+    SCOPED_TRACE(preset + " T=" + std::to_string(tokens));
+    EXPECT_EQ(p.tile_m, 16);
+    EXPECT_EQ(p.gemm1.to_string(), "m16n64");
+    EXPECT_EQ(p.gemm2.to_string(), "m16n64");
+  }
+  // mixtral T=64: 16 rows per expert -> 64-row tiles.
+  EXPECT_EQ(plan("mixtral-8x7b", 64).tile_m, 64);
+  EXPECT_EQ(plan("mixtral-8x7b", 64).gemm1.to_string(), "m64n128");
 }
 
 TEST(LayerPlan, CutlassAboveTheMeasuredCrossover) {
