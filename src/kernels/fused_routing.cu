@@ -145,14 +145,21 @@ __device__ void permute_block(const BlockPermuteParams& p, BlockShared& s) {
   const int first = min(tid * per_thread, num_local);
   const int last = min(first + per_thread, num_local);
   int mine = 0;
+  // Loops over experts and warps stay rolled (here and below): the block runs
+  // this code once per call, with its instructions not cached, so code size
+  // costs more than loop overhead.
+#pragma unroll 1
   for (int e = first; e < last; ++e)
+#pragma unroll 1
     for (int w = 0; w < scatter_warps; ++w) mine += s.work.words[w * num_local + e];
   int total = 0;
   int next = block_exclusive_sum(mine, s.scan, total);
+#pragma unroll 1
   for (int e = first; e < last; ++e) {
     s.offsets[e] = next;
     p.expert_offsets[e] = next;
     const int start = next;
+#pragma unroll 1
     for (int w = 0; w < scatter_warps; ++w) {
       const int n = s.work.words[w * num_local + e];
       s.work.words[w * num_local + e] = next;
@@ -188,20 +195,21 @@ __device__ void permute_block(const BlockPermuteParams& p, BlockShared& s) {
   __syncthreads();  // the cursors are done: the work area takes the tile bases
 
   // Phase 4b: tile bases of every schedule (the first tile of each expert;
-  // empty experts share their successor's), then the tiles. Unrolled so that
-  // the parameter arrays are indexed by constants.
-#pragma unroll
+  // empty experts share their successor's), then the tiles.
+#pragma unroll 1
   for (int t = 0; t < kMaxTileSizes; ++t) {
     if (t >= p.num_tile_sizes) break;
     const int tile_m = p.tile_m[t];
     int32_t* bases = s.work.words + t * (num_local + 1);
     int my_tiles = 0;
+#pragma unroll 1
     for (int e = first; e < last; ++e) {
       const int count = s.offsets[e + 1] - s.offsets[e];
       my_tiles += count == 0 ? 0 : (count - 1) / tile_m + 1;  // no overflow for huge tile_m
     }
     int num_tiles = 0;
     int base = block_exclusive_sum(my_tiles, s.scan, num_tiles);
+#pragma unroll 1
     for (int e = first; e < last; ++e) {
       bases[e] = base;
       const int count = s.offsets[e + 1] - s.offsets[e];
@@ -213,7 +221,7 @@ __device__ void permute_block(const BlockPermuteParams& p, BlockShared& s) {
     }
   }
   __syncthreads();
-#pragma unroll
+#pragma unroll 1
   for (int t = 0; t < kMaxTileSizes; ++t) {
     if (t >= p.num_tile_sizes) break;
     const int32_t* bases = s.work.words + t * (num_local + 1);
