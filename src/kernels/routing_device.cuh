@@ -94,17 +94,10 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Double-precision exp, one out-of-line copy for every caller: inlined, its
-// ~60 instructions were repeated per expert slot and per policy (a DeepSeek
-// routing kernel was 49 KB of code). A routing kernel runs its code once per
-// call, fetched cold from memory after the GEMMs have swept the caches, so
-// its latency grows with its size; a call costs a few cycles.
-static __device__ __noinline__ double exp_f64(double x) { return exp(x); }
-
 // The reference's sigmoid: full relative precision on both sides of 0.
 __device__ __forceinline__ double sigmoid(double x) {
-  if (x >= 0) return 1.0 / (1.0 + exp_f64(-x));
-  const double e = exp_f64(x);
+  if (x >= 0) return 1.0 / (1.0 + exp(-x));
+  const double e = exp(x);
   return e / (1.0 + e);
 }
 
@@ -113,7 +106,7 @@ __device__ __forceinline__ double sigmoid(double x) {
 // host's expf gives in all but very rare cases (CUDA's expf may be 2 ulp off,
 // which would swap near-tied experts).
 __device__ __forceinline__ float deepseek_score(float x) {
-  const float e = static_cast<float>(exp_f64(-static_cast<double>(x)));
+  const float e = static_cast<float>(exp(-static_cast<double>(x)));
   return 1.0f / (1.0f + e);
 }
 
@@ -211,7 +204,7 @@ __device__ inline double chosen_weight(const RoutingKernelParams& p, const RowSo
       double w = 0;
       if (active) {
         w = isinf(row.max) ? (x == row.max ? 1.0 / row.ties : 0.0)
-                           : exp_f64(static_cast<double>(x) - row.max) / row.sum;
+                           : exp(static_cast<double>(x) - row.max) / row.sum;
       }
       return p.policy == RoutingPolicy::RenormalizeNaive ? renormalize(w) : w;
     }
@@ -222,7 +215,7 @@ __device__ inline double chosen_weight(const RoutingKernelParams& p, const RowSo
         const int ties = __popc(__ballot_sync(kFullMask, active && x == m));
         return active && x == m ? 1.0 / ties : 0.0;
       }
-      const double v = active ? exp_f64(static_cast<double>(x) - m) : 0.0;
+      const double v = active ? exp(static_cast<double>(x) - m) : 0.0;
       return v / warp_sum(v);
     }
     case RoutingPolicy::TopK:
