@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "plan/floor.h"
+#include "plan/routing_sweep.h"
 #include "unimoe/unimoe.h"
 
 namespace unimoe::bench {
@@ -60,5 +61,15 @@ RunResult run_cpu_reference(const Options& opt, const std::string& why);
 // Peer timings: torch_peer.py run side by side, anchors read from a file.
 void add_torch_peer(const Options& opt, RunResult& result);
 void add_anchor_peers(const Options& opt, RunResult& result);
+
+// --routing-sweep: the routing variants over a (policy, E, K, T) grid.
+struct SweepOptions {
+  RoutingSweepGrid grid = default_routing_sweep_grid();
+  int iters = 20;
+  std::string json_path = "out/routing_sweep.json";
+};
+// Times every point, writes JSON; returns the exit status (2: no GPU,
+// 1: the variants disagreed somewhere, 0: done).
+int run_routing_sweep(const SweepOptions& opt);
 
 }  // namespace unimoe::bench

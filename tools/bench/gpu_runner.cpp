@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 
+#include "gpu_timing.h"
 #include "ref/synthetic.h"
 #include "kernels/common.cuh"
 #include "kernels/fill.cuh"
@@ -33,57 +34,6 @@ constexpr int kDefaultRotate = 4;
 // error: bf16 operands, fp32 accumulation, bf16 intermediates (the GPU tests'
 // bound; measured errors are 2e-3..5e-3).
 constexpr double kTuningTolerance = 1e-2;
-
-// Device memory freed on scope exit.
-struct DeviceMem {
-  void* p = nullptr;
-  explicit DeviceMem(std::size_t bytes) { UNIMOE_CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1)); }
-  ~DeviceMem() { cudaFree(p); }
-  DeviceMem(const DeviceMem&) = delete;
-  DeviceMem& operator=(const DeviceMem&) = delete;
-  template <typename T>
-  T* as() const { return static_cast<T*>(p); }
-};
-
-// Captures `body` (launches on `stream`) once into a graph.
-cudaGraphExec_t capture(cudaStream_t stream, const std::function<void()>& body) {
-  cudaGraph_t graph = nullptr;
-  UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  try {
-    body();
-  } catch (...) {
-    // Leave the stream usable for the next candidate or point.
-    if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
-    throw;
-  }
-  UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec;
-  UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  UNIMOE_CUDA_CHECK(cudaGraphDestroy(graph));
-  return exec;
-}
-
-// Median over `iters` replays of the time of one replay, divided by `per`.
-double median_replay_us(cudaGraphExec_t exec, cudaStream_t stream, int iters, int per) {
-  cudaEvent_t start, stop;
-  UNIMOE_CUDA_CHECK(cudaEventCreate(&start));
-  UNIMOE_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < 3; ++i) UNIMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  std::vector<double> us;
-  for (int i = 0; i < iters; ++i) {
-    UNIMOE_CUDA_CHECK(cudaEventRecord(start, stream));
-    UNIMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    UNIMOE_CUDA_CHECK(cudaEventRecord(stop, stream));
-    UNIMOE_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    UNIMOE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    us.push_back(1000.0 * ms / per);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
-  return us[us.size() / 2];
-}
 
 Ceilings measure_ceilings(cudaStream_t stream) {
   Ceilings c;

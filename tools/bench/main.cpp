@@ -70,6 +70,31 @@ void print_table(const RunResult& r) {
                 acc.second, std::exp(acc.first / acc.second));
 }
 
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
+  return out;
+}
+
+// "1,8,64" -> {1, 8, 64}; every value an integer >= 1, else Error(field).
+std::vector<int> parse_counts(const std::string& list, const std::string& field) {
+  std::vector<int> out;
+  for (const std::string& item : split_list(list)) {
+    std::size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || item.empty() || v < 1)
+      throw Error(field, "'" + item + "' is not an integer >= 1");
+    out.push_back(v);
+  }
+  return out;
+}
+
 void write_json(const Options& opt, const RunResult& r) {
   nlohmann::json doc;
   doc["tool"] = "unimoe-bench";
@@ -138,8 +163,32 @@ int main(int argc, char** argv) {
                "reference check, save winners to --tuning-cache (buckets already there are not timed)");
   app.add_option("--tuning-cache", opt.tuning_cache,
                  "tuning cache JSON: written by --autotune (default out/tuning.json), else read by the layer");
+  bool routing_sweep = false;
+  std::string policy_list = "all", expert_list, top_k_list;
+  app.add_flag("--routing-sweep", routing_sweep,
+               "instead of the layer: time the routing variants (split, fused) over policies x E x K x T "
+               "(--policies, --experts, --top-k, --tokens; defaults: the full sweep grid) and write JSON "
+               "for scripts/analyze_routing_sweep.py");
+  app.add_option("--policies", policy_list, "routing sweep: routing policies, comma-separated, or 'all'")
+      ->capture_default_str();
+  app.add_option("--experts", expert_list, "routing sweep: E values, comma-separated (default 8..1024)");
+  app.add_option("--top-k", top_k_list, "routing sweep: K values, comma-separated (default 1..32)");
   CLI11_PARSE(app, argc, argv);
   try {
+    if (routing_sweep) {
+      SweepOptions so;
+      if (policy_list != "all") {
+        so.grid.policies.clear();
+        for (const std::string& name : split_list(policy_list))
+          so.grid.policies.push_back(parse_routing_policy(name));
+      }
+      if (!expert_list.empty()) so.grid.experts = parse_counts(expert_list, "experts");
+      if (!top_k_list.empty()) so.grid.top_k = parse_counts(top_k_list, "top-k");
+      if (app.count("--tokens") > 0) so.grid.tokens = parse_counts(token_list, "tokens");
+      so.iters = opt.iters;
+      if (app.count("--json") > 0) so.json_path = opt.json_path;
+      return run_routing_sweep(so);
+    }
     opt.quant = parse_quant_variant(quant);
     if (preset_list == "all") {
       for (const Preset& p : presets()) opt.presets.push_back(p.name);
@@ -154,12 +203,7 @@ int main(int argc, char** argv) {
         throw Error("backend", "unknown backend '" + b + "'; allowed: auto, mma, cutlass");
       opt.backends.push_back(b);
     }
-    std::stringstream ts(token_list);
-    for (std::string t; std::getline(ts, t, ',');) {
-      const int v = std::stoi(t);
-      if (v < 1) throw Error("tokens", "'" + t + "' is not a token count >= 1");
-      opt.tokens.push_back(v);
-    }
+    opt.tokens = parse_counts(token_list, "tokens");
     if (opt.autotune && opt.tuning_cache.empty()) opt.tuning_cache = "out/tuning.json";
     // A forced backend restricts the candidates, but the cache key is the
     // "auto" config's: its winner must not stand in for the true one.

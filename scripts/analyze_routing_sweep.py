@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Turns `unimoe-bench --routing-sweep` JSON into the routing variant table,
+the rule's score and a proposed rule.
+
+    scripts/analyze_routing_sweep.py SWEEP.json [--plot OUT.png]
+
+Prints, for each point class, where the fused single-block kernel beats the
+split chain; how often the layer's rule (the `rule` field the sweep records
+from routing_variant_for) is within 5% of the best variant, and its
+geometric-mean speedup over "always fused" and "always split"; the issue's
+targets (DeepSeekV3 E=256 K=8 n_group=8, Renormalize E=128 K=8); and, per
+policy family, the T*K threshold "fused iff T*K <= R" that agrees with the
+measured best variant most often. --plot draws time against T for the
+target configs (needs matplotlib).
+"""
+import argparse
+import json
+import math
+import sys
+from collections import defaultdict
+
+DEEPSEEK = {"DeepSeekV3", "MiniMax2"}
+TOLERANCE = 1.05
+
+
+def variant_times(p):
+    """{variant: time}; a variant the sweep could not run is absent."""
+    times = {"split": p["split_us"]}
+    if p.get("fused_us") is not None:
+        times["fused"] = p["fused_us"]
+    return times
+
+
+def best(p):
+    times = variant_times(p)
+    name = min(times, key=times.get)
+    return name, times[name]
+
+
+def time_of(p, variant):
+    """The time of `variant`, or split's where the fused kernel cannot serve."""
+    return variant_times(p).get(variant, p["split_us"])
+
+
+def geomean(values):
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def rule_score(points):
+    within = sum(time_of(p, p["rule"]) <= TOLERANCE * best(p)[1] for p in points)
+    vs_fused = geomean(time_of(p, "fused") / time_of(p, p["rule"]) for p in points)
+    vs_split = geomean(p["split_us"] / time_of(p, p["rule"]) for p in points)
+    return within / len(points), vs_fused, vs_split
+
+
+def family(p):
+    return "deepseek" if p["policy"] in DEEPSEEK else "other"
+
+
+def propose_thresholds(points):
+    """Per family, the R of 'fused iff T*K <= R' that matches the best
+    variant on the most points (ties: the smaller R)."""
+    out = {}
+    by_family = defaultdict(list)
+    for p in points:
+        by_family[family(p)].append(p)
+    for fam, pts in sorted(by_family.items()):
+        candidates = sorted({p["T"] * p["K"] for p in pts} | {0})
+        best_r, best_hits = 0, -1
+        for r in candidates:
+            hits = sum((best(p)[0] == "fused") == (p["T"] * p["K"] <= r and "fused" in variant_times(p))
+                       for p in pts)
+            if hits > best_hits:
+                best_r, best_hits = r, hits
+        out[fam] = (best_r, best_hits / len(pts))
+    return out
+
+
+def target(points, policy, e, k, n_group, t_max=None, t_exact=None):
+    sel = [p for p in points if p["policy"] == policy and p["E"] == e and p["K"] == k
+           and p["n_group"] == n_group
+           and (t_max is None or p["T"] <= t_max) and (t_exact is None or p["T"] == t_exact)]
+    return max((best(p)[1] for p in sel), default=None)
+
+
+def report(doc):
+    points = doc["points"]
+    lines = [f"routing sweep on {doc.get('device', '?')}: {len(points)} points, "
+             f"{doc.get('calls_per_graph', '?')} calls per graph replay, times in us per call"]
+    bad = [p for p in points if p.get("outputs_match") is False]
+    lines.append(f"split/fused output mismatches: {len(bad)}")
+    for p in bad[:20]:
+        lines.append(f"  MISMATCH {p['policy']} E={p['E']} K={p['K']} T={p['T']}")
+
+    lines.append("")
+    lines.append("fused wins (points where it runs), by policy family and T*K:")
+    buckets = [1, 8, 32, 64, 128, 256, 512, 1024, 4096]
+    header = "family    " + "".join(f"{'<=' + str(b):>10}" for b in buckets)
+    lines.append(header)
+    for fam in ("deepseek", "other"):
+        row = f"{fam:10}"
+        for i, b in enumerate(buckets):
+            lo = buckets[i - 1] if i else 0
+            sel = [p for p in points if family(p) == fam and lo < p["T"] * p["K"] <= b
+                   and p.get("fused_us") is not None]
+            row += f"{(sum(best(p)[0] == 'fused' for p in sel) / len(sel) if sel else float('nan')):>10.2f}"
+        lines.append(row)
+
+    within, vs_fused, vs_split = rule_score(points)
+    lines.append("")
+    lines.append(f"rule within 5% of the best variant: {100 * within:.1f}% of points (target >= 95%)")
+    lines.append(f"rule speedup, geometric mean: {vs_fused:.3f}x over always-fused, "
+                 f"{vs_split:.3f}x over always-split")
+
+    lines.append("")
+    for fam, (r, agree) in propose_thresholds(points).items():
+        lines.append(f"proposed: {fam} policies fused iff T*K <= {r} (matches the best variant on "
+                     f"{100 * agree:.1f}% of their points)")
+
+    lines.append("")
+    ds_small = target(points, "DeepSeekV3", 256, 8, 8, t_max=64)
+    ds_large = target(points, "DeepSeekV3", 256, 8, 8, t_exact=16384)
+    rn_small = target(points, "Renormalize", 128, 8, 1, t_max=64)
+    fmt = lambda v: "not swept" if v is None else f"{v:.2f} us"
+    lines.append(f"target DeepSeekV3 E=256 K=8 n_group=8, worst best-variant time T<=64: {fmt(ds_small)} (<= 4)")
+    lines.append(f"target DeepSeekV3 E=256 K=8 n_group=8, T=16384: {fmt(ds_large)} (<= 20)")
+    lines.append(f"target Renormalize E=128 K=8, worst best-variant time T<=64: {fmt(rn_small)} (<= 3)")
+    return "\n".join(lines)
+
+
+def plot(doc, path):
+    import matplotlib  # noqa: F401  (optional dependency)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for policy, e, k, g in (("DeepSeekV3", 256, 8, 8), ("Renormalize", 128, 8, 1)):
+        sel = sorted((p for p in doc["points"] if p["policy"] == policy and p["E"] == e
+                      and p["K"] == k and p["n_group"] == g), key=lambda p: p["T"])
+        for variant in ("split", "fused"):
+            xs = [p["T"] for p in sel if variant in variant_times(p)]
+            ys = [variant_times(p)[variant] for p in sel if variant in variant_times(p)]
+            ax.plot(xs, ys, marker=".", label=f"{policy} E={e} K={k} {variant}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("T (tokens)")
+    ax.set_ylabel("routing + permute, us per call")
+    ax.legend()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("sweep")
+    ap.add_argument("--plot", help="PNG of time against T for the target configs (needs matplotlib)")
+    args = ap.parse_args(argv)
+    with open(args.sweep) as f:
+        doc = json.load(f)
+    if not doc.get("points"):
+        print(f"{args.sweep}: no points", file=sys.stderr)
+        return 1
+    print(report(doc))
+    if args.plot:
+        plot(doc, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

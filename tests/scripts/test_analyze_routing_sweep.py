@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""scripts/analyze_routing_sweep.py on a synthetic sweep whose answers are
+known: fused wins up to T*K = 64 for DeepSeek policies and up to 256 for the
+others; the recorded rule is right except at one point."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "..", "scripts", "analyze_routing_sweep.py")
+sys.path.insert(0, os.path.dirname(SCRIPT))
+import analyze_routing_sweep as ars  # noqa: E402
+
+
+def point(policy, e, k, n_group, t, fused_wins, rule, fused_fits=True):
+    split = 10.0 + t * k / 100.0
+    fused = split * (0.5 if fused_wins else 2.0)
+    return {"policy": policy, "E": e, "K": k, "n_group": n_group, "topk_group": 4 if n_group > 1 else 1,
+            "T": t, "rule": rule, "split_us": split, "fused_us": fused if fused_fits else None,
+            "outputs_match": True}
+
+
+def synthetic():
+    pts = []
+    for t in (1, 2, 4, 8, 16, 32, 64, 128):
+        rows = t * 8
+        pts.append(point("DeepSeekV3", 256, 8, 8, t, rows <= 64, "fused" if rows <= 64 else "split"))
+        pts.append(point("Renormalize", 128, 8, 1, t, rows <= 256, "fused" if rows <= 256 else "split"))
+    # One wrong rule choice, and one point the fused kernel cannot serve.
+    pts.append(point("Renormalize", 128, 8, 1, 4096, False, "fused", fused_fits=False))
+    pts[0]["rule"] = "split"  # DeepSeekV3 T=1: fused wins 2x, the rule says split
+    return {"device": "test", "calls_per_graph": 8, "points": pts}
+
+
+def check(cond, what):
+    if not cond:
+        print("FAILED:", what)
+        sys.exit(1)
+
+
+def main():
+    doc = synthetic()
+    props = ars.propose_thresholds(doc["points"])
+    check(props["deepseek"] == (64, 1.0), f"deepseek threshold {props['deepseek']}")
+    check(props["other"] == (256, 1.0), f"other threshold {props['other']}")
+    within, vs_fused, vs_split = ars.rule_score(doc["points"])
+    n = len(doc["points"])
+    check(abs(within - (n - 1) / n) < 1e-12, f"rule within 5% on {within}")
+    check(vs_split > 1.0 and vs_fused > 1.0, "the rule beats both fixed choices")
+    # A point the fused kernel cannot serve counts as split for "always fused".
+    check(ars.time_of(doc["points"][-1], "fused") == doc["points"][-1]["split_us"], "fallback")
+    check(ars.target(doc["points"], "DeepSeekV3", 256, 8, 8, t_max=64) is not None, "target found")
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "sweep.json")
+        with open(path, "w") as f:
+            json.dump(doc, f)
+        out = subprocess.run([sys.executable, SCRIPT, path], capture_output=True, text=True, check=True).stdout
+        check("proposed: deepseek policies fused iff T*K <= 64" in out, out)
+        check("split/fused output mismatches: 0" in out, out)
+    print("analyze_routing_sweep: ok")
+
+
+if __name__ == "__main__":
+    main()
