@@ -27,21 +27,25 @@ bool make_routing(RoutingPolicy policy, int e, int k, RoutingConfig* out) {
     r.n_group = kDeepSeekGroups;
     r.topk_group = kDeepSeekKeptGroups;
   }
-  // validate() checks the whole layer: give it a small legal experts part.
-  MoEConfig c;
-  c.routing = r;
-  c.experts.hidden = 64;
-  c.experts.intermediate = 64;
-  try {
-    validate(c);
-  } catch (const Error&) {
-    return false;
-  }
+  if (!legal_routing(r)) return false;
   *out = r;
   return true;
 }
 
 }  // namespace
+
+bool legal_routing(const RoutingConfig& routing) {
+  MoEConfig c;
+  c.routing = routing;
+  c.experts.hidden = 128;
+  c.experts.intermediate = 128;
+  try {
+    validate(c);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
 
 RoutingSweepGrid default_routing_sweep_grid() {
   RoutingSweepGrid g;

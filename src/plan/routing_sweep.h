@@ -22,6 +22,10 @@ struct RoutingSweepGrid {
 // 24, 32, 48, 64, 96, 128 and powers of two up to 16384.
 RoutingSweepGrid default_routing_sweep_grid();
 
+// Whether validate() accepts a layer with this routing (the experts part is
+// a small legal filler).
+bool legal_routing(const RoutingConfig& routing);
+
 // One point of the sweep: the routing config and T.
 struct RoutingSweepPoint {
   RoutingConfig routing;

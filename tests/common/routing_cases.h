@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <limits>
 
+#include "plan/routing_sweep.h"
 #include "ref/ref.h"
 
 namespace unimoe::test {
@@ -42,18 +43,6 @@ V row_of(const V& v, int row, int k) {
   return V(v.begin() + std::size_t{1} * row * k, v.begin() + std::size_t{1} * (row + 1) * k);
 }
 
-// Whether validate() accepts the routing config (the experts part is filler).
-inline bool legal_routing(const RoutingConfig& r) {
-  MoEConfig m;
-  m.routing = r;
-  m.experts.hidden = 128;
-  m.experts.intermediate = 128;
-  try {
-    validate(m);
-    return true;
-  } catch (const Error&) {
-    return false;
-  }
-}
+using unimoe::legal_routing;  // plan/routing_sweep.h
 
 }  // namespace unimoe::test
