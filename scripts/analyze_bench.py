@@ -7,11 +7,15 @@ For each (preset, T) in both files: unimoe's time (best backend when several
 ran), three floors (the anchor file's; one from this run's measured ceilings;
 a strict one with the higher of the two bandwidths and matmul rates), and the
 ratio to the best peer. Ends with the geometric means the BF16 issue's
-targets are stated in.
+targets are stated in, the points slower than the best peer, the T=1 points
+against 1.6x the anchor floor, and each point's stage times.
 """
 import json
 import math
 import sys
+
+T1_BOUND = 1.6  # the BF16 issue: T=1 at most 1.6x the floor on every shape
+STAGES = ["routing", "permute", "gemm1", "gemm2", "finalize"]  # the launch chain's order
 
 
 def main():
@@ -29,6 +33,7 @@ def main():
     print(f"{'preset':16} {'T':>6} {'backend':8} {'time_us':>9} {'t/anchor':>8} {'t/run':>6} {'t/strict':>8} {'peer_us':>9} {'t/peer':>6}")
     logs = {"anchor": [], "run": [], "strict": []}
     slower = []
+    t1 = []
     for key, p in sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         if key not in anchor_rows:
             continue
@@ -41,12 +46,23 @@ def main():
             logs[k].append(math.log(v))
         if p["time_us"] > peer:
             slower.append(f"{key[0]} T={key[1]}")
+        if key[1] == 1:
+            t1.append((key[0], p["time_us"], ratios["anchor"], T1_BOUND * a["floor_us"]))
         print(f"{key[0]:16} {key[1]:>6} {p['backend']:8} {p['time_us']:9.1f} {ratios['anchor']:8.2f} "
               f"{ratios['run']:6.2f} {ratios['strict']:8.2f} {peer:9.1f} {p['time_us'] / peer:6.2f}")
     for k, v in logs.items():
         if v:
             print(f"geometric mean of time/floor ({k} floor) over {len(v)} points: {math.exp(sum(v) / len(v)):.3f}")
     print(f"points slower than the best peer ({len(slower)}): {', '.join(slower) or 'none'}")
+    for name, us, ratio, bound in t1:
+        verdict = "ok" if ratio <= T1_BOUND else "MISSED"
+        print(f"T=1 {name}: {us:.1f} us = {ratio:.2f}x the anchor floor (bound {T1_BOUND}x = {bound:.1f} us): {verdict}")
+    print("stage times (us):")
+    for key, p in sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        st = p.get("stages_us", {})
+        order = [n for n in STAGES if n in st] + sorted(n for n in st if n not in STAGES)
+        stages = " ".join(f"{name} {st[name]:.1f}" for name in order)
+        print(f"  {key[0]:16} {key[1]:>6}  {stages}")
 
 
 if __name__ == "__main__":
