@@ -161,8 +161,11 @@ def main(argv):
         return 1
     print(report(doc))
     if args.plot:
-        plot(doc, args.plot)
-        print(f"wrote {args.plot}")
+        try:
+            plot(doc, args.plot)
+            print(f"wrote {args.plot}")
+        except ImportError:
+            print("no plot: matplotlib is not installed (pip install matplotlib)")
     return 0
 
 
