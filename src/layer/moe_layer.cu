@@ -66,6 +66,12 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens)
   if (max_tokens < 1) throw Error("max_tokens", "is " + std::to_string(max_tokens) + "; must be >= 1");
   if (const std::string why = gpu_unsupported_reason(config_); !why.empty())
     throw std::runtime_error(why);
+  if (config_.options.backend != "auto") {
+    const ExpertsPath forced = parse_experts_path(config_.options.backend);
+    if (const std::string why = backend_unsupported_reason(forced, config_, current_device_arch());
+        !why.empty())
+      throw Error("options.backend", why);
+  }
   const int k = config_.routing.top_k, e_local = config_.local_experts();
   const std::size_t rows = static_cast<std::size_t>(max_tokens) * k;
   int device = 0;
@@ -125,6 +131,16 @@ TuningDevice current_tuning_device() {
   d.sm_count = prop.multiProcessorCount;
   d.cuda_version = CUDART_VERSION;
   return d;
+}
+
+DeviceArch current_device_arch() {
+  int device = 0;
+  UNIMOE_CUDA_CHECK(cudaGetDevice(&device));
+  DeviceArch a;
+  UNIMOE_CUDA_CHECK(cudaDeviceGetAttribute(&a.major, cudaDevAttrComputeCapabilityMajor, device));
+  UNIMOE_CUDA_CHECK(cudaDeviceGetAttribute(&a.minor, cudaDevAttrComputeCapabilityMinor, device));
+  UNIMOE_CUDA_CHECK(cudaDeviceGetAttribute(&a.sm_count, cudaDevAttrMultiProcessorCount, device));
+  return a;
 }
 
 void MoELayerImpl::set_tuned(int bucket, const TuningChoice& choice) {

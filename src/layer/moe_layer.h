@@ -28,6 +28,8 @@ const char* stage_name(Stage s);
 
 // The current CUDA device as the tuning cache keys it.
 TuningDevice current_tuning_device();
+// The current CUDA device as backend legality sees it.
+DeviceArch current_device_arch();
 
 class MoELayerImpl final : public MoELayer {
  public:

@@ -59,17 +59,50 @@ constexpr double kStreamRowsPerExpert = 1;
 
 }  // namespace
 
-const char* path_name(ExpertsPath p) { return p == ExpertsPath::Mma ? "mma" : "cutlass"; }
+const char* path_name(ExpertsPath p) {
+  switch (p) {
+    case ExpertsPath::Mma: return "mma";
+    case ExpertsPath::Cutlass: return "cutlass";
+    case ExpertsPath::Stream: return "stream";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string path_names() {
+  std::string names;
+  for (ExpertsPath p : kExpertsPaths) names += std::string(names.empty() ? "" : ", ") + path_name(p);
+  return names;
+}
+
+}  // namespace
 
 ExpertsPath parse_experts_path(const std::string& s) {
-  if (s == "mma") return ExpertsPath::Mma;
-  if (s == "cutlass") return ExpertsPath::Cutlass;
-  throw Error("path", "unknown experts path '" + s + "'; allowed: mma, cutlass");
+  for (ExpertsPath p : kExpertsPaths)
+    if (s == path_name(p)) return p;
+  throw Error("path", "unknown experts path '" + s + "'; allowed: " + path_names());
 }
 
 void check_backend_name(const std::string& name) {
-  if (name != "auto" && name != "mma" && name != "cutlass")
-    throw Error("options.backend", "unknown backend '" + name + "'; allowed: auto, mma, cutlass");
+  if (name == "auto") return;
+  for (ExpertsPath p : kExpertsPaths)
+    if (name == path_name(p)) return;
+  throw Error("options.backend", "unknown backend '" + name + "'; allowed: auto, " + path_names());
+}
+
+std::string backend_unsupported_reason(ExpertsPath p, const MoEConfig& config,
+                                       const DeviceArch& arch) {
+  // Every backend so far has the same two rules: BF16 kernels, compiled for
+  // sm_90a only. What each needs of the shapes (K and output columns in
+  // multiples of 8 for 16-byte loads and TMA rows) validate() already asks
+  // of every BF16 config.
+  if (const std::string why = gpu_unsupported_reason(config); !why.empty())
+    return std::string(path_name(p)) + ": " + why;
+  if (arch.major != 9 || arch.minor != 0)
+    return std::string(path_name(p)) + ": the kernels are built for sm_90a (Hopper); this device is sm_" +
+           std::to_string(arch.major) + std::to_string(arch.minor);
+  return "";
 }
 
 bool backend_allows(const std::string& backend, ExpertsPath p) {
@@ -83,14 +116,22 @@ LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens, [[maybe_unuse
   const double per_expert = rows / e_local;
   const std::string& backend = config.options.backend;
   LayerPlan plan;
-  plan.path = backend == "cutlass" || (backend == "auto" && per_expert > kCutlassRowsPerExpert)
-                  ? ExpertsPath::Cutlass
-                  : ExpertsPath::Mma;
-  plan.tile_m = tile_m_for(per_expert);
-  const bool stream = plan.tile_m == kStream.tile_m &&
-                      config.experts.intermediate <= kStreamMaxIntermediate &&
-                      per_expert <= kStreamRowsPerExpert;
-  plan.gemm1 = plan.gemm2 = stream ? kStream : tiled_tactic(plan.tile_m);
+  const bool stream_rule = tile_m_for(per_expert) == kStream.tile_m &&
+                           config.experts.intermediate <= kStreamMaxIntermediate &&
+                           per_expert <= kStreamRowsPerExpert;
+  if (backend == "auto")
+    plan.path = per_expert > kCutlassRowsPerExpert ? ExpertsPath::Cutlass
+                : stream_rule                      ? ExpertsPath::Stream
+                                                   : ExpertsPath::Mma;
+  else
+    plan.path = parse_experts_path(backend);
+  if (plan.path == ExpertsPath::Stream) {
+    plan.tile_m = kStream.tile_m;
+    plan.gemm1 = plan.gemm2 = kStream;
+  } else {
+    plan.tile_m = tile_m_for(per_expert);
+    plan.gemm1 = plan.gemm2 = tiled_tactic(plan.tile_m);
+  }
   if (tuned == nullptr) return plan;
 
   // A cache entry is keyed with backend "auto" (plan/tuning.h), so a forced
@@ -99,19 +140,36 @@ LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens, [[maybe_unuse
     throw Error("tuning_choice", "'" + tuned->to_string() + "' takes the " +
                                      path_name(tuned->path) + " path; options.backend is '" +
                                      backend + "'");
+  check_choice_tactics(*tuned);
   plan.path = tuned->path;
   if (tuned->path == ExpertsPath::Cutlass) {
     plan.sm90 = tuned->sm90;
     return plan;
   }
-  // GEMM1 and GEMM2 run over one tile schedule, so they share its M tile.
-  if (tuned->gemm1.tile_m != tuned->gemm2.tile_m)
-    throw Error("tuning_choice",
-                "'" + tuned->to_string() + "': gemm1 and gemm2 need the same tile_m");
   plan.tile_m = tuned->gemm1.tile_m;
   plan.gemm1 = tuned->gemm1;
   plan.gemm2 = tuned->gemm2;
   return plan;
+}
+
+void check_choice_tactics(const TuningChoice& c) {
+  auto refuse = [&](const std::string& why) {
+    throw Error("tuning_choice", "'" + c.to_string() + "': " + why);
+  };
+  switch (c.path) {
+    case ExpertsPath::Cutlass:
+      return;
+    case ExpertsPath::Stream:
+      if (c.gemm1 != kStream || c.gemm2 != kStream)
+        refuse(std::string("the stream path runs ") + kStream.to_string() + " for both GEMMs");
+      return;
+    case ExpertsPath::Mma:
+      if (c.gemm1.stream || c.gemm2.stream)
+        refuse("the mma path runs tiled tactics; " + kStream.to_string() + " is the stream path's");
+      // GEMM1 and GEMM2 run over one tile schedule, so they share its M tile.
+      if (c.gemm1.tile_m != c.gemm2.tile_m) refuse("gemm1 and gemm2 need the same tile_m");
+      return;
+  }
 }
 
 namespace {

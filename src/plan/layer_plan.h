@@ -10,46 +10,68 @@
 
 namespace unimoe {
 
-// The two ways the experts stages run:
-//   Mma: mma.sync grouped GEMMs over a tile schedule, x gathered on load,
-//        bias and activation in GEMM1's epilogue, b2 in GEMM2's;
-//   Cutlass: CUTLASS's Hopper grouped GEMM (TMA, wgmma) over contiguous
-//        permuted rows: gather kernel, GEMM1, activation kernel, GEMM2,
-//        b2 added by the finalize.
-enum class ExpertsPath { Mma, Cutlass };
+// The backends: three ways the experts stages run, behind one plan.
+//   Mma: mma.sync grouped GEMMs over a tile schedule, CTA tiles staged
+//        through a cp.async pipeline in shared memory, x gathered on load,
+//        bias and activation in GEMM1's epilogue, b2 in GEMM2's; GEMM1 and
+//        GEMM2 tactics chosen separately;
+//   Cutlass: CUTLASS's Hopper grouped GEMM (TMA, wgmma, warp-specialized)
+//        over contiguous permuted rows: gather kernel, GEMM1, activation
+//        kernel, GEMM2, b2 added by the finalize;
+//   Stream: the swap-AB decode kernel (weights on the MMA's M side, loaded
+//        from HBM straight into registers, K split across a CTA's warps),
+//        over 16-row tiles, with Mma's gather-on-load and epilogues.
+enum class ExpertsPath { Mma, Cutlass, Stream };
+inline constexpr ExpertsPath kExpertsPaths[] = {ExpertsPath::Mma, ExpertsPath::Cutlass,
+                                                ExpertsPath::Stream};
+// "mma", "cutlass", "stream".
 const char* path_name(ExpertsPath p);
-// "mma" or "cutlass"; throws Error (field "path") naming the allowed values.
+// The name back; throws Error (field "path") naming the allowed values.
 ExpertsPath parse_experts_path(const std::string& s);
-// "auto", "mma" or "cutlass"; throws Error naming the allowed values.
+// "auto" or a path name; throws Error (field "options.backend") naming the
+// allowed values.
 void check_backend_name(const std::string& name);
-// Whether options.backend `backend` lets path `p` serve: "auto" lets both.
+// Whether options.backend `backend` lets path `p` serve: "auto" lets all.
 bool backend_allows(const std::string& backend, ExpertsPath p);
+
+// What a backend's legality depends on besides the config.
+struct DeviceArch {
+  int major = 0;  // compute capability
+  int minor = 0;
+  int sm_count = 0;
+};
+
+// Empty when backend `p` can serve `config` on `arch`, else the rule that
+// failed (checked by MoELayer::create for a forced backend; the rule and
+// the tuner only offer backends that serve).
+std::string backend_unsupported_reason(ExpertsPath p, const MoEConfig& config,
+                                       const DeviceArch& arch);
 
 struct TuningChoice;  // plan/tuning.h
 
 // The host-side plan for one call size.
 struct LayerPlan {
   ExpertsPath path = ExpertsPath::Mma;
-  int tile_m = 0;       // the schedule's M tile (Mma path)
-  GemmTactic gemm1;     // Mma path tactics
+  int tile_m = 0;       // the schedule's M tile (Mma and Stream paths)
+  GemmTactic gemm1;     // Mma path tactics; the stream tactic on the Stream path
   GemmTactic gemm2;
   Sm90GemmTactic sm90 = Sm90GemmTactic::Cooperative128x128;  // Cutlass path tactic
 };
 
 // The rule: rows per local expert decide (crossover measured on the H200;
-// see layer_plan.cpp for every constant and the figures behind it). Up to
-// 96 rows: the Mma path; up to 8 rows with 16-row tiles, 64 columns wide,
-// or the stream (swap-AB) kernel for small I at one row per expert. Many
-// rows: the Cutlass path's wgmma tiles. options.backend "mma" or "cutlass"
-// forces the path. sm_count: the device's multiprocessors (the current rule,
+// see layer_plan.cpp for every constant and the figures behind it): the
+// Stream path for small I at up to one row per expert; else up to 96 rows
+// the Mma path (16-row tiles 64 columns wide up to 8 rows per expert);
+// many rows: the Cutlass path's wgmma tiles. options.backend "mma",
+// "cutlass" or "stream" forces the path (Mma then never streams). sm_count: the device's multiprocessors (the current rule,
 // measured on the 132-SM H200 only, does not use it).
 //
 // `tuned`, when given (the autotuner's winner for the call's token bucket),
-// replaces the rule: its path, and on the Mma path its GEMM tactics (tile_m =
-// their tile_m); on the Cutlass path its sm90 tactic (the Mma fields keep the
-// rule's values, which that path does not run). Throws Error (field
-// "tuning_choice") when its path is one options.backend forbids or its two
-// GEMM tactics have different tile_m.
+// replaces the rule: its path, and on the Mma and Stream paths its GEMM
+// tactics (tile_m = their tile_m); on the Cutlass path its sm90 tactic (the
+// other fields keep the rule's values, which that path does not run). Throws
+// Error (field "tuning_choice") when its path is one options.backend
+// forbids or its GEMM tactics do not fit its path (check_choice_tactics).
 LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens, int sm_count,
                           const TuningChoice* tuned = nullptr);
 
@@ -68,6 +90,12 @@ RoutingVariant parse_routing_variant(const std::string& s);
 // UNIMOE_ROUTING_VARIANT environment variable, read by the layer) replaces
 // it; the layer runs Split wherever the fused kernel cannot serve.
 RoutingVariant routing_variant_for(const RoutingConfig& routing, int num_tokens);
+
+// Throws Error (field "tuning_choice") unless the choice's GEMM tactics fit
+// its path: Stream takes the stream tactic for both GEMMs; Mma takes tiled
+// tactics with one tile_m (they run over one tile schedule); Cutlass does
+// not run them.
+void check_choice_tactics(const TuningChoice& choice);
 
 // Empty when the GPU layer can serve `config`, else the reason (the rule that
 // failed). Checked by MoELayer::create.

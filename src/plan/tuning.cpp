@@ -83,10 +83,7 @@ TuningChoice TuningChoice::parse(const std::string& s) {
   c.gemm2 = parse_gemm_tactic(values["gemm2"]);
   c.sm90 = parse_sm90_gemm_tactic(values["sm90"]);
   c.time_us = parse_time_us(values["time_us"]);
-  // GEMM1 and GEMM2 run over one tile schedule, so they share its M tile.
-  if (c.gemm1.tile_m != c.gemm2.tile_m)
-    throw Error("tuning_choice", "gemm1 " + c.gemm1.to_string() + " and gemm2 " +
-                                     c.gemm2.to_string() + " have different tile_m in '" + s + "'");
+  check_choice_tactics(c);
   return c;
 }
 
@@ -95,13 +92,20 @@ bool operator==(const TuningChoice& a, const TuningChoice& b) {
          a.time_us == b.time_us;
 }
 
-std::vector<TuningChoice> candidates_for(const MoEConfig& config, int bucket) {
+std::vector<TuningChoice> candidates_for(const MoEConfig& config, int bucket,
+                                         const DeviceArch& arch) {
   check_token_bucket(bucket);
   const std::string& backend = config.options.backend;
   std::vector<TuningChoice> out;
-  if (backend_allows(backend, ExpertsPath::Mma))
+  // Only backends that serve the config on this device.
+  auto offered = [&](ExpertsPath p) {
+    return backend_allows(backend, p) && backend_unsupported_reason(p, config, arch).empty();
+  };
+  if (offered(ExpertsPath::Mma))
     for (const GemmTactic& g1 : kMmaTactics)
       for (const GemmTactic& g2 : kMmaTactics) {
+        // The stream tactic is the Stream path's.
+        if (g1.stream || g2.stream) continue;
         // One tile schedule serves both GEMMs, so their M tiles must agree.
         if (g1.tile_m != g2.tile_m) continue;
         TuningChoice c;
@@ -110,7 +114,15 @@ std::vector<TuningChoice> candidates_for(const MoEConfig& config, int bucket) {
         c.gemm2 = g2;
         out.push_back(c);
       }
-  if (backend_allows(backend, ExpertsPath::Cutlass))
+  if (offered(ExpertsPath::Stream))
+    for (const GemmTactic& g : kMmaTactics) {
+      if (!g.stream) continue;
+      TuningChoice c;
+      c.path = ExpertsPath::Stream;
+      c.gemm1 = c.gemm2 = g;
+      out.push_back(c);
+    }
+  if (offered(ExpertsPath::Cutlass))
     for (Sm90GemmTactic t : kSm90GemmTactics) {
       TuningChoice c;
       c.path = ExpertsPath::Cutlass;

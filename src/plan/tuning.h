@@ -43,8 +43,8 @@ std::vector<int> token_buckets(int max_tokens);
 // that does not run ignores the other's fields.
 struct TuningChoice {
   ExpertsPath path = ExpertsPath::Mma;
-  GemmTactic gemm1;  // Mma path: GEMM1 tactic
-  GemmTactic gemm2;  // Mma path: GEMM2 tactic (same tile_m as gemm1)
+  GemmTactic gemm1;  // Mma path: GEMM1 tactic; Stream path: the stream tactic
+  GemmTactic gemm2;  // Mma path: GEMM2 tactic (same tile_m as gemm1); Stream: as gemm1
   Sm90GemmTactic sm90 = Sm90GemmTactic::Cooperative128x128;  // Cutlass path
   double time_us = 0;  // measured layer time; 0 for an untimed candidate
 
@@ -60,12 +60,15 @@ bool operator==(const TuningChoice& a, const TuningChoice& b);
 inline bool operator!=(const TuningChoice& a, const TuningChoice& b) { return !(a == b); }
 
 // Every candidate for `config` at token bucket `bucket` (checked to be a
-// bucket): on the Mma path each (gemm1, gemm2) pair of compiled tactics with
-// the same tile_m, in kMmaTactics order; on the Cutlass path each compiled
-// sm90 tactic. options.backend "mma" or "cutlass" lists only that path. Every
-// compiled tactic is a candidate at every bucket so far: the tuner, not a
-// rule, rejects the slow ones.
-std::vector<TuningChoice> candidates_for(const MoEConfig& config, int bucket);
+// bucket) on a device of `arch`, backends that cannot serve left out
+// (backend_unsupported_reason): on the Mma path each (gemm1, gemm2) pair of
+// compiled tiled tactics with the same tile_m, in kMmaTactics order; on the
+// Stream path the stream tactic; on the Cutlass path each compiled sm90
+// tactic. A forced options.backend lists only that path. Every compiled
+// tactic is a candidate at every bucket so far: the tuner, not a rule,
+// rejects the slow ones.
+std::vector<TuningChoice> candidates_for(const MoEConfig& config, int bucket,
+                                         const DeviceArch& arch);
 
 // ------------------------------------------------------------------- keys ----
 

@@ -19,12 +19,12 @@ LayerPlan plan(const std::string& preset, int tokens, const std::string& backend
   return plan_for_tokens(c, tokens, kH200Sms);
 }
 
-TEST(LayerPlan, DecodeTakesNarrowTilesOrTheStreamKernel) {
-  // dsv3-tp8 (I = 256) at up to one row per expert: the stream kernel.
+TEST(LayerPlan, DecodeTakesNarrowTilesOrTheStreamBackend) {
+  // dsv3-tp8 (I = 256) at up to one row per expert: the Stream backend.
   for (int t : {1, 8, 32}) {
     const LayerPlan ds = plan("dsv3-tp8", t);
     SCOPED_TRACE("T=" + std::to_string(t));
-    EXPECT_EQ(ds.path, ExpertsPath::Mma);
+    EXPECT_EQ(ds.path, ExpertsPath::Stream);
     EXPECT_EQ(ds.tile_m, 16);
     EXPECT_EQ(ds.gemm1.to_string(), "stream_m16");
     EXPECT_EQ(ds.gemm2.to_string(), "stream_m16");
@@ -39,6 +39,7 @@ TEST(LayerPlan, DecodeTakesNarrowTilesOrTheStreamKernel) {
                                        {"mixtral-8x7b", 32}}) {  // 8 rows per expert
     const LayerPlan p = plan(preset, tokens);
     SCOPED_TRACE(preset + " T=" + std::to_string(tokens));
+    EXPECT_EQ(p.path, ExpertsPath::Mma);
     EXPECT_EQ(p.tile_m, 16);
     EXPECT_EQ(p.gemm1.to_string(), "m16n64");
     EXPECT_EQ(p.gemm2.to_string(), "m16n64");
@@ -60,7 +61,15 @@ TEST(LayerPlan, ForcedBackendsHoldAtEveryT) {
   for (int t : {1, 64, 16384}) {
     EXPECT_EQ(plan("qwen3-30b-a3b", t, "mma").path, ExpertsPath::Mma) << t;
     EXPECT_EQ(plan("qwen3-30b-a3b", t, "cutlass").path, ExpertsPath::Cutlass) << t;
+    const LayerPlan s = plan("qwen3-30b-a3b", t, "stream");
+    EXPECT_EQ(s.path, ExpertsPath::Stream) << t;
+    EXPECT_EQ(s.tile_m, 16) << t;
+    EXPECT_EQ(s.gemm1.to_string(), "stream_m16") << t;
   }
+  // Forced Mma never streams, even where the rule would.
+  const LayerPlan m = plan("dsv3-tp8", 1, "mma");
+  EXPECT_EQ(m.path, ExpertsPath::Mma);
+  EXPECT_EQ(m.gemm1.to_string(), "m16n64");
 }
 
 TEST(LayerPlan, EveryPlannedTacticIsCompiled) {
@@ -83,12 +92,14 @@ TEST(LayerPlan, EveryPlannedTacticIsCompiled) {
 TEST(LayerPlan, BackendNamesAndUnsupportedConfigsSayWhy) {
   EXPECT_NO_THROW(check_backend_name("auto"));
   EXPECT_NO_THROW(check_backend_name("cutlass"));
+  EXPECT_NO_THROW(check_backend_name("stream"));
+  for (ExpertsPath p : kExpertsPaths) EXPECT_EQ(parse_experts_path(path_name(p)), p);
   try {
     check_backend_name("triton");
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.field(), "options.backend");
-    EXPECT_NE(std::string(e.what()).find("allowed: auto, mma, cutlass"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("allowed: auto, mma, cutlass, stream"), std::string::npos);
   }
   MoEConfig c = find_preset("gpt-oss-120b").config;
   EXPECT_EQ(gpu_unsupported_reason(c), "");

@@ -16,6 +16,9 @@
 namespace unimoe {
 namespace {
 
+constexpr DeviceArch kH200Arch{9, 0, 132};  // sm_90, 132 SMs
+
+
 constexpr int kH200Sms = 132;
 
 bool contains(const std::string& s, const std::string& part) {
@@ -116,7 +119,7 @@ TEST(TuningChoice, TextFormRoundTrips) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> time(0, 1e4);
-  for (TuningChoice cand : candidates_for(find_preset("qwen3-30b-a3b").config, 64)) {
+  for (TuningChoice cand : candidates_for(find_preset("qwen3-30b-a3b").config, 64, kH200Arch)) {
     cand.time_us = time(rng);
     EXPECT_EQ(TuningChoice::parse(cand.to_string()), cand) << cand.to_string();
   }
@@ -129,7 +132,9 @@ TEST(TuningChoice, ParseErrorsNameTheProblem) {
       {"path=mma gemm1=m16n64 gemm2=m16n64 gemm2=m16n64" + ok_tail, "given twice"},
       {"path=mma gemm1=m16n64 gemm2=m16n64 tile=16" + ok_tail, "unknown key 'tile'"},
       {"path=mma gemm1=m16n64 gemm2=m16n64 junk" + ok_tail, "'junk' is not key=value"},
-      {"path=mma gemm1=m16n64 gemm2=m64n128" + ok_tail, "different tile_m"},
+      {"path=mma gemm1=m16n64 gemm2=m64n128" + ok_tail, "need the same tile_m"},
+      {"path=mma gemm1=stream_m16 gemm2=stream_m16" + ok_tail, "the mma path runs tiled tactics"},
+      {"path=stream gemm1=m16n64 gemm2=m16n64" + ok_tail, "the stream path runs stream_m16"},
   };
   for (const auto& c : cases) {
     const Error e = error_of([&] { TuningChoice::parse(c.first); });
@@ -153,41 +158,62 @@ TEST(TuningChoice, ParseErrorsNameTheProblem) {
 
 // ------------------------------------------------------------- candidates ----
 
-TEST(Candidates, EveryCompiledPairWithOneTileMAndEverySm90Tactic) {
+TEST(Candidates, EveryBackendWithEveryCompiledTactic) {
   MoEConfig c = find_preset("dsv3-tp8").config;
-  const std::vector<TuningChoice> all = candidates_for(c, 1);
-  // Independent count: sum over tile_m of (tactics with that tile_m)^2.
+  const std::vector<TuningChoice> all = candidates_for(c, 1, kH200Arch);
+  // Independent count of the Mma pairs: sum over tile_m of (tiled tactics
+  // with that tile_m)^2.
   std::size_t pairs = 0;
   for (const GemmTactic& a : kMmaTactics)
-    for (const GemmTactic& b : kMmaTactics) pairs += a.tile_m == b.tile_m;
-  EXPECT_EQ(pairs, 11u);  // m128: 1, m64: 1, m16: 3 x 3 (m16n128, m16n64, stream_m16)
-  ASSERT_EQ(all.size(), pairs + kNumSm90GemmTactics);
+    for (const GemmTactic& b : kMmaTactics) pairs += !a.stream && !b.stream && a.tile_m == b.tile_m;
+  EXPECT_EQ(pairs, 6u);  // m128: 1, m64: 1, m16: 2 x 2 (m16n128, m16n64)
+  ASSERT_EQ(all.size(), pairs + 1 + kNumSm90GemmTactics);  // + the stream tactic
   std::vector<Sm90GemmTactic> sm90;
   for (std::size_t i = 0; i < all.size(); ++i) {
     const TuningChoice& x = all[i];
     EXPECT_EQ(x.time_us, 0);
-    if (x.path == ExpertsPath::Cutlass) {
-      sm90.push_back(x.sm90);
-      continue;
-    }
-    EXPECT_LT(i, pairs) << "mma candidates come first";
-    EXPECT_EQ(x.gemm1.tile_m, x.gemm2.tile_m) << x.to_string();
-    EXPECT_NO_THROW(parse_gemm_tactic(x.gemm1.to_string()));
-    EXPECT_NO_THROW(parse_gemm_tactic(x.gemm2.to_string()));
+    EXPECT_NO_THROW(check_choice_tactics(x)) << x.to_string();
     for (std::size_t j = 0; j < i; ++j) EXPECT_NE(all[j], x) << "duplicate " << x.to_string();
+    if (i < pairs) {
+      EXPECT_EQ(x.path, ExpertsPath::Mma) << "mma candidates come first";
+      EXPECT_FALSE(x.gemm1.stream || x.gemm2.stream) << x.to_string();
+    } else if (i == pairs) {
+      EXPECT_EQ(x.path, ExpertsPath::Stream);
+      EXPECT_EQ(x.gemm1.to_string(), "stream_m16");
+    } else {
+      EXPECT_EQ(x.path, ExpertsPath::Cutlass);
+      sm90.push_back(x.sm90);
+    }
   }
   EXPECT_EQ(sm90,
             std::vector<Sm90GemmTactic>(std::begin(kSm90GemmTactics), std::end(kSm90GemmTactics)));
 
-  c.options.backend = "mma";
-  const auto mma = candidates_for(c, 4096);
-  EXPECT_EQ(mma.size(), pairs);
-  for (const TuningChoice& x : mma) EXPECT_EQ(x.path, ExpertsPath::Mma);
-  c.options.backend = "cutlass";
-  const auto cutlass = candidates_for(c, 4096);
-  EXPECT_EQ(cutlass.size(), static_cast<std::size_t>(kNumSm90GemmTactics));
-  for (const TuningChoice& x : cutlass) EXPECT_EQ(x.path, ExpertsPath::Cutlass);
-  EXPECT_EQ(error_of([&] { candidates_for(c, 3); }).field(), "bucket");
+  // A forced backend offers only its own.
+  for (ExpertsPath p : kExpertsPaths) {
+    c.options.backend = path_name(p);
+    const auto only = candidates_for(c, 4096, kH200Arch);
+    const std::size_t want = p == ExpertsPath::Mma ? pairs : p == ExpertsPath::Stream ? 1 : kNumSm90GemmTactics;
+    EXPECT_EQ(only.size(), want) << path_name(p);
+    for (const TuningChoice& x : only) EXPECT_EQ(x.path, p);
+  }
+  EXPECT_EQ(error_of([&] { candidates_for(c, 3, kH200Arch); }).field(), "bucket");
+}
+
+TEST(Candidates, BackendsThatCannotServeAreNotOffered) {
+  MoEConfig c = find_preset("qwen3-30b-a3b").config;
+  // Not Hopper: the kernels are sm_90a only.
+  const DeviceArch ampere{8, 0, 108};
+  EXPECT_TRUE(candidates_for(c, 1, ampere).empty());
+  for (ExpertsPath p : kExpertsPaths) {
+    EXPECT_EQ(backend_unsupported_reason(p, c, kH200Arch), "") << path_name(p);
+    const std::string why = backend_unsupported_reason(p, c, ampere);
+    EXPECT_TRUE(contains(why, "built for sm_90a") && contains(why, "sm_80")) << why;
+  }
+  // No quantized kernels yet.
+  c.experts.quant = QuantVariant::NVFP4;
+  EXPECT_TRUE(candidates_for(c, 1, kH200Arch).empty());
+  EXPECT_TRUE(contains(backend_unsupported_reason(ExpertsPath::Cutlass, c, kH200Arch),
+                       "cutlass: quant NVFP4 has no GPU kernels yet"));
 }
 
 // ------------------------------------------------------------------ tuner ----
@@ -196,7 +222,7 @@ TEST(Tuner, PicksTheFastestPassingCandidateAndReportsEach) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  std::vector<TuningChoice> cands = candidates_for(find_preset("mixtral-8x7b").config, 256);
+  std::vector<TuningChoice> cands = candidates_for(find_preset("mixtral-8x7b").config, 256, kH200Arch);
   std::uniform_real_distribution<double> time(1, 100);
   std::vector<double> times;
   std::vector<bool> pass;
@@ -240,7 +266,7 @@ TEST(Tuner, PicksTheFastestPassingCandidateAndReportsEach) {
 }
 
 TEST(Tuner, ExcludesAFastCandidateThatFailsAndBreaksTiesToTheEarlier) {
-  const std::vector<TuningChoice> cands = candidates_for(find_preset("dsv3-tp8").config, 8);
+  const std::vector<TuningChoice> cands = candidates_for(find_preset("dsv3-tp8").config, 8, kH200Arch);
   ASSERT_GE(cands.size(), 4u);
   // Candidate 0 is fastest but wrong; 1 and 3 tie for the best passing time.
   const std::vector<double> times = {1, 5, 9, 5};
@@ -260,7 +286,7 @@ TEST(Tuner, ExcludesAFastCandidateThatFailsAndBreaksTiesToTheEarlier) {
 }
 
 TEST(Tuner, ACandidateThatThrowsIsRejectedAndTheOthersStillRun) {
-  const std::vector<TuningChoice> cands = candidates_for(find_preset("dsv3-tp8").config, 8);
+  const std::vector<TuningChoice> cands = candidates_for(find_preset("dsv3-tp8").config, 8, kH200Arch);
   ASSERT_GE(cands.size(), 2u);
   std::vector<std::string> lines;
   Tuner tuner(
@@ -277,7 +303,7 @@ TEST(Tuner, ACandidateThatThrowsIsRejectedAndTheOthersStillRun) {
 }
 
 TEST(Tuner, ThrowsWithEveryReasonWhenAllFail) {
-  const std::vector<TuningChoice> cands = candidates_for(find_preset("dsv3-tp8").config, 8);
+  const std::vector<TuningChoice> cands = candidates_for(find_preset("dsv3-tp8").config, 8, kH200Arch);
   std::vector<std::string> lines;
   Tuner tuner([](const TuningChoice& c) { return c.path == ExpertsPath::Mma ? NAN : -1.0; },
               [](const TuningChoice& c, std::string* why) {
@@ -318,6 +344,13 @@ TEST(TunedPlan, TakesTheTunedPathAndTactics) {
   EXPECT_EQ(big.path, ExpertsPath::Mma);
   EXPECT_EQ(big.tile_m, 16);
   EXPECT_EQ(big.gemm2, (GemmTactic{16, 64}));
+
+  const TuningChoice stream =
+      TuningChoice::parse("path=stream gemm1=stream_m16 gemm2=stream_m16 sm90=coop_128x128x64 time_us=2");
+  const LayerPlan sp = plan_for_tokens(c, 16384, kH200Sms, &stream);
+  EXPECT_EQ(sp.path, ExpertsPath::Stream);
+  EXPECT_EQ(sp.tile_m, 16);
+  EXPECT_EQ(sp.gemm2.to_string(), "stream_m16");
 
   TuningChoice cutlass;
   cutlass.path = ExpertsPath::Cutlass;

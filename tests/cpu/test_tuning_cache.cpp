@@ -18,6 +18,8 @@
 namespace unimoe {
 namespace {
 
+constexpr DeviceArch kH200Arch{9, 0, 132};  // sm_90, 132 SMs
+
 namespace fs = std::filesystem;
 
 bool contains(const std::string& s, const std::string& part) {
@@ -84,7 +86,7 @@ TEST_F(TuningCacheTest, SaveThenLoadGivesEveryEntryBack) {
   for (const char* preset : {"dsv3-tp8", "mixtral-8x7b", "qwen3-30b-a3b"}) {
     const TuningKey key = TuningKey::make(kH200, find_preset(preset).config);
     for (int bucket : token_buckets(1000)) {
-      const std::vector<TuningChoice> cands = candidates_for(find_preset(preset).config, bucket);
+      const std::vector<TuningChoice> cands = candidates_for(find_preset(preset).config, bucket, kH200Arch);
       TuningChoice c = cands[rng() % cands.size()];
       c.time_us = time(rng);
       cache.put(key, bucket, c);
@@ -129,7 +131,7 @@ TEST_F(TuningCacheTest, PutRefusesAnotherDeviceAndANonBucket) {
   const MoEConfig c = find_preset("dsv3-tp8").config;
   TuningDevice h100 = kH200;
   h100.gpu_name = "NVIDIA H100";
-  const TuningChoice x = candidates_for(c, 1).front();
+  const TuningChoice x = candidates_for(c, 1, kH200Arch).front();
   EXPECT_THROW(cache.put(TuningKey::make(h100, c), 1, x), Error);
   EXPECT_THROW(cache.put(TuningKey::make(kH200, c), 3, x), Error);
   EXPECT_EQ(cache.size(), 0u);
@@ -236,6 +238,28 @@ TEST_F(TuningCacheTest, CorruptFilesThrowNamingTheFile) {
     EXPECT_TRUE(contains(e.what(), "tuning cache " + file(name) + ": "));
     EXPECT_TRUE(contains(e.what(), expected));
   }
+}
+
+// The committed H200 winners (bench/results) load, and every one is a
+// candidate the tuner would offer today.
+TEST(CommittedTuningCache, H200WinnersLoadAndAreCurrentCandidates) {
+  const std::string path = std::string(UNIMOE_SOURCE_DIR) + "/bench/results/h200-tuning-cache-session2.json";
+  const TuningCache cache = TuningCache::load(path, kH200);
+  int found = 0;
+  for (const char* preset : {"mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b", "dsv3-tp8", "gpt-oss-120b"})
+    for (int bucket : {1, 8, 512}) {
+      const MoEConfig c = find_preset(preset).config;
+      const std::optional<TuningChoice> w = cache.find(TuningKey::make(kH200, c), bucket);
+      ASSERT_TRUE(w.has_value()) << preset << " bucket " << bucket;
+      ++found;
+      bool offered = false;
+      for (TuningChoice cand : candidates_for(c, bucket, kH200Arch)) {
+        cand.time_us = w->time_us;
+        offered |= cand == *w;
+      }
+      EXPECT_TRUE(offered) << preset << " bucket " << bucket << ": " << w->to_string();
+    }
+  EXPECT_EQ(found, 15);
 }
 
 }  // namespace

@@ -44,8 +44,9 @@ std::vector<float> few_experts_logits(const MoEConfig& c, int t, uint64_t seed, 
   return l;
 }
 
-// Both experts paths serve every point.
-constexpr const char* kBackends[] = {"mma", "cutlass"};
+// Every backend serves every point (the stream kernel too, though it is
+// built for decode).
+constexpr const char* kBackends[] = {"mma", "cutlass", "stream"};
 
 void check_point(MoEConfig c, int t, const std::string& kind) {
   for (const char* backend : kBackends) {

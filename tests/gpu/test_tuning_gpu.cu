@@ -27,7 +27,7 @@ TEST(TuningGpu, EveryCandidateMatchesTheReference) {
     const uint64_t seed = test::fresh_seed();
     LayerRig rig(c, t, seed);
     const int bucket = token_bucket(t);
-    for (const TuningChoice& choice : candidates_for(c, bucket)) {
+    for (const TuningChoice& choice : candidates_for(c, bucket, current_device_arch())) {
       SCOPED_TRACE(choice.to_string() + " T=" + std::to_string(t) + " seed " + std::to_string(seed));
       const std::vector<float> logits = ref::make_logits(c, t, seed, "uniform");
       rig.load_inputs(t, seed ^ 0x77, logits);
@@ -82,7 +82,7 @@ TEST(TuningGpu, WrongCandidateIsExcludedByTheReferenceCheck) {
   const int t = 33, bucket = token_bucket(t);
   LayerRig rig(c, t, seed);
   const std::vector<float> logits = ref::make_logits(c, t, seed, "uniform");
-  const std::vector<TuningChoice> candidates = candidates_for(c, bucket);
+  const std::vector<TuningChoice> candidates = candidates_for(c, bucket, current_device_arch());
   ASSERT_GE(candidates.size(), 2u);
   const TuningChoice sabotaged = candidates.front();
   std::vector<std::string> log;

@@ -203,7 +203,7 @@ void run_preset(const Options& opt, const std::string& name, const std::string& 
               std::fprintf(stderr, "    %s\n", line.c_str());
               p.tuning_log.push_back(line);
             });
-        winner = tuner.tune(candidates_for(c, bucket));
+        winner = tuner.tune(candidates_for(c, bucket, current_device_arch()));
         cache->put(key, bucket, *winner);
       }
       layer.set_tuned(bucket, *winner);

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "bench.h"
+#include "plan/layer_plan.h"
 #include "plan/presets.h"
 
 namespace unimoe::bench {
@@ -146,7 +147,7 @@ int main(int argc, char** argv) {
   app.add_option("--preset,-p", preset_list, preset_help())->capture_default_str();
   app.add_option("--tokens,-t", token_list, "token counts T, comma-separated")->capture_default_str();
   std::string backend_list = "auto";
-  app.add_option("--backend", backend_list, "experts backends, comma-separated: auto, mma, cutlass")
+  app.add_option("--backend", backend_list, "experts backends, comma-separated: auto, mma, cutlass, stream")
       ->capture_default_str();
   app.add_option("--quant", quant, "BF16, FP8PerTensor, FP8Block128, MXFP4, NVFP4")->capture_default_str();
   app.add_option("--routing", opt.routing, "routing distribution of the logits")
@@ -196,13 +197,8 @@ int main(int argc, char** argv) {
       std::stringstream ss(preset_list);
       for (std::string name; std::getline(ss, name, ',');) opt.presets.push_back(find_preset(name).name);
     }
-    opt.backends.clear();
-    std::stringstream bs(backend_list);
-    for (std::string b; std::getline(bs, b, ',');) {
-      if (b != "auto" && b != "mma" && b != "cutlass")
-        throw Error("backend", "unknown backend '" + b + "'; allowed: auto, mma, cutlass");
-      opt.backends.push_back(b);
-    }
+    opt.backends = split_list(backend_list);
+    for (const std::string& b : opt.backends) check_backend_name(b);
     opt.tokens = parse_counts(token_list, "tokens");
     if (opt.autotune && opt.tuning_cache.empty()) opt.tuning_cache = "out/tuning.json";
     // A forced backend restricts the candidates, but the cache key is the
