@@ -57,12 +57,13 @@ def main():
     for name, us, ratio, bound in t1:
         verdict = "ok" if ratio <= T1_BOUND else "MISSED"
         print(f"T=1 {name}: {us:.1f} us = {ratio:.2f}x the anchor floor (bound {T1_BOUND}x = {bound:.1f} us): {verdict}")
-    print("stage times (us):")
+    print("stage times (us)" + (", [what served the call]" if any("plan" in p for p in best.values()) else "") + ":")
     for key, p in sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         st = p.get("stages_us", {})
         order = [n for n in STAGES if n in st] + sorted(n for n in st if n not in STAGES)
         stages = " ".join(f"{name} {st[name]:.1f}" for name in order)
-        print(f"  {key[0]:16} {key[1]:>6}  {stages}")
+        plan = f"  [{p['plan']}]" if "plan" in p else ""
+        print(f"  {key[0]:16} {key[1]:>6}  {stages}{plan}")
 
 
 if __name__ == "__main__":

@@ -205,19 +205,34 @@ void MoELayerImpl::check_args(const ForwardArgs& a) const {
   if (!weights_.w13) throw Error("weights", "set_weights was not called");
 }
 
+LayerPlan MoELayerImpl::plan_for(int num_tokens) const {
+  return plan_for_tokens(config_, std::max(num_tokens, 1), sm_count_, tuned_for(num_tokens));
+}
+
+bool MoELayerImpl::fused_routing_for(int num_tokens) const {
+  const RoutingVariant variant =
+      forced_routing_.value_or(routing_variant_for(config_.routing, num_tokens));
+  return variant == RoutingVariant::Fused &&
+         fused_routing_fits(num_tokens, config_.routing.top_k, config_.local_experts());
+}
+
+std::string MoELayerImpl::describe_call(int num_tokens) const {
+  return plan_for(num_tokens).to_string() + " routing=" +
+         routing_variant_name(fused_routing_for(num_tokens) ? RoutingVariant::Fused
+                                                            : RoutingVariant::Split);
+}
+
 void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t stream) {
   const int t = a.num_tokens, k = config_.routing.top_k;
   const int e_local = config_.local_experts();
   const int rows = t * k;
   const int32_t* ids = precomputed(a) ? a.topk_ids : topk_ids_;
   const float* weights = precomputed(a) ? a.topk_weights : topk_weights_;
-  const LayerPlan plan = plan_for_tokens(config_, std::max(t, 1), sm_count_, tuned_for(t));
+  const LayerPlan plan = plan_for(t);
   const int tiles_cap = max_tiles(rows, e_local, plan.tile_m);
   // The fused kernel does routing and permute in the Routing stage; the
   // Permute stage then launches nothing.
-  const RoutingVariant variant =
-      forced_routing_.value_or(routing_variant_for(config_.routing, t));
-  const bool fused = variant == RoutingVariant::Fused && fused_routing_fits(t, k, e_local);
+  const bool fused = fused_routing_for(t);
   auto routing_params = [&] {
     RoutingParams p;
     p.logits = precomputed(a) ? nullptr : a.logits;

@@ -50,6 +50,13 @@ class MoELayerImpl final : public MoELayer {
   // path's buffers if the choice needs them: not during capture.
   void set_tuned(int bucket, const TuningChoice& choice);
 
+  // What serves a call of `num_tokens`: the plan (rule or tuned winner) and
+  // whether routing runs fused. describe_call prints both on one line, e.g.
+  // "path=stream tile_m=16 gemm1=stream_m16 gemm2=stream_m16 routing=fused".
+  LayerPlan plan_for(int num_tokens) const;
+  bool fused_routing_for(int num_tokens) const;
+  std::string describe_call(int num_tokens) const;
+
   // One stage of forward alone (the inputs of earlier stages must be in the
   // workspace already).
   void run_stage(Stage stage, const ForwardArgs& args, cudaStream_t stream);

@@ -105,6 +105,13 @@ std::string backend_unsupported_reason(ExpertsPath p, const MoEConfig& config,
   return "";
 }
 
+std::string LayerPlan::to_string() const {
+  std::string s = std::string("path=") + path_name(path);
+  if (path == ExpertsPath::Cutlass) return s + " sm90=" + unimoe::to_string(sm90);
+  return s + " tile_m=" + std::to_string(tile_m) + " gemm1=" + gemm1.to_string() +
+         " gemm2=" + gemm2.to_string();
+}
+
 bool backend_allows(const std::string& backend, ExpertsPath p) {
   return backend == "auto" || backend == path_name(p);
 }

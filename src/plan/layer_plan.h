@@ -56,6 +56,10 @@ struct LayerPlan {
   GemmTactic gemm1;     // Mma path tactics; the stream tactic on the Stream path
   GemmTactic gemm2;
   Sm90GemmTactic sm90 = Sm90GemmTactic::Cooperative128x128;  // Cutlass path tactic
+
+  // What runs, one line: "path=cutlass sm90=coop_128x128x64",
+  // "path=mma tile_m=16 gemm1=m16n64 gemm2=m16n64".
+  std::string to_string() const;
 };
 
 // The rule: rows per local expert decide (crossover measured on the H200;

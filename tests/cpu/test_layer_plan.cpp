@@ -49,6 +49,12 @@ TEST(LayerPlan, DecodeTakesNarrowTilesOrTheStreamBackend) {
   EXPECT_EQ(plan("mixtral-8x7b", 64).gemm1.to_string(), "m64n128");
 }
 
+TEST(LayerPlan, PrintsWhatRuns) {
+  EXPECT_EQ(plan("dsv3-tp8", 1).to_string(), "path=stream tile_m=16 gemm1=stream_m16 gemm2=stream_m16");
+  EXPECT_EQ(plan("qwen3-30b-a3b", 512).to_string(), "path=mma tile_m=64 gemm1=m64n128 gemm2=m64n128");
+  EXPECT_EQ(plan("qwen3-30b-a3b", 16384).to_string(), "path=cutlass sm90=coop_128x128x64");
+}
+
 TEST(LayerPlan, CutlassAboveTheMeasuredCrossover) {
   EXPECT_EQ(plan("qwen3-30b-a3b", 512).path, ExpertsPath::Mma);       // 32 rows per expert
   EXPECT_EQ(plan("qwen3-30b-a3b", 512).tile_m, 64);

@@ -40,6 +40,7 @@ struct Point {
   double rel_err = -1;        // vs the CPU reference (-1: not checked)
   std::map<std::string, double> peers_us;  // peer name -> time
   std::string choice;                      // the tuned winner (autotune / cache)
+  std::string plan;                        // what served the call (GPU): path, tactics, routing
   std::vector<std::string> tuning_log;     // each candidate's time or rejection
 };
 

@@ -126,6 +126,7 @@ void write_json(const Options& opt, const RunResult& r) {
     for (const auto& [name, us] : p.stage_us) row["stages_us"][name] = us;
     for (const auto& [name, us] : p.peers_us) row["peers_us"][name] = us;
     if (!p.choice.empty()) row["tuned_choice"] = p.choice;
+    if (!p.plan.empty()) row["plan"] = p.plan;
     if (!p.tuning_log.empty()) row["tuning_log"] = p.tuning_log;
     doc["points"].push_back(row);
   }
