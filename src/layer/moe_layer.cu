@@ -96,7 +96,7 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens)
   Carver real(static_cast<char*>(arena_));
   carve(real);
   // The Cutlass path's buffers, only when some call size may take it.
-  if (plan_for_tokens(config_, max_tokens, sm_count_).path == ExpertsPath::Cutlass)
+  if (plan_for_tokens(config_, max_tokens).path == ExpertsPath::Cutlass)
     ensure_cutlass_buffers();
 }
 
@@ -146,7 +146,7 @@ DeviceArch current_device_arch() {
 void MoELayerImpl::set_tuned(int bucket, const TuningChoice& choice) {
   check_token_bucket(bucket);
   // Refuses a choice the config's backend option forbids, before keeping it.
-  plan_for_tokens(config_, bucket, sm_count_, &choice);
+  plan_for_tokens(config_, bucket, &choice);
   if (choice.path == ExpertsPath::Cutlass) ensure_cutlass_buffers();
   tuned_[bucket] = choice;
 }
@@ -206,7 +206,7 @@ void MoELayerImpl::check_args(const ForwardArgs& a) const {
 }
 
 LayerPlan MoELayerImpl::plan_for(int num_tokens) const {
-  return plan_for_tokens(config_, std::max(num_tokens, 1), sm_count_, tuned_for(num_tokens));
+  return plan_for_tokens(config_, std::max(num_tokens, 1), tuned_for(num_tokens));
 }
 
 bool MoELayerImpl::fused_routing_for(int num_tokens) const {

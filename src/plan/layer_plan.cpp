@@ -116,7 +116,7 @@ bool backend_allows(const std::string& backend, ExpertsPath p) {
   return backend == "auto" || backend == path_name(p);
 }
 
-LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens, [[maybe_unused]] int sm_count,
+LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens,
                           const TuningChoice* tuned) {
   const double rows = static_cast<double>(num_tokens) * config.routing.top_k;
   const int e_local = config.local_experts();

@@ -67,8 +67,8 @@ struct LayerPlan {
 // Stream path for small I at up to one row per expert; else up to 96 rows
 // the Mma path (16-row tiles 64 columns wide up to 8 rows per expert);
 // many rows: the Cutlass path's wgmma tiles. options.backend "mma",
-// "cutlass" or "stream" forces the path (Mma then never streams). sm_count: the device's multiprocessors (the current rule,
-// measured on the 132-SM H200 only, does not use it).
+// "cutlass" or "stream" forces the path (Mma then never streams). The rule
+// was measured on the 132-SM H200 only.
 //
 // `tuned`, when given (the autotuner's winner for the call's token bucket),
 // replaces the rule: its path, and on the Mma and Stream paths its GEMM
@@ -76,7 +76,7 @@ struct LayerPlan {
 // other fields keep the rule's values, which that path does not run). Throws
 // Error (field "tuning_choice") when its path is one options.backend
 // forbids or its GEMM tactics do not fit its path (check_choice_tactics).
-LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens, int sm_count,
+LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens,
                           const TuningChoice* tuned = nullptr);
 
 // How routing and sort/permute run: Split (the per-token routing kernel,

@@ -11,12 +11,11 @@
 namespace unimoe {
 namespace {
 
-constexpr int kH200Sms = 132;
 
 LayerPlan plan(const std::string& preset, int tokens, const std::string& backend = "auto") {
   MoEConfig c = find_preset(preset).config;
   c.options.backend = backend;
-  return plan_for_tokens(c, tokens, kH200Sms);
+  return plan_for_tokens(c, tokens);
 }
 
 TEST(LayerPlan, DecodeTakesNarrowTilesOrTheStreamBackend) {
@@ -86,7 +85,7 @@ TEST(LayerPlan, EveryPlannedTacticIsCompiled) {
   };
   for (const Preset& p : presets())
     for (int t : {1, 2, 3, 7, 8, 33, 64, 100, 512, 1000, 4096, 16384}) {
-      const LayerPlan lp = plan_for_tokens(p.config, t, kH200Sms);
+      const LayerPlan lp = plan_for_tokens(p.config, t);
       SCOPED_TRACE(p.name + " T=" + std::to_string(t));
       EXPECT_TRUE(compiled(lp.gemm1)) << lp.gemm1.to_string();
       EXPECT_TRUE(compiled(lp.gemm2)) << lp.gemm2.to_string();

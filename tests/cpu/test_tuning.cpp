@@ -19,7 +19,6 @@ namespace {
 constexpr DeviceArch kH200Arch{9, 0, 132};  // sm_90, 132 SMs
 
 
-constexpr int kH200Sms = 132;
 
 bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
@@ -328,26 +327,26 @@ TEST(Tuner, ThrowsWithEveryReasonWhenAllFail) {
 TEST(TunedPlan, TakesTheTunedPathAndTactics) {
   const MoEConfig c = find_preset("dsv3-tp8").config;
   // Without a choice the rule holds: T=1 streams (layer_plan.cpp).
-  const LayerPlan rule = plan_for_tokens(c, 1, kH200Sms);
+  const LayerPlan rule = plan_for_tokens(c, 1);
   EXPECT_EQ(rule.gemm1.to_string(), "stream_m16");
   TuningChoice mma =
       TuningChoice::parse("path=mma gemm1=m64n128 gemm2=m64n128 sm90=coop_128x128x64 time_us=3");
-  const LayerPlan tuned = plan_for_tokens(c, 1, kH200Sms, &mma);
+  const LayerPlan tuned = plan_for_tokens(c, 1, &mma);
   EXPECT_EQ(tuned.path, ExpertsPath::Mma);
   EXPECT_EQ(tuned.tile_m, 64);
   EXPECT_EQ(tuned.gemm1, (GemmTactic{64, 128}));
   EXPECT_EQ(tuned.gemm2, (GemmTactic{64, 128}));
   // The Mma path where the rule takes the Cutlass one.
-  ASSERT_EQ(plan_for_tokens(c, 16384, kH200Sms).path, ExpertsPath::Cutlass);
+  ASSERT_EQ(plan_for_tokens(c, 16384).path, ExpertsPath::Cutlass);
   mma = TuningChoice::parse("path=mma gemm1=m16n128 gemm2=m16n64 sm90=coop_128x128x64 time_us=3");
-  const LayerPlan big = plan_for_tokens(c, 16384, kH200Sms, &mma);
+  const LayerPlan big = plan_for_tokens(c, 16384, &mma);
   EXPECT_EQ(big.path, ExpertsPath::Mma);
   EXPECT_EQ(big.tile_m, 16);
   EXPECT_EQ(big.gemm2, (GemmTactic{16, 64}));
 
   const TuningChoice stream =
       TuningChoice::parse("path=stream gemm1=stream_m16 gemm2=stream_m16 sm90=coop_128x128x64 time_us=2");
-  const LayerPlan sp = plan_for_tokens(c, 16384, kH200Sms, &stream);
+  const LayerPlan sp = plan_for_tokens(c, 16384, &stream);
   EXPECT_EQ(sp.path, ExpertsPath::Stream);
   EXPECT_EQ(sp.tile_m, 16);
   EXPECT_EQ(sp.gemm2.to_string(), "stream_m16");
@@ -355,17 +354,17 @@ TEST(TunedPlan, TakesTheTunedPathAndTactics) {
   TuningChoice cutlass;
   cutlass.path = ExpertsPath::Cutlass;
   cutlass.sm90 = Sm90GemmTactic::Pingpong64x128;
-  const LayerPlan cp = plan_for_tokens(c, 1, kH200Sms, &cutlass);
+  const LayerPlan cp = plan_for_tokens(c, 1, &cutlass);
   EXPECT_EQ(cp.path, ExpertsPath::Cutlass);
   EXPECT_EQ(cp.sm90, Sm90GemmTactic::Pingpong64x128);
   EXPECT_EQ(cp.tile_m, rule.tile_m);  // the unused Mma fields keep the rule's
 
   MoEConfig forced = c;
   forced.options.backend = "mma";
-  EXPECT_EQ(error_of([&] { plan_for_tokens(forced, 1, kH200Sms, &cutlass); }).field(),
+  EXPECT_EQ(error_of([&] { plan_for_tokens(forced, 1, &cutlass); }).field(),
             "tuning_choice");
   mma.gemm2 = GemmTactic{64, 128};
-  EXPECT_EQ(error_of([&] { plan_for_tokens(c, 1, kH200Sms, &mma); }).field(), "tuning_choice");
+  EXPECT_EQ(error_of([&] { plan_for_tokens(c, 1, &mma); }).field(), "tuning_choice");
 }
 
 }  // namespace
