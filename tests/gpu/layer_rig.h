@@ -75,19 +75,29 @@ class LayerRig {
     UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
-  // Relative L2 error of the device output against the reference for the
-  // routing the reference computes from `logits` (or the given routing).
-  double error(int t, const std::vector<float>& logits, const ref::Routing* given = nullptr) {
-    UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<uint16_t> bits = out_.download();
-    std::vector<float> got(std::size_t(t) * c_.experts.hidden);
-    for (std::size_t j = 0; j < got.size(); ++j) got[j] = ref::bf16_to_f32(bits[j]);
+  // The reference output for T tokens of the loaded x and the routing the
+  // reference computes from `logits` (or the given routing).
+  std::vector<float> reference(int t, const std::vector<float>& logits,
+                               const ref::Routing* given = nullptr) {
     const ref::Routing routing =
         given ? *given
               : ref::route(c_.routing, logits.data(), t, c_.routing.has_bias ? bias_host_.data() : nullptr);
     const std::vector<float> x = ref::host_x(c_, t, seeds_);
-    const std::vector<float> want = ref::moe_forward(c_, host_weights_.source(), x.data(), routing);
+    return ref::moe_forward(c_, host_weights_.source(), x.data(), routing);
+  }
+
+  // Relative L2 error of the device output against `want` (reference()).
+  double error_against(int t, const std::vector<float>& want) {
+    UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<uint16_t> bits = out_.download();
+    std::vector<float> got(std::size_t(t) * c_.experts.hidden);
+    for (std::size_t j = 0; j < got.size(); ++j) got[j] = ref::bf16_to_f32(bits[j]);
     return test::rel_l2(got, want);
+  }
+
+  // Relative L2 error of the device output against the reference.
+  double error(int t, const std::vector<float>& logits, const ref::Routing* given = nullptr) {
+    return error_against(t, reference(t, logits, given));
   }
 
   MoELayer& layer() { return *layer_; }
