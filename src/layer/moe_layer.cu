@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <optional>
 #include <stdexcept>
@@ -20,6 +21,15 @@ constexpr int kSmallestTileM = 16;
 constexpr std::size_t kAlign = 256;
 
 std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// The kernels move x, out and weights 16 bytes at a time (and TMA needs
+// 16-byte rows), and the fp32/int32 arrays 4 at a time: a pointer that is
+// not aligned so is refused here rather than faulting on the device.
+void require_aligned(const void* p, std::size_t bytes, const char* field) {
+  if (p != nullptr && reinterpret_cast<std::uintptr_t>(p) % bytes != 0)
+    throw Error(field, "is not " + std::to_string(bytes) +
+                           "-byte aligned; the kernels need it (cudaMalloc'd memory is)");
+}
 
 // UNIMOE_ROUTING_VARIANT: unset follows the plan's rule; "split" or
 // "fused" forces that variant (fused only where the kernel serves the size).
@@ -185,6 +195,10 @@ void MoELayerImpl::set_weights(const ExpertWeights& w) {
   if (!w.w13 || !w.w2) throw Error("weights", "w13 and w2 must be set");
   if (config_.experts.has_bias && (!w.b13 || !w.b2))
     throw Error("weights", "config has expert biases (has_bias): b13 and b2 must be set");
+  require_aligned(w.w13, 16, "weights.w13");
+  require_aligned(w.w2, 16, "weights.w2");
+  require_aligned(w.b13, 16, "weights.b13");
+  require_aligned(w.b2, 16, "weights.b2");
   weights_ = w;
 }
 
@@ -203,6 +217,12 @@ void MoELayerImpl::check_args(const ForwardArgs& a) const {
   if (!precomputed(a) && config_.routing.has_bias && !a.routing_bias)
     throw Error("routing_bias", "the config has a routing bias (has_bias): pass it");
   if (!weights_.w13) throw Error("weights", "set_weights was not called");
+  require_aligned(a.x, 16, "args.x");
+  require_aligned(a.out, 16, "args.out");
+  require_aligned(a.logits, config_.routing.logits_type == LogitsType::BF16 ? 2 : 4, "args.logits");
+  require_aligned(a.routing_bias, 4, "args.routing_bias");
+  require_aligned(a.topk_ids, 4, "args.topk_ids");
+  require_aligned(a.topk_weights, 4, "args.topk_weights");
 }
 
 LayerPlan MoELayerImpl::plan_for(int num_tokens) const {

@@ -170,6 +170,24 @@ TEST(LayerGpu, RefusesBadCallsWithClearErrors) {
   a = rig.args(2);
   a.logits = nullptr;
   EXPECT_THROW(rig.layer().forward(a, nullptr), Error);  // no logits, no precomputed ids
+  // Misaligned pointers are refused before a kernel could fault on them.
+  auto field_of = [](auto f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.field();
+    }
+    return std::string("no error");
+  };
+  a = rig.args(2);
+  a.x = static_cast<const uint16_t*>(a.x) + 1;
+  EXPECT_EQ(field_of([&] { rig.layer().forward(a, nullptr); }), "args.x");
+  a = rig.args(2);
+  a.logits = static_cast<const char*>(a.logits) + 2;
+  EXPECT_EQ(field_of([&] { rig.layer().forward(a, nullptr); }), "args.logits");
+  DeviceBuffer<uint16_t> w(64);
+  EXPECT_EQ(field_of([&] { rig.layer().set_weights({w.get() + 4, w.get(), nullptr, nullptr}); }),
+            "weights.w13");
   MoEConfig bad = c;
   bad.routing.top_k = 9;
   EXPECT_THROW(MoELayer::create(bad, 4), Error);
