@@ -171,8 +171,16 @@ class MoELayer {
 
   virtual const MoEConfig& config() const = 0;
   virtual int max_tokens() const = 0;
-  // Name of the backend serving the experts stages.
+  // options.backend: "auto" (the rule or tuned winners choose per call) or
+  // the backend forced for every call.
   virtual std::string backend_name() const = 0;
+  // What serves a call of num_tokens tokens, one line: backend, tiles and
+  // tactics, routing variant, e.g.
+  // "path=stream tile_m=16 gemm1=stream_m16 gemm2=stream_m16 routing=fused".
+  virtual std::string describe(int num_tokens) const = 0;
+  // Device memory the layer holds besides the weights (its workspace; the
+  // CUTLASS backend's buffers once a call may take it).
+  virtual std::size_t workspace_bytes() const = 0;
   // Keeps the pointers (not a copy); the weights must outlive the layer.
   virtual void set_weights(const ExpertWeights& weights) = 0;
   virtual void forward(const ForwardArgs& args, CUstream_st* stream) = 0;

@@ -102,6 +102,7 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens)
   };
   Carver dry(nullptr);
   carve(dry);
+  arena_bytes_ = dry.used();
   UNIMOE_CUDA_CHECK(cudaMalloc(&arena_, dry.used()));
   Carver real(static_cast<char*>(arena_));
   carve(real);
@@ -126,6 +127,7 @@ void MoELayerImpl::ensure_cutlass_buffers() {
   };
   Carver dry(nullptr);
   carve(dry);
+  cutlass_bytes_ = dry.used();
   UNIMOE_CUDA_CHECK(cudaMalloc(&cutlass_arena_, dry.used()));
   Carver real(static_cast<char*>(cutlass_arena_));
   carve(real);
@@ -236,7 +238,7 @@ bool MoELayerImpl::fused_routing_for(int num_tokens) const {
          fused_routing_fits(num_tokens, config_.routing.top_k, config_.local_experts());
 }
 
-std::string MoELayerImpl::describe_call(int num_tokens) const {
+std::string MoELayerImpl::describe(int num_tokens) const {
   return plan_for(num_tokens).to_string() + " routing=" +
          routing_variant_name(fused_routing_for(num_tokens) ? RoutingVariant::Fused
                                                             : RoutingVariant::Split);

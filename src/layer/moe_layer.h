@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <cstddef>
 #include <map>
 #include <optional>
 #include <string>
@@ -41,6 +42,8 @@ class MoELayerImpl final : public MoELayer {
   const MoEConfig& config() const override { return config_; }
   int max_tokens() const override { return max_tokens_; }
   std::string backend_name() const override { return config_.options.backend; }
+  std::string describe(int num_tokens) const override;
+  std::size_t workspace_bytes() const override { return arena_bytes_ + cutlass_bytes_; }
   void set_weights(const ExpertWeights& weights) override;
   void forward(const ForwardArgs& args, CUstream_st* stream) override;
   std::string use_tuning_cache(const std::string& path) override;
@@ -51,11 +54,9 @@ class MoELayerImpl final : public MoELayer {
   void set_tuned(int bucket, const TuningChoice& choice);
 
   // What serves a call of `num_tokens`: the plan (rule or tuned winner) and
-  // whether routing runs fused. describe_call prints both on one line, e.g.
-  // "path=stream tile_m=16 gemm1=stream_m16 gemm2=stream_m16 routing=fused".
+  // whether routing runs fused (describe() prints both).
   LayerPlan plan_for(int num_tokens) const;
   bool fused_routing_for(int num_tokens) const;
-  std::string describe_call(int num_tokens) const;
 
   // One stage of forward alone (the inputs of earlier stages must be in the
   // workspace already).
@@ -79,6 +80,8 @@ class MoELayerImpl final : public MoELayer {
   std::optional<RoutingVariant> forced_routing_;
   ExpertWeights weights_{};
   void* arena_ = nullptr;  // one allocation; the pointers below point into it
+  std::size_t arena_bytes_ = 0;
+  std::size_t cutlass_bytes_ = 0;
   int32_t* topk_ids_ = nullptr;
   float* topk_weights_ = nullptr;
   int32_t* expert_counts_ = nullptr;

@@ -161,6 +161,21 @@ TEST_P(LayerGraphGpu, CapturedOnceReplaysWithFreshRouting) {
   }
 }
 
+TEST(LayerGpu, DescribesWhatServesACallAndItsWorkspace) {
+  UNIMOE_REQUIRE_GPU();
+  MoEConfig c = find_preset("dsv3-tp8").config;
+  std::unique_ptr<MoELayer> small = MoELayer::create(c, 8);
+  // The rule at T=1 (src/plan/layer_plan.cpp): stream backend, fused routing.
+  EXPECT_EQ(small->describe(1), "path=stream tile_m=16 gemm1=stream_m16 gemm2=stream_m16 routing=fused");
+  // Workspace: at least the routing outputs, the intermediate and y rows.
+  const std::size_t rows = 8 * 8;
+  EXPECT_GE(small->workspace_bytes(), rows * (c.experts.intermediate + c.experts.hidden) * 2);
+  // A layer whose largest call takes the CUTLASS backend also holds its buffers.
+  std::unique_ptr<MoELayer> large = MoELayer::create(c, 4096);
+  EXPECT_EQ(large->describe(4096).rfind("path=cutlass", 0), 0u) << large->describe(4096);
+  EXPECT_GE(large->workspace_bytes(), std::size_t(4096) * 8 * c.experts.hidden * 2 * 2);
+}
+
 TEST(LayerGpu, RefusesBadCallsWithClearErrors) {
   UNIMOE_REQUIRE_GPU();
   const MoEConfig c = moe_config(RoutingPolicy::Renormalize, 8, 2, 64, 64);

@@ -210,7 +210,7 @@ void run_preset(const Options& opt, const std::string& name, const std::string& 
       p.choice = winner->to_string();
     }
     if (check > 0) p.rel_err = error_of_set0();
-    p.plan = layer.describe_call(t);
+    p.plan = layer.describe(t);
     p.time_us = time_layer();
     // Stage s's time: the chain of stages 0..s minus the chain of stages
     // 0..s-1, every input set in one graph as for the layer's time. Each
