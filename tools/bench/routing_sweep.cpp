@@ -86,12 +86,17 @@ Written fetch_written(const SweepBuffers& b, int rows, int e) {
   return w;
 }
 
-void poison(const SweepBuffers& b, int rows, int e) {
+// On `stream`, ahead of the variant that runs next on it (a plain
+// cudaMemset would run on the legacy stream, unordered with a non-blocking
+// one).
+void poison(const SweepBuffers& b, int rows, int e, cudaStream_t stream) {
   for (const DeviceMem* m : {&b.ids, &b.weights, &b.p2e, &b.e2p})
-    UNIMOE_CUDA_CHECK(cudaMemset(m->p, 0xff, std::size_t(rows) * 4));
-  UNIMOE_CUDA_CHECK(cudaMemset(b.counts.p, 0xff, std::size_t(e) * 4));
-  UNIMOE_CUDA_CHECK(cudaMemset(b.offsets.p, 0xff, std::size_t(e + 1) * 4));
-  UNIMOE_CUDA_CHECK(cudaMemset(b.num_tiles.p, 0xff, 4));
+    UNIMOE_CUDA_CHECK(cudaMemsetAsync(m->p, 0xff, std::size_t(rows) * 4, stream));
+  UNIMOE_CUDA_CHECK(cudaMemsetAsync(b.counts.p, 0xff, std::size_t(e) * 4, stream));
+  UNIMOE_CUDA_CHECK(cudaMemsetAsync(b.offsets.p, 0xff, std::size_t(e + 1) * 4, stream));
+  UNIMOE_CUDA_CHECK(cudaMemsetAsync(b.num_tiles.p, 0xff, 4, stream));
+  UNIMOE_CUDA_CHECK(cudaMemsetAsync(
+      b.tiles.p, 0xff, std::size_t(max_tiles(rows, e, kSweepTileM)) * sizeof(DeviceTile), stream));
 }
 
 }  // namespace
@@ -179,11 +184,11 @@ int run_routing_sweep(const SweepOptions& opt) {
     row["split_us"] = time(split);
     if (fused_routing_fits(t, k, e)) {
       row["fused_us"] = time(fused);
-      poison(b, rows, e);
+      poison(b, rows, e, stream);
       split();
       UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
       const Written want = fetch_written(b, rows, e);
-      poison(b, rows, e);
+      poison(b, rows, e, stream);
       fused();
       UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
       const bool same = fetch_written(b, rows, e) == want;
