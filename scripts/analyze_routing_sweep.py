@@ -88,6 +88,8 @@ def report(doc):
     points = doc["points"]
     lines = [f"routing sweep on {doc.get('device', '?')}: {len(points)} points, "
              f"{doc.get('calls_per_graph', '?')} calls per graph replay, times in us per call"]
+    if doc.get("complete") is False:
+        lines.append("INCOMPLETE: the sweep stopped early; figures cover the points it reached")
     bad = [p for p in points if p.get("outputs_match") is False]
     lines.append(f"split/fused output mismatches: {len(bad)}")
     for p in bad[:20]:

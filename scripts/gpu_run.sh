@@ -9,7 +9,9 @@
 # build,test,bench). sweep: unimoe-bench --routing-sweep over the default
 # grid, then scripts/analyze_routing_sweep.py (routing_sweep.json,
 # routing_sweep.txt).
-# Environment: UNIMOE_GTEST_FILTER narrows the GPU tests; UNIMOE_BUILD_DIR
+# Environment: UNIMOE_GTEST_FILTER narrows the GPU tests; UNIMOE_TEST_TIMEOUT
+# and UNIMOE_SWEEP_TIMEOUT (seconds) bound the test and sweep steps (a cut
+# sweep keeps the points it saved, every 2000); UNIMOE_BUILD_DIR
 # (default build-gpu) is where the build step builds and the other steps
 # find the binaries: set it to build (and carry build/unimoe_gpu_tests and
 # build/unimoe-bench) to run binaries built on another machine without the
@@ -54,7 +56,7 @@ fi
 
 if has sweep; then
   echo "== routing sweep"
-  "$B"/unimoe-bench --routing-sweep --json "$OUT/routing_sweep.json" >"$OUT/routing_sweep.log" 2>&1 || status=1
+  timeout "${UNIMOE_SWEEP_TIMEOUT:-1800}" "$B"/unimoe-bench --routing-sweep --json "$OUT/routing_sweep.json" >"$OUT/routing_sweep.log" 2>&1 || status=1
   tail -n 3 "$OUT/routing_sweep.log"
   python3 scripts/analyze_routing_sweep.py "$OUT/routing_sweep.json" --plot "$OUT/routing_sweep.png" \
     >"$OUT/routing_sweep.txt" 2>&1 || status=1

@@ -133,6 +133,15 @@ int run_routing_sweep(const SweepOptions& opt) {
   doc["iters"] = opt.iters;
   doc["points"] = nlohmann::json::array();
   int mismatches = 0;
+  const std::filesystem::path path(opt.json_path);
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+  // Written every 2000 points too, so a sweep cut short by a time limit
+  // still leaves what it measured ("complete": false).
+  auto write_doc = [&](bool complete) {
+    doc["mismatches"] = mismatches;
+    doc["complete"] = complete;
+    std::ofstream(path) << doc.dump(1) << "\n";
+  };
   std::fprintf(stderr, "routing sweep: %zu points on %s\n", points.size(), prop.name);
   for (std::size_t i = 0; i < points.size(); ++i) {
     const RoutingSweepPoint& pt = points[i];
@@ -203,12 +212,10 @@ int run_routing_sweep(const SweepOptions& opt) {
     doc["points"].push_back(row);
     if ((i + 1) % 200 == 0 || i + 1 == points.size())
       std::fprintf(stderr, "  %zu / %zu points\n", i + 1, points.size());
+    if ((i + 1) % 2000 == 0) write_doc(false);
   }
   UNIMOE_CUDA_CHECK(cudaStreamDestroy(stream));
-  doc["mismatches"] = mismatches;
-  const std::filesystem::path path(opt.json_path);
-  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  std::ofstream(path) << doc.dump(1) << "\n";
+  write_doc(true);
   std::printf("routing sweep: %zu points, %d split/fused output mismatches; wrote %s\n",
               points.size(), mismatches, opt.json_path.c_str());
   return mismatches == 0 ? 0 : 1;
