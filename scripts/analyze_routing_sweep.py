@@ -2,15 +2,15 @@
 """Turns `unimoe-bench --routing-sweep` JSON into the routing variant table,
 the rule's score and a proposed rule.
 
-    scripts/analyze_routing_sweep.py SWEEP.json [--plot OUT.png]
+    scripts/analyze_routing_sweep.py SWEEP.json [MORE.json ...] [--plot OUT.png] [--merged ALL.json]
 
 Prints, for each point class, where the fused single-block kernel beats the
 split chain; how often the layer's rule (the `rule` field the sweep records
 from routing_variant_for) is within 5% of the best variant, and its
 geometric-mean speedup over "always fused" and "always split"; the issue's
-targets (DeepSeekV3 E=256 K=8 n_group=8, Renormalize E=128 K=8); and, per
-policy family, the T*K threshold "fused iff T*K <= R" that agrees with the
-measured best variant most often. --plot draws time against T for the
+targets (DeepSeekV3 E=256 K=8 n_group=8, Renormalize E=128 K=8); and the
+rule "fused iff T*K <= R, T <= Tm and T*E <= S" whose limits (a grid
+search) are within 5% of the best variant on the most points. --plot draws time against T for the
 target configs (needs matplotlib).
 """
 import argparse
@@ -58,23 +58,45 @@ def family(p):
     return "deepseek" if p["policy"] in DEEPSEEK else "other"
 
 
-def propose_thresholds(points):
-    """Per family, the R of 'fused iff T*K <= R' that matches the best
-    variant on the most points (ties: the smaller R)."""
-    out = {}
-    by_family = defaultdict(list)
-    for p in points:
-        by_family[family(p)].append(p)
-    for fam, pts in sorted(by_family.items()):
-        candidates = sorted({p["T"] * p["K"] for p in pts} | {0})
-        best_r, best_hits = 0, -1
-        for r in candidates:
-            hits = sum((best(p)[0] == "fused") == (p["T"] * p["K"] <= r and "fused" in variant_times(p))
-                       for p in pts)
-            if hits > best_hits:
-                best_r, best_hits = r, hits
-        out[fam] = (best_r, best_hits / len(pts))
-    return out
+ROWS_LIMITS = (128, 192, 256, 320, 384, 448, 512)
+TOKEN_LIMITS = (8, 16, 24, 32, 48, 64)
+SCORE_LIMITS = (2048, 4096, 6144, 8192, 12288, 16384)
+
+
+def fused_by(p, rows, tokens, scores):
+    """The choice of the rule 'fused iff T*K <= rows, T <= tokens and
+    T*E <= scores' (split where the fused kernel cannot serve)."""
+    fits = "fused" in variant_times(p)
+    return "fused" if fits and p["T"] * p["K"] <= rows and p["T"] <= tokens and p["T"] * p["E"] <= scores \
+        else "split"
+
+
+def propose_rule(points):
+    """The (rows, tokens, scores) limits whose rule is within 5% of the best
+    variant on the most points (ties: the first in grid order), and that
+    share of points."""
+    best_limits, best_hits = None, -1
+    for rows in ROWS_LIMITS:
+        for tokens in TOKEN_LIMITS:
+            for scores in SCORE_LIMITS:
+                hits = sum(time_of(p, fused_by(p, rows, tokens, scores)) <= TOLERANCE * best(p)[1]
+                           for p in points)
+                if hits > best_hits:
+                    best_limits, best_hits = (rows, tokens, scores), hits
+    return best_limits, best_hits / len(points)
+
+
+def merge(docs):
+    """One sweep from several: a later file's point replaces an earlier one
+    at the same (policy, E, K, n_group, topk_group, T)."""
+    merged = dict(docs[0])
+    points = {}
+    for doc in docs:
+        for p in doc["points"]:
+            points[(p["policy"], p["E"], p["K"], p["n_group"], p["topk_group"], p["T"])] = p
+    merged["points"] = list(points.values())
+    merged["complete"] = docs[0].get("complete", True) if len(docs) == 1 else None
+    return merged
 
 
 def target(points, policy, e, k, n_group, t_max=None, t_exact=None):
@@ -111,15 +133,15 @@ def report(doc):
 
     within, vs_fused, vs_split = rule_score(points)
     lines.append("")
-    lines.append(f"rule within 5% of the best variant: {100 * within:.1f}% of points (target >= 95%)")
+    lines.append(f"recorded rule (routing_variant_for of the build that ran the sweep) within 5% of "
+                 f"the best variant: {100 * within:.1f}% of points (target >= 95%)")
     lines.append(f"rule speedup, geometric mean: {vs_fused:.3f}x over always-fused, "
                  f"{vs_split:.3f}x over always-split")
 
     lines.append("")
-    for fam, (r, agree) in propose_thresholds(points).items():
-        lines.append(f"proposed: {fam} policies fused iff T*K <= {r} (matches the best variant on "
-                     f"{100 * agree:.1f}% of their points)")
-
+    (rows, tokens, scores), share = propose_rule(points)
+    lines.append(f"proposed: fused iff T*K <= {rows}, T <= {tokens} and T*E <= {scores} "
+                 f"(within 5% of the best variant on {100 * share:.1f}% of points)")
     lines.append("")
     ds_small = target(points, "DeepSeekV3", 256, 8, 8, t_max=64)
     ds_large = target(points, "DeepSeekV3", 256, 8, 8, t_exact=16384)
@@ -153,14 +175,22 @@ def plot(doc, path):
 
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("sweep")
+    ap.add_argument("sweep", nargs="+", help="sweep JSON files (several are merged: a later "
+                    "file's point replaces an earlier one's)")
     ap.add_argument("--plot", help="PNG of time against T for the target configs (needs matplotlib)")
+    ap.add_argument("--merged", help="also write the merged sweep JSON here")
     args = ap.parse_args(argv)
-    with open(args.sweep) as f:
-        doc = json.load(f)
+    docs = []
+    for path in args.sweep:
+        with open(path) as f:
+            docs.append(json.load(f))
+    doc = merge(docs)
     if not doc.get("points"):
-        print(f"{args.sweep}: no points", file=sys.stderr)
+        print(f"{', '.join(args.sweep)}: no points", file=sys.stderr)
         return 1
+    if args.merged:
+        with open(args.merged, "w") as f:
+            json.dump(doc, f, indent=1)
     print(report(doc))
     if args.plot:
         try:

@@ -16,6 +16,15 @@ namespace {
 // (mixtral T=512 by 1.27x, every T=4096 and 16384 by 1.15x-1.8x).
 constexpr double kCutlassRowsPerExpert = 96;
 
+// The Cutlass path's tile: 128x256x64 cooperative. Measured on the H200
+// with unimoe-bench --autotune (session 3, bench/results/
+// h200-autotune-table-session3.txt): it won every point the path wins,
+// T = 4096 and 16384 on all five anchor shapes and mixtral-8x7b T=512, by
+// 7-43% over 128x128x64 (dsv3-tp8 T=16384 4363 against 4829 us,
+// qwen3-30b-a3b T=4096 785 against 905, mixtral T=512 1161 against 1357);
+// pingpong 64x128x64 won only below the path's crossover (dsv3-tp8 T=512).
+constexpr Sm90GemmTactic kCutlassTactic = Sm90GemmTactic::Cooperative128x256;
+
 // The rest of the rule, for the Mma path, measured on the H200 with
 // unimoe-bench --autotune (every pair of tactics sharing an M tile, layer
 // time by graph replay; docs/notes.md, session 2, runs 2 and 8):
@@ -132,6 +141,7 @@ LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens,
                                                    : ExpertsPath::Mma;
   else
     plan.path = parse_experts_path(backend);
+  plan.sm90 = kCutlassTactic;
   if (plan.path == ExpertsPath::Stream) {
     plan.tile_m = kStream.tile_m;
     plan.gemm1 = plan.gemm2 = kStream;
@@ -181,18 +191,23 @@ void check_choice_tactics(const TuningChoice& c) {
 
 namespace {
 
-// Measured on the H200 (session 2, run 1: unimoe-bench with
-// UNIMOE_ROUTING_VARIANT=split and =fused, routing + permute stage times):
-// fused beats split by 3.5-4.4 us at T = 1 and 8 on every preset (dsv3-tp8
-// 11.1 vs 15.2 us, qwen3-30b-a3b 7.1 vs 11.0), and still wins at 128 rows
-// (mixtral T=64: 8.9 vs 11.0) and 256 rows (gpt-oss T=64: 11.1 vs 12.2);
-// at 512 rows it ties for Renormalize (qwen3-30b-a3b T=64: 13.1 vs 12.9)
-// and loses for DeepSeekV3 (dsv3-tp8 T=64: 30.4 vs 17.2), whose per-token
-// routing is slow enough that a warp's second token costs more than the
-// split kernels; from 1024 rows it loses everywhere (mixtral T=512: 30.6 vs
-// 13.1).
-constexpr long long kFusedRows = 256;
-constexpr int kFusedDeepSeekTokens = 32;  // one token per warp of the fused block
+// Measured on the H200 by the routing sweep (unimoe-bench --routing-sweep,
+// session 3: 17,888 points, every policy x E in 8..1024 x K in 1..32 x T in
+// 1..16384, split and fused timed 8 calls to a graph replay; JSON, analysis
+// and plot in bench/results/h200-routing-sweep-session3.*). The fused block
+// does every token's scores and the whole histogram in one CTA, so it wins
+// while that work is small and loses once the split chain's parallelism
+// pays: by T*K (rows to place), by T (tokens a warp loops over) and by T*E
+// (scores one CTA reads). The three limits below were fitted over the
+// whole sweep (grid search in scripts/analyze_routing_sweep.py):
+// within 5% of the best variant on 97.7% of points, 1.30x over always-fused
+// and 1.23x over always-split (geometric means). One set serves every
+// policy: separate DeepSeek limits (T <= 24) gained 0.2% of points.
+// Examples: Renormalize E=128 K=8 T=32 fused 10.1 us vs split 10.8, T=64
+// 14.0 vs 11.2; DeepSeekV3 E=256 K=8 T=16 12.4 vs 14.9, T=32 19.1 vs 15.0.
+constexpr long long kFusedRows = 384;
+constexpr int kFusedTokens = 32;
+constexpr long long kFusedScores = 8192;
 
 }  // namespace
 
@@ -207,10 +222,8 @@ RoutingVariant parse_routing_variant(const std::string& s) {
 }
 
 RoutingVariant routing_variant_for(const RoutingConfig& routing, int num_tokens) {
-  const long long rows = static_cast<long long>(num_tokens) * routing.top_k;
-  const bool deepseek = routing.policy == RoutingPolicy::DeepSeekV3 ||
-                        routing.policy == RoutingPolicy::MiniMax2;
-  if (rows > kFusedRows || (deepseek && num_tokens > kFusedDeepSeekTokens))
+  const long long t = num_tokens;
+  if (t * routing.top_k > kFusedRows || t > kFusedTokens || t * routing.num_experts > kFusedScores)
     return RoutingVariant::Split;
   return RoutingVariant::Fused;
 }

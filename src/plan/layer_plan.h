@@ -88,9 +88,9 @@ const char* routing_variant_name(RoutingVariant v);
 // the allowed values.
 RoutingVariant parse_routing_variant(const std::string& s);
 
-// The rule between the variants for T tokens, measured on the H200
-// (docs/notes.md, session 2, run 1; the constants in layer_plan.cpp): Fused
-// only well inside the fused kernel's limits. A forced variant (the
+// The rule between the variants for T tokens, fitted to the H200 routing
+// sweep (the constants and figures in layer_plan.cpp): Fused while T <= 32,
+// T*K <= 384 and T*E <= 8192, for every policy. A forced variant (the
 // UNIMOE_ROUTING_VARIANT environment variable, read by the layer) replaces
 // it; the layer runs Split wherever the fused kernel cannot serve.
 RoutingVariant routing_variant_for(const RoutingConfig& routing, int num_tokens);

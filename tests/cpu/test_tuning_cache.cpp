@@ -243,11 +243,11 @@ TEST_F(TuningCacheTest, CorruptFilesThrowNamingTheFile) {
 // The committed H200 winners (bench/results) load, and every one is a
 // candidate the tuner would offer today.
 TEST(CommittedTuningCache, H200WinnersLoadAndAreCurrentCandidates) {
-  const std::string path = std::string(UNIMOE_SOURCE_DIR) + "/bench/results/h200-tuning-cache-session2.json";
+  const std::string path = std::string(UNIMOE_SOURCE_DIR) + "/bench/results/h200-tuning-cache-session3.json";
   const TuningCache cache = TuningCache::load(path, kH200);
   int found = 0;
   for (const char* preset : {"mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b", "dsv3-tp8", "gpt-oss-120b"})
-    for (int bucket : {1, 8, 512}) {
+    for (int bucket : {1, 8, 64, 512, 4096, 16384}) {
       const MoEConfig c = find_preset(preset).config;
       const std::optional<TuningChoice> w = cache.find(TuningKey::make(kH200, c), bucket);
       ASSERT_TRUE(w.has_value()) << preset << " bucket " << bucket;
@@ -259,7 +259,7 @@ TEST(CommittedTuningCache, H200WinnersLoadAndAreCurrentCandidates) {
       }
       EXPECT_TRUE(offered) << preset << " bucket " << bucket << ": " << w->to_string();
     }
-  EXPECT_EQ(found, 15);
+  EXPECT_EQ(found, 30);
 }
 
 }  // namespace
