@@ -32,6 +32,7 @@
 #include <string>
 
 #include "kernels/common.cuh"
+#include "kernels/finalize_rows.cuh"
 #include "kernels/warp_mma.cuh"
 
 namespace unimoe {
@@ -99,8 +100,8 @@ __device__ __forceinline__ void stream_k_range(const uint16_t* w_lo, const uint1
   }
 }
 
-__global__ void __launch_bounds__(kThreads, 2) stream_gemm_kernel(const StreamArgs sa) {
-  pdl_begin();
+// One CTA's tile (a CTA past the device tile count returns at once).
+__device__ __forceinline__ void stream_tile(const StreamArgs& sa) {
   const GroupedGemmArgs& args = sa.g;
   const int tile_index = blockIdx.x / args.n_blocks;
   if (tile_index >= *args.num_tiles) return;
@@ -190,6 +191,18 @@ __global__ void __launch_bounds__(kThreads, 2) stream_gemm_kernel(const StreamAr
     }
 }
 
+__global__ void __launch_bounds__(kThreads, 2) stream_gemm_kernel(const StreamArgs sa) {
+  pdl_begin();
+  stream_tile(sa);
+  const GroupedGemmArgs& args = sa.g;
+  if (args.finalize.counters != nullptr) {
+    const int block = blockIdx.x % args.n_blocks;
+    const int cols = kWarps / sa.splits * (is_gated(args.epilogue) ? 8 : 16);
+    finalize_tail(args.finalize, args.out, args.n_out, block, gridDim.x / args.n_blocks,
+                  block * cols, cols);
+  }
+}
+
 }  // namespace
 
 void launch_stream_gemm(GroupedGemmArgs args, int max_tiles, cudaStream_t stream) {
@@ -206,6 +219,8 @@ void launch_stream_gemm(GroupedGemmArgs args, int max_tiles, cudaStream_t stream
   if (blocks > INT_MAX)
     throw std::runtime_error("launch_stream_gemm: max_tiles x column blocks = " +
                              std::to_string(blocks) + " exceeds the grid limit");
+  if (args.finalize.counters != nullptr && args.n_blocks > finalize_tail_counters(args.n_out))
+    throw std::runtime_error("launch_stream_gemm: more column blocks than finalize tail counters");
   sa.g = args;
   launch_pdl(stream_gemm_kernel, static_cast<unsigned>(blocks), kThreads, 0, stream, sa);
   UNIMOE_LAUNCH_CHECK();
