@@ -1,5 +1,4 @@
-// The deterministic finalize (contract: grouped_gemm.cuh; the arithmetic:
-// finalize_rows.cuh):
+// The deterministic finalize (contract: grouped_gemm.cuh):
 //   out[t, :] = sum over k = 0..K-1, in that order, of topk_weights[t, k] * y[row(t, k), :]
 // with row(t, k) = expanded_to_permuted[t * K + k] and rows of -1 (off rank)
 // skipped; fp32 accumulation, one bf16 rounding at the store. A token with no
@@ -11,7 +10,6 @@
 #include <string>
 
 #include "kernels/common.cuh"
-#include "kernels/finalize_rows.cuh"
 #include "kernels/grouped_gemm.cuh"
 
 namespace unimoe {
@@ -19,7 +17,7 @@ namespace {
 
 constexpr int kFinalizeThreads = 128;
 constexpr int kMaxTopK = 32;  // DESIGN.md's limit on K
-constexpr int kVector = kFinalizeVector;
+constexpr int kVector = 8;    // bf16 per 16-byte load
 static_assert(kMaxTopK <= kFinalizeThreads, "one thread reads each k's row and weight");
 
 // Block (t, column block): each thread owns kVector consecutive columns.
@@ -39,8 +37,31 @@ __global__ void __launch_bounds__(kFinalizeThreads) finalize_kernel(const Finali
 
   const int col = (blockIdx.y * kFinalizeThreads + threadIdx.x) * kVector;
   if (col >= p.hidden) return;
-  *reinterpret_cast<uint4*>(p.out + static_cast<size_t>(token) * p.hidden + col) =
-      weighted_row_sum(p.y, p.hidden, col, p.top_k, rows, weights, p.b2, experts);
+  float acc[kVector] = {};
+  for (int k = 0; k < p.top_k; ++k) {
+    const int row = rows[k];
+    if (row < 0) continue;
+    const float w = weights[k];
+    const uint4 raw =
+        *reinterpret_cast<const uint4*>(p.y + static_cast<size_t>(row) * p.hidden + col);
+    const __nv_bfloat162* v = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kVector / 2; ++i) {
+      const float2 f = __bfloat1622float2(v[i]);
+      acc[2 * i] = fmaf(w, f.x, acc[2 * i]);
+      acc[2 * i + 1] = fmaf(w, f.y, acc[2 * i + 1]);
+    }
+    if (p.b2) {
+      const float* bias = p.b2 + static_cast<size_t>(experts[k]) * p.hidden + col;
+#pragma unroll
+      for (int i = 0; i < kVector; ++i) acc[i] = fmaf(w, bias[i], acc[i]);
+    }
+  }
+  uint4 packed;
+  __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(&packed);
+#pragma unroll
+  for (int i = 0; i < kVector / 2; ++i) out[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
+  *reinterpret_cast<uint4*>(p.out + static_cast<size_t>(token) * p.hidden + col) = packed;
 }
 
 void require(bool ok, const std::string& message) {

@@ -23,7 +23,6 @@
 
 #include "kernels/common.cuh"
 #include "kernels/grouped_gemm_args.cuh"
-#include "kernels/finalize_rows.cuh"
 #include "kernels/grouped_gemm_epilogue.cuh"
 #include "kernels/stream_gemm.cuh"
 #include "kernels/warp_mma.cuh"
@@ -72,9 +71,10 @@ struct TileConfig {
   static_assert(kStagedStride * 2 % 16 == 0, "staged rows must keep 16-byte alignment");
 };
 
-// One CTA's tile (a CTA past the device tile count returns at once).
 template <class Cfg>
-__device__ __forceinline__ void grouped_gemm_tile(const GroupedGemmArgs& args) {
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    grouped_gemm_kernel(const GroupedGemmArgs args) {
+  pdl_begin();
   constexpr int kTileM = Cfg::kTileM, kTileN = Cfg::kTileN, kStages = Cfg::kStages;
   constexpr int kRowsPerPass = Cfg::kRowsPerPass;
   constexpr int kLoadsA = kTileM / kRowsPerPass;  // A rows a thread copies per stage
@@ -259,18 +259,6 @@ __device__ __forceinline__ void grouped_gemm_tile(const GroupedGemmArgs& args) {
   }
 }
 
-template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    grouped_gemm_kernel(const GroupedGemmArgs args) {
-  pdl_begin();
-  grouped_gemm_tile<Cfg>(args);
-  if (args.finalize.counters != nullptr) {
-    const int block_n = blockIdx.x % args.n_blocks;
-    finalize_tail(args.finalize, args.out, args.n_out, block_n, gridDim.x / args.n_blocks,
-                  block_n * Cfg::kTileN, Cfg::kTileN);
-  }
-}
-
 // ---- the compiled tactics, best first for large T (picked by timing
 // variants on an H200).
 // m128n128: 8 warps of 64x32, two CTAs per SM, for compute-bound sizes.
@@ -351,15 +339,6 @@ void launch_grouped_gemm(GroupedGemmArgs args, const GemmTactic& tactic, int max
               args.num_tiles != nullptr,
           who, "an input, the weights, the output or the tile schedule is null");
 
-  if (args.finalize.counters != nullptr) {
-    const FinalizeTail& f = args.finalize;
-    require(args.epilogue == GemmEpilogue::Identity && args.gather == nullptr, who,
-            "the fused finalize tail runs on GEMM2 only");
-    require(f.expanded_to_permuted != nullptr && f.topk_weights != nullptr && f.out != nullptr, who,
-            "the fused finalize tail needs expanded_to_permuted, topk_weights and out");
-    require(f.num_tokens >= 0 && f.top_k > 0, who,
-            "the fused finalize tail needs num_tokens >= 0 and top_k > 0");
-  }
   if (index == kStreamIndex) {
     launch_stream_gemm(args, max_tiles, stream);
     return;
@@ -369,8 +348,6 @@ void launch_grouped_gemm(GroupedGemmArgs args, const GemmTactic& tactic, int max
   const long long blocks = static_cast<long long>(max_tiles) * args.n_blocks;
   require(blocks <= INT_MAX, who, "max_tiles x column blocks = " + std::to_string(blocks) +
                                       " exceeds the grid limit");
-  require(args.finalize.counters == nullptr || args.n_blocks <= finalize_tail_counters(args.n_out),
-          who, "more column blocks than finalize tail counters");
 
   const CompiledTactic c = compiled_tactic(index);
   UNIMOE_CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -432,7 +409,6 @@ void launch_gemm2(const Gemm2Params& p, const GemmTactic& tactic, cudaStream_t s
   args.n_out = p.hidden;
   args.epilogue = GemmEpilogue::Identity;
   args.out = p.y;
-  args.finalize = p.finalize;
   launch_grouped_gemm(args, tactic, p.max_tiles, stream, "launch_gemm2");
 }
 

@@ -31,24 +31,6 @@ struct Gemm1Params {
   uint16_t* act_out = nullptr;                // [P, I] bf16, permuted rows
 };
 
-// GEMM2's fused finalize (for small calls; the plan decides): the last CTA
-// of GEMM2's grid to finish a column block writes the finalize's output for
-// those columns and every token, with the finalize's arithmetic
-// (finalize_rows.cuh), so the separate finalize launch is not needed. The
-// counters are the tail's only state: zero at rest, each column block's
-// last CTA sets its counter back to zero, so a graph replays as is.
-struct FinalizeTail {
-  int32_t* counters = nullptr;                      // [column blocks]; nullptr: no tail
-  const int32_t* expanded_to_permuted = nullptr;    // [T * K], -1 off rank
-  const float* topk_weights = nullptr;              // [T, K]
-  int num_tokens = 0;
-  int top_k = 0;
-  uint16_t* out = nullptr;                          // [T, H] bf16
-};
-// Counters a FinalizeTail needs for GEMM2 output width `hidden` (the
-// narrowest column block of any tactic is 16 columns).
-inline int finalize_tail_counters(int hidden) { return (hidden + 15) / 16; }
-
 struct Gemm2Params {
   const uint16_t* act = nullptr;              // [P, I] bf16
   const uint16_t* w2 = nullptr;               // [E_local, H, I] bf16
@@ -59,7 +41,6 @@ struct Gemm2Params {
   int hidden = 0;                             // H (output columns)
   int intermediate = 0;                       // I (GEMM K)
   uint16_t* y = nullptr;                      // [P, H] bf16, permuted rows
-  FinalizeTail finalize;                      // optional: finalize in GEMM2's last CTAs
 };
 
 struct FinalizeParams {

@@ -6,7 +6,6 @@
 
 #include <cstdint>
 
-#include "kernels/grouped_gemm.cuh"
 #include "kernels/grouped_gemm_epilogue.cuh"
 #include "kernels/permute.cuh"
 
@@ -35,7 +34,6 @@ struct GroupedGemmArgs {
   float alpha = 0.0f;               // SwiGLUOai
   float limit = 0.0f;               // SwiGLUOai
   uint16_t* out = nullptr;          // [P, n_out] bf16
-  FinalizeTail finalize;            // GEMM2 only (Identity epilogue, out = y): see grouped_gemm.cuh
 };
 
 }  // namespace unimoe

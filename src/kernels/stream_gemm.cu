@@ -32,7 +32,6 @@
 #include <string>
 
 #include "kernels/common.cuh"
-#include "kernels/finalize_rows.cuh"
 #include "kernels/warp_mma.cuh"
 
 namespace unimoe {
@@ -100,8 +99,8 @@ __device__ __forceinline__ void stream_k_range(const uint16_t* w_lo, const uint1
   }
 }
 
-// One CTA's tile (a CTA past the device tile count returns at once).
-__device__ __forceinline__ void stream_tile(const StreamArgs& sa) {
+__global__ void __launch_bounds__(kThreads, 2) stream_gemm_kernel(const StreamArgs sa) {
+  pdl_begin();
   const GroupedGemmArgs& args = sa.g;
   const int tile_index = blockIdx.x / args.n_blocks;
   if (tile_index >= *args.num_tiles) return;
@@ -191,18 +190,6 @@ __device__ __forceinline__ void stream_tile(const StreamArgs& sa) {
     }
 }
 
-__global__ void __launch_bounds__(kThreads, 2) stream_gemm_kernel(const StreamArgs sa) {
-  pdl_begin();
-  stream_tile(sa);
-  const GroupedGemmArgs& args = sa.g;
-  if (args.finalize.counters != nullptr) {
-    const int block = blockIdx.x % args.n_blocks;
-    const int cols = kWarps / sa.splits * (is_gated(args.epilogue) ? 8 : 16);
-    finalize_tail(args.finalize, args.out, args.n_out, block, gridDim.x / args.n_blocks,
-                  block * cols, cols);
-  }
-}
-
 }  // namespace
 
 void launch_stream_gemm(GroupedGemmArgs args, int max_tiles, cudaStream_t stream) {
@@ -219,8 +206,6 @@ void launch_stream_gemm(GroupedGemmArgs args, int max_tiles, cudaStream_t stream
   if (blocks > INT_MAX)
     throw std::runtime_error("launch_stream_gemm: max_tiles x column blocks = " +
                              std::to_string(blocks) + " exceeds the grid limit");
-  if (args.finalize.counters != nullptr && args.n_blocks > finalize_tail_counters(args.n_out))
-    throw std::runtime_error("launch_stream_gemm: more column blocks than finalize tail counters");
   sa.g = args;
   launch_pdl(stream_gemm_kernel, static_cast<unsigned>(blocks), kThreads, 0, stream, sa);
   UNIMOE_LAUNCH_CHECK();

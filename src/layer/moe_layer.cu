@@ -33,15 +33,6 @@ void require_aligned(const void* p, std::size_t bytes, const char* field) {
 
 // UNIMOE_ROUTING_VARIANT: unset follows the plan's rule; "split" or
 // "fused" forces that variant (fused only where the kernel serves the size).
-// UNIMOE_FINALIZE=separate: always launch the finalize kernel (for
-// measuring what the fused finalize tail gains); unset or "auto": the plan.
-bool separate_finalize() {
-  const char* v = std::getenv("UNIMOE_FINALIZE");
-  if (v == nullptr || *v == '\0' || std::string(v) == "auto") return false;
-  if (std::string(v) == "separate") return true;
-  throw Error("UNIMOE_FINALIZE", "is '" + std::string(v) + "'; allowed: auto, separate");
-}
-
 std::optional<RoutingVariant> forced_routing_variant() {
   const char* v = std::getenv("UNIMOE_ROUTING_VARIANT");
   if (v == nullptr || *v == '\0') return std::nullopt;
@@ -79,10 +70,7 @@ const char* stage_name(Stage s) {
 }
 
 MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens)
-    : config_(config),
-      max_tokens_(max_tokens),
-      forced_routing_(forced_routing_variant()),
-      separate_finalize_(separate_finalize()) {
+    : config_(config), max_tokens_(max_tokens), forced_routing_(forced_routing_variant()) {
   validate(config_);
   check_backend_name(config_.options.backend);
   if (max_tokens < 1) throw Error("max_tokens", "is " + std::to_string(max_tokens) + "; must be >= 1");
@@ -111,7 +99,6 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens)
     act_ = c.take<uint16_t>(rows * config_.experts.intermediate);
     y_ = c.take<uint16_t>(rows * config_.experts.hidden);
     permute_scratch_ = c.take<char>(permute_scratch_bytes(max_tokens, k, e_local));
-    finalize_counters_ = c.take<int32_t>(finalize_tail_counters(config_.experts.hidden));
   };
   Carver dry(nullptr);
   carve(dry);
@@ -119,9 +106,6 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens)
   UNIMOE_CUDA_CHECK(cudaMalloc(&arena_, dry.used()));
   Carver real(static_cast<char*>(arena_));
   carve(real);
-  // The fused finalize's counters rest at zero (each call leaves them so).
-  UNIMOE_CUDA_CHECK(cudaMemset(finalize_counters_, 0,
-                               sizeof(int32_t) * finalize_tail_counters(config_.experts.hidden)));
   // The Cutlass path's buffers, only when some call size may take it.
   if (plan_for_tokens(config_, max_tokens).path == ExpertsPath::Cutlass)
     ensure_cutlass_buffers();
@@ -244,9 +228,7 @@ void MoELayerImpl::check_args(const ForwardArgs& a) const {
 }
 
 LayerPlan MoELayerImpl::plan_for(int num_tokens) const {
-  LayerPlan plan = plan_for_tokens(config_, std::max(num_tokens, 1), tuned_for(num_tokens));
-  if (separate_finalize_) plan.finalize_in_gemm2 = false;
-  return plan;
+  return plan_for_tokens(config_, std::max(num_tokens, 1), tuned_for(num_tokens));
 }
 
 bool MoELayerImpl::fused_routing_for(int num_tokens) const {
@@ -357,19 +339,11 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
       p.hidden = config_.experts.hidden;
       p.intermediate = config_.experts.intermediate;
       p.y = y_;
-      if (plan.finalize_in_gemm2) {
-        p.finalize.counters = finalize_counters_;
-        p.finalize.expanded_to_permuted = expanded_to_permuted_;
-        p.finalize.topk_weights = weights;
-        p.finalize.num_tokens = t;
-        p.finalize.top_k = k;
-        p.finalize.out = static_cast<uint16_t*>(a.out);
-      }
       launch_gemm2(p, plan.gemm2, stream);
       return;
     }
     case Stage::Finalize: {
-      if (t == 0 || plan.finalize_in_gemm2) return;
+      if (t == 0) return;
       FinalizeParams p;
       p.y = y_;
       p.expanded_to_permuted = expanded_to_permuted_;

@@ -78,8 +78,6 @@ class MoELayerImpl final : public MoELayer {
   int max_tokens_;
   // UNIMOE_ROUTING_VARIANT, read at creation: forces a routing variant.
   std::optional<RoutingVariant> forced_routing_;
-  // UNIMOE_FINALIZE=separate, read at creation: never finalize in GEMM2.
-  bool separate_finalize_ = false;
   ExpertWeights weights_{};
   void* arena_ = nullptr;  // one allocation; the pointers below point into it
   std::size_t arena_bytes_ = 0;
@@ -95,7 +93,6 @@ class MoELayerImpl final : public MoELayer {
   uint16_t* act_ = nullptr;
   uint16_t* y_ = nullptr;
   void* permute_scratch_ = nullptr;
-  int32_t* finalize_counters_ = nullptr;  // FinalizeTail counters, zero at rest
   std::map<int, TuningChoice> tuned_;  // token bucket -> winner
   // Cutlass path only, in their own allocation (made when needed).
   void* cutlass_arena_ = nullptr;

@@ -66,12 +66,6 @@ static_assert(kStream.stream && kStream.tile_m == 16, "the stream tactic serves 
 constexpr int kStreamMaxIntermediate = 256;
 constexpr double kStreamRowsPerExpert = 1;
 
-// The finalize in GEMM2's last CTAs, up to this many rows (T * K): its
-// own launch costs ~2-3 us at decode (qwen3-30b-a3b T=1: finalize stage
-// 2.9 us of 31.4), while one CTA per column block summing T * K rows of
-// its columns is cheap only while T * K is small.
-constexpr double kFinalizeInGemm2Rows = 64;
-
 }  // namespace
 
 const char* path_name(ExpertsPath p) {
@@ -124,7 +118,7 @@ std::string LayerPlan::to_string() const {
   std::string s = std::string("path=") + path_name(path);
   if (path == ExpertsPath::Cutlass) return s + " sm90=" + unimoe::to_string(sm90);
   return s + " tile_m=" + std::to_string(tile_m) + " gemm1=" + gemm1.to_string() +
-         " gemm2=" + gemm2.to_string() + (finalize_in_gemm2 ? " finalize=gemm2" : "");
+         " gemm2=" + gemm2.to_string();
 }
 
 bool backend_allows(const std::string& backend, ExpertsPath p) {
@@ -155,11 +149,7 @@ LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens,
     plan.tile_m = tile_m_for(per_expert);
     plan.gemm1 = plan.gemm2 = tiled_tactic(plan.tile_m);
   }
-  auto finalize_rule = [&] {
-    plan.finalize_in_gemm2 = plan.path != ExpertsPath::Cutlass && rows <= kFinalizeInGemm2Rows;
-    return plan;
-  };
-  if (tuned == nullptr) return finalize_rule();
+  if (tuned == nullptr) return plan;
 
   // A cache entry is keyed with backend "auto" (plan/tuning.h), so a forced
   // backend may meet a winner of the other path: the caller must not pass it.
@@ -171,12 +161,12 @@ LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens,
   plan.path = tuned->path;
   if (tuned->path == ExpertsPath::Cutlass) {
     plan.sm90 = tuned->sm90;
-    return finalize_rule();
+    return plan;
   }
   plan.tile_m = tuned->gemm1.tile_m;
   plan.gemm1 = tuned->gemm1;
   plan.gemm2 = tuned->gemm2;
-  return finalize_rule();
+  return plan;
 }
 
 void check_choice_tactics(const TuningChoice& c) {

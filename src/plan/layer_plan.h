@@ -56,13 +56,9 @@ struct LayerPlan {
   GemmTactic gemm1;     // Mma path tactics; the stream tactic on the Stream path
   GemmTactic gemm2;
   Sm90GemmTactic sm90 = Sm90GemmTactic::Cooperative128x128;  // Cutlass path tactic
-  // The finalize runs in GEMM2's last CTAs (FinalizeTail, kernels/
-  // grouped_gemm.cuh) instead of its own kernel: Mma and Stream paths, small
-  // calls (the rule in layer_plan.cpp).
-  bool finalize_in_gemm2 = false;
 
   // What runs, one line: "path=cutlass sm90=coop_128x128x64",
-  // "path=mma tile_m=16 gemm1=m16n64 gemm2=m16n64 finalize=gemm2".
+  // "path=mma tile_m=16 gemm1=m16n64 gemm2=m16n64".
   std::string to_string() const;
 };
 

@@ -7,7 +7,6 @@
 
 #include "plan/layer_plan.h"
 #include "plan/presets.h"
-#include "plan/tuning.h"
 
 namespace unimoe {
 namespace {
@@ -50,31 +49,9 @@ TEST(LayerPlan, DecodeTakesNarrowTilesOrTheStreamBackend) {
 }
 
 TEST(LayerPlan, PrintsWhatRuns) {
-  EXPECT_EQ(plan("dsv3-tp8", 1).to_string(),
-            "path=stream tile_m=16 gemm1=stream_m16 gemm2=stream_m16 finalize=gemm2");
+  EXPECT_EQ(plan("dsv3-tp8", 1).to_string(), "path=stream tile_m=16 gemm1=stream_m16 gemm2=stream_m16");
   EXPECT_EQ(plan("qwen3-30b-a3b", 512).to_string(), "path=mma tile_m=64 gemm1=m64n128 gemm2=m64n128");
   EXPECT_EQ(plan("qwen3-30b-a3b", 16384).to_string(), "path=cutlass sm90=coop_128x256x64");
-}
-
-TEST(LayerPlan, FinalizeInGemm2ForSmallCallsOffTheCutlassPath) {
-  // Up to 64 rows (T * K) on the mma and stream paths.
-  EXPECT_TRUE(plan("dsv3-tp8", 8).finalize_in_gemm2);         // 64 rows
-  EXPECT_FALSE(plan("dsv3-tp8", 9).finalize_in_gemm2);        // 72 rows
-  EXPECT_TRUE(plan("mixtral-8x7b", 32).finalize_in_gemm2);    // 64 rows
-  EXPECT_FALSE(plan("qwen3-30b-a3b", 512).finalize_in_gemm2);
-  // Never on the Cutlass path (its finalize also adds b2), forced or tuned.
-  EXPECT_FALSE(plan("qwen3-30b-a3b", 1, "cutlass").finalize_in_gemm2);
-  EXPECT_TRUE(plan("qwen3-30b-a3b", 1, "stream").finalize_in_gemm2);
-  const MoEConfig c = find_preset("qwen3-30b-a3b").config;
-  TuningChoice cutlass;
-  cutlass.path = ExpertsPath::Cutlass;
-  EXPECT_FALSE(plan_for_tokens(c, 1, &cutlass).finalize_in_gemm2);
-  TuningChoice mma;
-  mma.path = ExpertsPath::Mma;
-  mma.gemm1 = mma.gemm2 = GemmTactic{64, 128};
-  EXPECT_TRUE(plan_for_tokens(c, 1, &mma).finalize_in_gemm2);
-  EXPECT_EQ(plan_for_tokens(c, 1, &mma).to_string(),
-            "path=mma tile_m=64 gemm1=m64n128 gemm2=m64n128 finalize=gemm2");
 }
 
 TEST(LayerPlan, CutlassAboveTheMeasuredCrossover) {

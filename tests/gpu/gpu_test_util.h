@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -32,34 +31,6 @@ inline std::string gpu_unavailable_reason() {
     const std::string unimoe_reason_ = ::unimoe::test::gpu_unavailable_reason(); \
     if (!unimoe_reason_.empty()) GTEST_SKIP() << "GPU test skipped: " << unimoe_reason_; \
   } while (0)
-
-// Sets environment variable `name` for a scope (unset for nullptr), then
-// restores it; the layer reads its UNIMOE_* variables at creation.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_;
-  bool had_ = false;
-  std::string old_;
-};
 
 // A device allocation of n elements of T, freed on scope exit.
 template <typename T>

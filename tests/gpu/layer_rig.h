@@ -100,14 +100,6 @@ class LayerRig {
     return error_against(t, reference(t, logits, given));
   }
 
-  // The output bits of the first t tokens.
-  std::vector<uint16_t> output(int t) {
-    UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<uint16_t> bits = out_.download();
-    bits.resize(std::size_t(t) * c_.experts.hidden);
-    return bits;
-  }
-
   MoELayer& layer() { return *layer_; }
   // The implementation, for what the public interface does not offer
   // (trying tuning candidates).

@@ -272,9 +272,29 @@ TEST(FusedRoutingGpu, GraphReplayWithNewLogits) {
   UNIMOE_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
-// UNIMOE_ROUTING_VARIANT for a scope (unset for nullptr).
-struct ScopedVariant : test::ScopedEnv {
-  explicit ScopedVariant(const char* value) : test::ScopedEnv("UNIMOE_ROUTING_VARIANT", value) {}
+// Sets UNIMOE_ROUTING_VARIANT for a scope (unset for nullptr), then restores it.
+class ScopedVariant {
+ public:
+  explicit ScopedVariant(const char* value) {
+    const char* old = std::getenv(kName);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    if (value)
+      setenv(kName, value, 1);
+    else
+      unsetenv(kName);
+  }
+  ~ScopedVariant() {
+    if (had_)
+      setenv(kName, old_.c_str(), 1);
+    else
+      unsetenv(kName);
+  }
+
+ private:
+  static constexpr const char* kName = "UNIMOE_ROUTING_VARIANT";
+  bool had_ = false;
+  std::string old_;
 };
 
 std::vector<int32_t> download_counts(test::LayerRig& rig, int num_local) {

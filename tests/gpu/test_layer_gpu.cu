@@ -117,60 +117,6 @@ TEST(LayerGpu, ExpertParallelRangeDropsOffRankRows) {
   for (int t : {1, 7, 300}) check_point(c, t, "uniform");
 }
 
-// The finalize in GEMM2's last CTAs (the plan's finalize=gemm2, small calls
-// on the mma and stream backends) against the finalize kernel
-// (UNIMOE_FINALIZE=separate): the same arithmetic, so the same bits, with
-// off-rank rows and a hot expert; then graph replays with fresh routing,
-// which also prove the tail leaves its counters at rest.
-TEST(LayerGpu, FinalizeInGemm2MatchesTheFinalizeKernelBitForBit) {
-  UNIMOE_REQUIRE_GPU();
-  MoEConfig ep = moe_config(RoutingPolicy::Renormalize, 64, 8, 264, 128);
-  ep.experts.local_expert_offset = 16;
-  ep.experts.num_local_experts = 24;
-  MoEConfig ds = find_preset("dsv3-tp8").config;  // the stream backend's shape
-  ds.experts.hidden = 1032;
-  for (MoEConfig c : {ep, ds})
-    for (const char* backend : {"mma", "stream"}) {
-      c.options.backend = backend;
-      const uint64_t seed = test::fresh_seed();
-      SCOPED_TRACE(c.to_string() + " seed " + std::to_string(seed));
-      const int max_tokens = 8;
-      std::unique_ptr<LayerRig> fused, separate;
-      {
-        test::ScopedEnv env("UNIMOE_FINALIZE", nullptr);
-        fused = std::make_unique<LayerRig>(c, max_tokens, seed);
-      }
-      {
-        test::ScopedEnv env("UNIMOE_FINALIZE", "separate");
-        separate = std::make_unique<LayerRig>(c, max_tokens, seed);
-      }
-      for (int t : {1, 3, 8}) {
-        SCOPED_TRACE("T=" + std::to_string(t));
-        EXPECT_NE(fused->layer().describe(t).find("finalize=gemm2"), std::string::npos)
-            << fused->layer().describe(t);
-        EXPECT_EQ(separate->layer().describe(t).find("finalize=gemm2"), std::string::npos);
-        const std::vector<float> logits =
-            t == 3 ? hot_expert_logits(c, t, seed + t, 20) : ref::make_logits(c, t, seed + t, "uniform");
-        for (LayerRig* rig : {fused.get(), separate.get()}) {
-          rig->load_inputs(t, seed ^ 0x5eed, logits);
-          rig->layer().forward(rig->args(t), nullptr);
-        }
-        EXPECT_EQ(fused->output(t), separate->output(t));
-        EXPECT_LT(fused->error(t, logits), kTolerance);
-      }
-      const int t = 7;
-      fused->load_inputs(t, seed, ref::make_logits(c, t, seed, "uniform"));
-      test::CapturedForward graph(fused->layer(), fused->args(t));
-      for (int replay = 0; replay < 3; ++replay) {
-        SCOPED_TRACE("replay " + std::to_string(replay));
-        const std::vector<float> logits = ref::make_logits(c, t, seed + 50 + replay, "uniform");
-        fused->load_inputs(t, seed + 60 + replay, logits);
-        graph.replay();
-        EXPECT_LT(fused->error(t, logits), kTolerance);
-      }
-    }
-}
-
 TEST(LayerGpu, PrecomputedRouting) {
   UNIMOE_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
@@ -220,8 +166,7 @@ TEST(LayerGpu, DescribesWhatServesACallAndItsWorkspace) {
   MoEConfig c = find_preset("dsv3-tp8").config;
   std::unique_ptr<MoELayer> small = MoELayer::create(c, 8);
   // The rule at T=1 (src/plan/layer_plan.cpp): stream backend, fused routing.
-  EXPECT_EQ(small->describe(1),
-            "path=stream tile_m=16 gemm1=stream_m16 gemm2=stream_m16 finalize=gemm2 routing=fused");
+  EXPECT_EQ(small->describe(1), "path=stream tile_m=16 gemm1=stream_m16 gemm2=stream_m16 routing=fused");
   // Workspace: at least the routing outputs, the intermediate and y rows.
   const std::size_t rows = 8 * 8;
   EXPECT_GE(small->workspace_bytes(), rows * (c.experts.intermediate + c.experts.hidden) * 2);
