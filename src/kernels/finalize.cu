@@ -18,6 +18,7 @@ namespace {
 constexpr int kFinalizeThreads = 128;
 constexpr int kMaxTopK = 32;  // DESIGN.md's limit on K
 constexpr int kVector = 8;    // bf16 per 16-byte load
+constexpr int kBatch = 8;     // rows of a token loaded together
 static_assert(kMaxTopK <= kFinalizeThreads, "one thread reads each k's row and weight");
 
 // Block (t, column block): each thread owns kVector consecutive columns.
@@ -37,24 +38,35 @@ __global__ void __launch_bounds__(kFinalizeThreads) finalize_kernel(const Finali
 
   const int col = (blockIdx.y * kFinalizeThreads + threadIdx.x) * kVector;
   if (col >= p.hidden) return;
+  // A token's rows are read kBatch at a time, every load issued before the
+  // first add, so a thread has up to kBatch loads in flight instead of one;
+  // the adds keep k order, so the bits do not change.
   float acc[kVector] = {};
-  for (int k = 0; k < p.top_k; ++k) {
-    const int row = rows[k];
-    if (row < 0) continue;
-    const float w = weights[k];
-    const uint4 raw =
-        *reinterpret_cast<const uint4*>(p.y + static_cast<size_t>(row) * p.hidden + col);
-    const __nv_bfloat162* v = reinterpret_cast<const __nv_bfloat162*>(&raw);
+  for (int k0 = 0; k0 < p.top_k; k0 += kBatch) {
+    uint4 raw[kBatch];
 #pragma unroll
-    for (int i = 0; i < kVector / 2; ++i) {
-      const float2 f = __bfloat1622float2(v[i]);
-      acc[2 * i] = fmaf(w, f.x, acc[2 * i]);
-      acc[2 * i + 1] = fmaf(w, f.y, acc[2 * i + 1]);
+    for (int j = 0; j < kBatch; ++j) {
+      const int row = k0 + j < p.top_k ? rows[k0 + j] : -1;
+      raw[j] = row >= 0 ? *reinterpret_cast<const uint4*>(p.y + static_cast<size_t>(row) * p.hidden + col)
+                        : make_uint4(0, 0, 0, 0);
     }
-    if (p.b2) {
-      const float* bias = p.b2 + static_cast<size_t>(experts[k]) * p.hidden + col;
 #pragma unroll
-      for (int i = 0; i < kVector; ++i) acc[i] = fmaf(w, bias[i], acc[i]);
+    for (int j = 0; j < kBatch; ++j) {
+      const int k = k0 + j;
+      if (k >= p.top_k || rows[k] < 0) continue;
+      const float w = weights[k];
+      const __nv_bfloat162* v = reinterpret_cast<const __nv_bfloat162*>(&raw[j]);
+#pragma unroll
+      for (int i = 0; i < kVector / 2; ++i) {
+        const float2 f = __bfloat1622float2(v[i]);
+        acc[2 * i] = fmaf(w, f.x, acc[2 * i]);
+        acc[2 * i + 1] = fmaf(w, f.y, acc[2 * i + 1]);
+      }
+      if (p.b2) {
+        const float* bias = p.b2 + static_cast<size_t>(experts[k]) * p.hidden + col;
+#pragma unroll
+        for (int i = 0; i < kVector; ++i) acc[i] = fmaf(w, bias[i], acc[i]);
+      }
     }
   }
   uint4 packed;
