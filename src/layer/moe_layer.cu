@@ -10,17 +10,15 @@
 #include <vector>
 
 #include "kernels/common.cuh"
-#include "kernels/expert_rows.cuh"
 #include "kernels/fused_routing.cuh"
+#include "kernels/grouped_gemm.cuh"
 #include "kernels/routing.cuh"
+#include "layer/workspace_carver.h"
 
 namespace unimoe {
 namespace {
 
 constexpr int kSmallestTileM = 16;
-constexpr std::size_t kAlign = 256;
-
-std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 // The kernels move x, out and weights 16 bytes at a time (and TMA needs
 // 16-byte rows), and the fp32/int32 arrays 4 at a time: a pointer that is
@@ -38,23 +36,6 @@ std::optional<RoutingVariant> forced_routing_variant() {
   if (v == nullptr || *v == '\0') return std::nullopt;
   return parse_routing_variant(v);
 }
-
-// Hands out aligned slices of one allocation: first a dry run to size it.
-class Carver {
- public:
-  explicit Carver(char* base) : base_(base) {}
-  template <typename T>
-  T* take(std::size_t count) {
-    T* p = base_ ? reinterpret_cast<T*>(base_ + used_) : nullptr;
-    used_ += align_up(count * sizeof(T));
-    return p;
-  }
-  std::size_t used() const { return used_; }
-
- private:
-  char* base_;
-  std::size_t used_ = 0;
-};
 
 }  // namespace
 
@@ -76,18 +57,19 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens)
   if (max_tokens < 1) throw Error("max_tokens", "is " + std::to_string(max_tokens) + "; must be >= 1");
   if (const std::string why = gpu_unsupported_reason(config_); !why.empty())
     throw std::runtime_error(why);
+  int device = 0;
+  UNIMOE_CUDA_CHECK(cudaGetDevice(&device));
+  UNIMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
   if (config_.options.backend != "auto") {
     const ExpertsPath forced = parse_experts_path(config_.options.backend);
-    if (const std::string why = backend_unsupported_reason(forced, config_, current_device_arch());
+    if (const std::string why = make_experts_backend(forced, config_, max_tokens_, sm_count_)
+                                    ->supports(config_, current_device_arch());
         !why.empty())
       throw Error("options.backend", why);
   }
   const int k = config_.routing.top_k, e_local = config_.local_experts();
   const std::size_t rows = static_cast<std::size_t>(max_tokens) * k;
-  int device = 0;
-  UNIMOE_CUDA_CHECK(cudaGetDevice(&device));
-  UNIMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
-  auto carve = [&](Carver& c) {
+  auto carve = [&](WorkspaceCarver& c) {
     topk_ids_ = c.take<int32_t>(rows);
     topk_weights_ = c.take<float>(rows);
     expert_counts_ = c.take<int32_t>(e_local);
@@ -100,37 +82,54 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens)
     y_ = c.take<uint16_t>(rows * config_.experts.hidden);
     permute_scratch_ = c.take<char>(permute_scratch_bytes(max_tokens, k, e_local));
   };
-  Carver dry(nullptr);
+  WorkspaceCarver dry(nullptr);
   carve(dry);
   arena_bytes_ = dry.used();
   UNIMOE_CUDA_CHECK(cudaMalloc(&arena_, dry.used()));
-  Carver real(static_cast<char*>(arena_));
+  WorkspaceCarver real(static_cast<char*>(arena_));
   carve(real);
-  // The Cutlass path's buffers, only when some call size may take it.
-  if (plan_for_tokens(config_, max_tokens).path == ExpertsPath::Cutlass)
-    ensure_cutlass_buffers();
+  // The backends options.backend allows: those without buffers of their own
+  // always; one with buffers (the Cutlass path's) only when some call size
+  // may take it by the rule (which takes that path from a number of rows per
+  // expert up, so the rule at max_tokens decides), else when a tuned choice
+  // first takes it (set_tuned).
+  const ExpertsPath rule_path = plan_for_tokens(config_, max_tokens).path;
+  for (ExpertsPath p : kExpertsPaths) {
+    if (!backend_allows(config_.options.backend, p)) continue;
+    std::unique_ptr<ExpertsBackend> backend =
+        make_experts_backend(p, config_, max_tokens_, sm_count_);
+    if (backend->workspace_bytes() == 0 || p == rule_path) keep_backend(std::move(backend));
+  }
 }
 
 MoELayerImpl::~MoELayerImpl() {
   if (arena_) cudaFree(arena_);
-  if (cutlass_arena_) cudaFree(cutlass_arena_);
 }
 
-void MoELayerImpl::ensure_cutlass_buffers() {
-  if (cutlass_arena_) return;
-  const std::size_t rows = static_cast<std::size_t>(max_tokens_) * config_.routing.top_k;
-  auto carve = [&](Carver& c) {
-    gathered_ = c.take<uint16_t>(rows * config_.experts.hidden);
-    h_ = c.take<uint16_t>(rows * config_.gemm1_cols());
-    sm90_workspace_ =
-        c.take<char>(sm90_grouped_gemm_workspace_bytes(config_.local_experts(), sm_count_));
-  };
-  Carver dry(nullptr);
-  carve(dry);
-  cutlass_bytes_ = dry.used();
-  UNIMOE_CUDA_CHECK(cudaMalloc(&cutlass_arena_, dry.used()));
-  Carver real(static_cast<char*>(cutlass_arena_));
-  carve(real);
+std::size_t MoELayerImpl::workspace_bytes() const {
+  std::size_t bytes = arena_bytes_;
+  for (const std::unique_ptr<ExpertsBackend>& b : backends_)
+    if (b) bytes += b->workspace_bytes();
+  return bytes;
+}
+
+void MoELayerImpl::keep_backend(std::unique_ptr<ExpertsBackend> backend) {
+  backend->allocate_workspace();
+  if (weights_.w13) backend->prepare_weights(weights_);
+  backends_[static_cast<std::size_t>(backend->path())] = std::move(backend);
+}
+
+void MoELayerImpl::ensure_backend(ExpertsPath p) {
+  if (!backends_[static_cast<std::size_t>(p)])
+    keep_backend(make_experts_backend(p, config_, max_tokens_, sm_count_));
+}
+
+ExpertsBackend& MoELayerImpl::backend_for(ExpertsPath p) {
+  const std::unique_ptr<ExpertsBackend>& b = backends_[static_cast<std::size_t>(p)];
+  if (!b)
+    throw std::runtime_error(std::string("the ") + path_name(p) +
+                             " path's backend and buffers were not made for this layer");
+  return *b;
 }
 
 TuningDevice current_tuning_device() {
@@ -159,7 +158,7 @@ void MoELayerImpl::set_tuned(int bucket, const TuningChoice& choice) {
   check_token_bucket(bucket);
   // Refuses a choice the config's backend option forbids, before keeping it.
   plan_for_tokens(config_, bucket, &choice);
-  if (choice.path == ExpertsPath::Cutlass) ensure_cutlass_buffers();
+  ensure_backend(choice.path);
   tuned_[bucket] = choice;
 }
 
@@ -201,6 +200,10 @@ void MoELayerImpl::set_weights(const ExpertWeights& w) {
   require_aligned(w.w2, 16, "weights.w2");
   require_aligned(w.b13, 16, "weights.b13");
   require_aligned(w.b2, 16, "weights.b2");
+  // What every backend's kernels need is checked above; each backend keeps
+  // its own layout of the weights.
+  for (const std::unique_ptr<ExpertsBackend>& b : backends_)
+    if (b) b->prepare_weights(w);
   weights_ = w;
 }
 
@@ -283,6 +286,19 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
     p.scratch = permute_scratch_;
     return p;
   };
+  auto experts_call = [&] {
+    ExpertsCall c;
+    c.x = static_cast<const uint16_t*>(a.x);
+    c.num_tokens = t;
+    c.permuted_to_expanded = permuted_to_expanded_;
+    c.expert_offsets = expert_offsets_;
+    c.tiles = tiles_;
+    c.num_tiles = num_tiles_;
+    c.max_tiles = tiles_cap;
+    c.act = act_;
+    c.y = y_;
+    return c;
+  };
   switch (stage) {
     case Stage::Routing: {
       if (fused) {
@@ -300,46 +316,12 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
     }
     case Stage::Gemm1: {
       if (t == 0) return;
-      if (plan.path == ExpertsPath::Cutlass) {
-        run_cutlass_gemm1(a, plan, stream);
-        return;
-      }
-      Gemm1Params p;
-      p.x = static_cast<const uint16_t*>(a.x);
-      p.permuted_to_expanded = permuted_to_expanded_;
-      p.top_k = k;
-      p.w13 = static_cast<const uint16_t*>(weights_.w13);
-      p.b13 = weights_.b13;
-      p.tiles = tiles_;
-      p.num_tiles = num_tiles_;
-      p.max_tiles = tiles_cap;
-      p.hidden = config_.experts.hidden;
-      p.intermediate = config_.experts.intermediate;
-      p.activation = config_.experts.activation;
-      p.swiglu_alpha = config_.experts.swiglu_alpha;
-      p.swiglu_limit = config_.experts.swiglu_limit;
-      p.act_out = act_;
-      launch_gemm1(p, plan.gemm1, stream);
+      backend_for(plan.path).run_gemm1(experts_call(), plan, stream);
       return;
     }
     case Stage::Gemm2: {
       if (t == 0) return;
-      if (plan.path == ExpertsPath::Cutlass) {
-        run_sm90_gemm(act_, weights_.w2, y_, config_.experts.hidden, config_.experts.intermediate,
-                      plan, stream);
-        return;
-      }
-      Gemm2Params p;
-      p.act = act_;
-      p.w2 = static_cast<const uint16_t*>(weights_.w2);
-      p.b2 = weights_.b2;
-      p.tiles = tiles_;
-      p.num_tiles = num_tiles_;
-      p.max_tiles = tiles_cap;
-      p.hidden = config_.experts.hidden;
-      p.intermediate = config_.experts.intermediate;
-      p.y = y_;
-      launch_gemm2(p, plan.gemm2, stream);
+      backend_for(plan.path).run_gemm2(experts_call(), plan, stream);
       return;
     }
     case Stage::Finalize: {
@@ -352,8 +334,8 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
       p.top_k = k;
       p.hidden = config_.experts.hidden;
       p.out = static_cast<uint16_t*>(a.out);
-      if (plan.path == ExpertsPath::Cutlass && weights_.b2) {
-        p.b2 = weights_.b2;
+      if (const float* b2 = backend_for(plan.path).finalize_b2()) {
+        p.b2 = b2;
         p.topk_ids = ids;
         p.local_offset = config_.experts.local_expert_offset;
       }
@@ -361,53 +343,6 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
       return;
     }
   }
-}
-
-void MoELayerImpl::run_sm90_gemm(const uint16_t* a, const void* b, uint16_t* d, int n, int k,
-                                 const LayerPlan& plan, cudaStream_t stream) {
-  Sm90GroupedGemmParams p;
-  p.a = a;
-  p.expert_offsets = expert_offsets_;
-  p.b = static_cast<const uint16_t*>(b);
-  p.d = d;
-  p.num_groups = config_.local_experts();
-  p.n = n;
-  p.k = k;
-  p.workspace = sm90_workspace_;
-  p.sm_count = sm_count_;
-  p.tactic = plan.sm90;
-  launch_sm90_grouped_gemm(p, stream);
-}
-
-void MoELayerImpl::run_cutlass_gemm1(const ForwardArgs& a, const LayerPlan& plan,
-                                     cudaStream_t stream) {
-  if (!cutlass_arena_)
-    throw std::runtime_error("the Cutlass path's buffers were not allocated for this layer");
-  const int capacity = a.num_tokens * config_.routing.top_k;
-  GatherRowsParams g;
-  g.x = static_cast<const uint16_t*>(a.x);
-  g.permuted_to_expanded = permuted_to_expanded_;
-  g.expert_offsets = expert_offsets_;
-  g.num_groups = config_.local_experts();
-  g.top_k = config_.routing.top_k;
-  g.hidden = config_.experts.hidden;
-  g.capacity = capacity;
-  g.out = gathered_;
-  launch_gather_rows(g, stream);
-  run_sm90_gemm(gathered_, weights_.w13, h_, config_.gemm1_cols(), config_.experts.hidden, plan,
-                stream);
-  GatedActivationParams act;
-  act.h = h_;
-  act.b13 = weights_.b13;
-  act.expert_offsets = expert_offsets_;
-  act.num_groups = config_.local_experts();
-  act.capacity = capacity;
-  act.intermediate = config_.experts.intermediate;
-  act.activation = config_.experts.activation;
-  act.swiglu_alpha = config_.experts.swiglu_alpha;
-  act.swiglu_limit = config_.experts.swiglu_limit;
-  act.out = act_;
-  launch_gated_activation(act, stream);
 }
 
 void MoELayerImpl::forward(const ForwardArgs& args, CUstream_st* stream) {

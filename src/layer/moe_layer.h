@@ -1,7 +1,9 @@
 // The layer behind the public MoELayer: the plan (src/plan/layer_plan.h, or
 // a tuned choice per token bucket), the workspace sized once from (config,
-// max_tokens), and the fixed launch chain
-//   routing -> permute -> gemm1 -> gemm2 -> finalize.
+// max_tokens), the experts backends (layer/experts_backend.h) and the fixed
+// launch chain
+//   routing -> permute -> gemm1 -> gemm2 -> finalize,
+// where the plan's backend runs gemm1 and gemm2 and the layer the rest.
 // Each stage can also be launched alone, so that the benchmark can time it.
 #pragma once
 
@@ -10,12 +12,12 @@
 #include <array>
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
-#include "kernels/grouped_gemm.cuh"
 #include "kernels/permute.cuh"
-#include "kernels/sm90_grouped_gemm.cuh"
+#include "layer/experts_backend.h"
 #include "plan/layer_plan.h"
 #include "plan/tuning.h"
 #include "unimoe/unimoe.h"
@@ -43,14 +45,16 @@ class MoELayerImpl final : public MoELayer {
   int max_tokens() const override { return max_tokens_; }
   std::string backend_name() const override { return config_.options.backend; }
   std::string describe(int num_tokens) const override;
-  std::size_t workspace_bytes() const override { return arena_bytes_ + cutlass_bytes_; }
+  // The arena plus the buffers of every backend the layer holds.
+  std::size_t workspace_bytes() const override;
   void set_weights(const ExpertWeights& weights) override;
   void forward(const ForwardArgs& args, CUstream_st* stream) override;
   std::string use_tuning_cache(const std::string& path) override;
 
   // Serve the calls of token bucket `bucket` with `choice` instead of the
-  // rule (the autotuner tries candidates this way). Allocates the Cutlass
-  // path's buffers if the choice needs them: not during capture.
+  // rule (the autotuner tries candidates this way). Makes the choice's
+  // backend, with its buffers, if the layer does not hold it yet: not during
+  // capture.
   void set_tuned(int bucket, const TuningChoice& choice);
 
   // What serves a call of `num_tokens`: the plan (rule or tuned winner) and
@@ -67,11 +71,15 @@ class MoELayerImpl final : public MoELayer {
 
  private:
   void check_args(const ForwardArgs& args) const;
-  void ensure_cutlass_buffers();
+  // Allocates the backend's buffers, prepares it with the kept weights (if
+  // set) and holds it.
+  void keep_backend(std::unique_ptr<ExpertsBackend> backend);
+  // The held backend of path `p`, made (and kept) first if missing.
+  void ensure_backend(ExpertsPath p);
+  // The held backend of path `p`; throws std::runtime_error if the layer
+  // does not hold it (forward never makes one: that would allocate).
+  ExpertsBackend& backend_for(ExpertsPath p);
   const TuningChoice* tuned_for(int num_tokens) const;
-  void run_cutlass_gemm1(const ForwardArgs& args, const LayerPlan& plan, cudaStream_t stream);
-  void run_sm90_gemm(const uint16_t* a, const void* b, uint16_t* d, int n, int k,
-                     const LayerPlan& plan, cudaStream_t stream);
   bool precomputed(const ForwardArgs& args) const;
 
   MoEConfig config_;
@@ -81,7 +89,6 @@ class MoELayerImpl final : public MoELayer {
   ExpertWeights weights_{};
   void* arena_ = nullptr;  // one allocation; the pointers below point into it
   std::size_t arena_bytes_ = 0;
-  std::size_t cutlass_bytes_ = 0;
   int32_t* topk_ids_ = nullptr;
   float* topk_weights_ = nullptr;
   int32_t* expert_counts_ = nullptr;
@@ -94,12 +101,10 @@ class MoELayerImpl final : public MoELayer {
   uint16_t* y_ = nullptr;
   void* permute_scratch_ = nullptr;
   std::map<int, TuningChoice> tuned_;  // token bucket -> winner
-  // Cutlass path only, in their own allocation (made when needed).
-  void* cutlass_arena_ = nullptr;
-  uint16_t* gathered_ = nullptr;  // [T*K, H] x rows in permuted order
-  uint16_t* h_ = nullptr;         // [T*K, gemm1_cols] GEMM1 output before the activation
-  void* sm90_workspace_ = nullptr;
   int sm_count_ = 0;
+  // Indexed by the ExpertsPath value; null where the layer
+  // holds no backend of that path.
+  std::array<std::unique_ptr<ExpertsBackend>, std::size(kExpertsPaths)> backends_;
 };
 
 }  // namespace unimoe

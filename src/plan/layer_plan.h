@@ -10,7 +10,8 @@
 
 namespace unimoe {
 
-// The backends: three ways the experts stages run, behind one plan.
+// The backends: three ways the experts stages run, behind one plan (and one
+// C++ interface on the device side, ExpertsBackend in layer/experts_backend.h).
 //   Mma: mma.sync grouped GEMMs over a tile schedule, CTA tiles staged
 //        through a cp.async pipeline in shared memory, x gathered on load,
 //        bias and activation in GEMM1's epilogue, b2 in GEMM2's; GEMM1 and
@@ -42,8 +43,8 @@ struct DeviceArch {
 };
 
 // Empty when backend `p` can serve `config` on `arch`, else the rule that
-// failed (checked by MoELayer::create for a forced backend; the rule and
-// the tuner only offer backends that serve).
+// failed (ExpertsBackend::supports answers with it; MoELayer::create checks
+// a forced backend; the rule and the tuner only offer backends that serve).
 std::string backend_unsupported_reason(ExpertsPath p, const MoEConfig& config,
                                        const DeviceArch& arch);
 
