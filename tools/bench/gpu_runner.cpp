@@ -16,7 +16,7 @@
 #include <memory>
 #include <optional>
 
-#include "gpu_timing.h"
+#include "layer/graph_timing.h"
 #include "ref/synthetic.h"
 #include "kernels/common.cuh"
 #include "kernels/fill.cuh"
