@@ -14,9 +14,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 struct CUstream_st;
 
@@ -157,6 +159,29 @@ struct ForwardArgs {
   void* out = nullptr;                // [T, H] bf16
 };
 
+// ------------------------------------------------------------- autotune ----
+// What MoELayer::autotune tunes and how (docs/tuning.md, "Tuning from the
+// library"). autotune throws Error naming the field ("autotune.tokens",
+// "autotune.routing", "autotune.iters", "autotune.check_tokens") for a bad value.
+struct AutotuneOptions {
+  // Token counts whose buckets are tuned, each 1..max_tokens; a bucket's
+  // candidates are timed at the largest count listed for it. Empty: every
+  // bucket up to max_tokens, each timed at min(bucket, max_tokens).
+  std::vector<int> tokens;
+  // Routing distribution of the synthetic logits: "uniform" or "skewed".
+  std::string routing = "uniform";
+  int iters = 20;        // timed graph replays per candidate (>= 1)
+  int check_tokens = 2;  // tokens compared with the CPU reference (>= 1)
+  // Optional JSON tuning cache: winners for this device and config found
+  // there are used without timing; new winners are saved to it (not when
+  // options.backend forces a path: a restricted winner must not stand in
+  // for the auto one).
+  std::string cache_path;
+  // One line per event (a cached winner, a rejected or timed candidate, a
+  // winner); nullptr prints each line to stderr.
+  std::function<void(const std::string&)> progress;
+};
+
 // ----------------------------------------------------------------- layer ----
 // forward() never synchronizes with the host and allocates nothing, so it can
 // be captured once in a CUDA graph and replayed for any routing outcome.
@@ -191,6 +216,17 @@ class MoELayer {
   // rule. Returns what was used and why anything was not. A missing file
   // uses nothing; an unreadable one throws Error. Call before capturing.
   virtual std::string use_tuning_cache(const std::string& path) = 0;
+
+  // Finds the fastest experts path and tactics for the token buckets of
+  // `options` on this device: each candidate is checked against the CPU
+  // reference on the layer's own weights (a failing one is reported and
+  // excluded), then timed by CUDA-graph replay on synthetic inputs; the
+  // fastest serves the bucket from then on, so a graph captured afterwards
+  // uses it. Returns one line per bucket: "bucket 64 (T=33): tuned: <choice>"
+  // or "... cached: <choice>". Needs set_weights first (else Error, field
+  // "weights"). Allocates and synchronizes: never call during capture.
+  // Throws std::runtime_error when no candidate of a bucket passes.
+  virtual std::string autotune(const AutotuneOptions& options) = 0;
 };
 
 }  // namespace unimoe

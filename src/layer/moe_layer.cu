@@ -162,6 +162,14 @@ void MoELayerImpl::set_tuned(int bucket, const TuningChoice& choice) {
   tuned_[bucket] = choice;
 }
 
+std::optional<TuningChoice> MoELayerImpl::tuned_choice(int bucket) const {
+  const auto it = tuned_.find(bucket);
+  if (it == tuned_.end()) return std::nullopt;
+  return it->second;
+}
+
+void MoELayerImpl::clear_tuned(int bucket) { tuned_.erase(bucket); }
+
 std::string MoELayerImpl::use_tuning_cache(const std::string& path) {
   const TuningDevice device = current_tuning_device();
   const TuningCache cache = TuningCache::load(path, device);

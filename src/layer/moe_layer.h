@@ -50,12 +50,20 @@ class MoELayerImpl final : public MoELayer {
   void set_weights(const ExpertWeights& weights) override;
   void forward(const ForwardArgs& args, CUstream_st* stream) override;
   std::string use_tuning_cache(const std::string& path) override;
+  // In layer/autotune.cu.
+  std::string autotune(const AutotuneOptions& options) override;
 
   // Serve the calls of token bucket `bucket` with `choice` instead of the
   // rule (the autotuner tries candidates this way). Makes the choice's
   // backend, with its buffers, if the layer does not hold it yet: not during
   // capture.
   void set_tuned(int bucket, const TuningChoice& choice);
+  // The choice serving token bucket `bucket`, if tuned; forgetting it
+  // returns the bucket to the rule.
+  std::optional<TuningChoice> tuned_choice(int bucket) const;
+  void clear_tuned(int bucket);
+  // The weights set_weights kept (null pointers before it).
+  const ExpertWeights& weights() const { return weights_; }
 
   // What serves a call of `num_tokens`: the plan (rule or tuned winner) and
   // whether routing runs fused (describe() prints both).

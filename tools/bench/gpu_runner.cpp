@@ -14,13 +14,13 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
-#include <optional>
 
-#include "gpu_timing.h"
+#include "layer/graph_timing.h"
 #include "ref/synthetic.h"
 #include "kernels/common.cuh"
 #include "kernels/fill.cuh"
 #include "layer/moe_layer.h"
+#include "plan/autotune.h"
 #include "plan/presets.h"
 #include "plan/tuning.h"
 
@@ -30,10 +30,13 @@ namespace {
 using namespace unimoe::ref;
 
 constexpr int kDefaultRotate = 4;
-// A candidate passes the tuner's reference check below this relative L2
-// error: bf16 operands, fp32 accumulation, bf16 intermediates (the GPU tests'
-// bound; measured errors are 2e-3..5e-3).
-constexpr double kTuningTolerance = 1e-2;
+// Tuner's own lines ("timed ...", "rejected ...", "winner ..."), which the
+// point's tuning_log keeps (scripts/autotune_table.py reads "timed" ones).
+bool is_tuner_line(const std::string& line) {
+  for (const char* prefix : {"timed ", "rejected ", "winner "})
+    if (line.rfind(prefix, 0) == 0) return true;
+  return false;
+}
 
 Ceilings measure_ceilings(cudaStream_t stream) {
   Ceilings c;
@@ -81,10 +84,10 @@ struct InputSet {
   ForwardArgs args;
 };
 
-// cache: the tuning cache when autotuning (winners found there are reused,
-// missing ones tuned and added), else nullptr.
+// autotune: tune each T's bucket with the layer's autotuner, which reuses
+// the winners in opt.tuning_cache and saves new ones there.
 void run_preset(const Options& opt, const std::string& name, const std::string& backend,
-                TuningCache* cache, cudaStream_t stream, RunResult& result) {
+                bool autotune, cudaStream_t stream, RunResult& result) {
   MoEConfig c = find_preset(name).config;
   c.experts.quant = opt.quant;
   c.options.backend = backend;
@@ -103,7 +106,7 @@ void run_preset(const Options& opt, const std::string& name, const std::string& 
   ExpertWeights w{w13.p, w2.p, nullptr, nullptr};
   if (c.experts.has_bias) w = {w13.p, w2.p, b13.as<float>(), b2.as<float>()};
   layer.set_weights(w);
-  if (!cache && !opt.tuning_cache.empty())
+  if (!autotune && !opt.tuning_cache.empty())
     std::fprintf(stderr, "  %s\n", layer.use_tuning_cache(opt.tuning_cache).c_str());
   HostWeights host_weights(c, seeds);
   const std::vector<float> host_routing_bias = host_bias(c, seeds);
@@ -159,14 +162,7 @@ void run_preset(const Options& opt, const std::string& name, const std::string& 
       UNIMOE_CUDA_CHECK(cudaMemcpyAsync(got_bits.data(), sets[0].out->p, got_bits.size() * 2,
                                         cudaMemcpyDeviceToHost, stream));
       UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-      double num = 0, den = 0;
-      for (std::size_t j = 0; j < want.size(); ++j) {
-        const double d = ref::bf16_to_f32(got_bits[j]) - static_cast<double>(want[j]);
-        num += d * d;
-        den += static_cast<double>(want[j]) * want[j];
-      }
-      const double err = den > 0 ? std::sqrt(num / den) : (num > 0 ? INFINITY : 0);
-      return std::isnan(err) ? INFINITY : err;
+      return relative_l2_error(got_bits, want);
     };
     // The layer's time: every input set's forward in one graph, per forward.
     auto time_layer = [&] {
@@ -178,36 +174,25 @@ void run_preset(const Options& opt, const std::string& name, const std::string& 
       return us;
     };
 
-    if (cache) {
-      const int bucket = token_bucket(t);
-      const TuningKey key = TuningKey::make(cache->device(), c);
-      std::optional<TuningChoice> winner = cache->find(key, bucket);
-      if (winner) {
-        std::fprintf(stderr, "  %s T=%d: cached winner for bucket %d, no timing: %s\n", name.c_str(), t,
-                     bucket, winner->to_string().c_str());
-      } else {
-        std::fprintf(stderr, "  tuning %s T=%d (bucket %d):\n", name.c_str(), t, bucket);
-        const Tuner tuner(
-            [&](const TuningChoice& choice) {
-              layer.set_tuned(bucket, choice);
-              return time_layer();
-            },
-            [&](const TuningChoice& choice, std::string* why) {
-              layer.set_tuned(bucket, choice);
-              const double err = error_of_set0();
-              if (err < kTuningTolerance) return true;
-              *why = "relative L2 error " + std::to_string(err) + " vs the CPU reference";
-              return false;
-            },
-            [&](const std::string& line) {
-              std::fprintf(stderr, "    %s\n", line.c_str());
-              p.tuning_log.push_back(line);
-            });
-        winner = tuner.tune(candidates_for(c, bucket, current_device_arch()));
-        cache->put(key, bucket, *winner);
-      }
-      layer.set_tuned(bucket, *winner);
-      p.choice = winner->to_string();
+    if (autotune) {
+      // The layer's own autotuner (layer/autotune.cu) with this point's
+      // options; Tuner's lines also go to the point's tuning_log.
+      AutotuneOptions ao;
+      ao.tokens = {t};
+      ao.routing = opt.routing;
+      ao.iters = opt.iters;
+      ao.check_tokens = opt.check_tokens;
+      ao.cache_path = opt.tuning_cache;
+      ao.progress = [&](const std::string& line) {
+        if (is_tuner_line(line)) {
+          std::fprintf(stderr, "    %s\n", line.c_str());
+          p.tuning_log.push_back(line);
+        } else {
+          std::fprintf(stderr, "  %s %s\n", name.c_str(), line.c_str());
+        }
+      };
+      layer.autotune(ao);
+      p.choice = layer.tuned_choice(token_bucket(t))->to_string();
     }
     if (check > 0) p.rel_err = error_of_set0();
     p.plan = layer.describe(t);
@@ -266,18 +251,9 @@ RunResult run_gpu(const Options& opt) {
   result.ceilings = measure_ceilings(stream);
   std::fprintf(stderr, "  bandwidth %.3f TB/s, bf16 matmul %.1f TFLOP/s\n", result.ceilings.bandwidth_tbps,
                result.ceilings.matmul_tflops);
-  std::optional<TuningCache> cache;
-  if (opt.autotune) {
-    cache = TuningCache::load(opt.tuning_cache, current_tuning_device());
-    for (const std::string& m : cache->messages()) std::fprintf(stderr, "%s\n", m.c_str());
-  }
   for (const std::string& name : opt.presets)
     for (const std::string& backend : opt.backends)
-      run_preset(opt, name, backend, cache ? &*cache : nullptr, stream, result);
-  if (cache) {
-    cache->save(opt.tuning_cache);
-    std::fprintf(stderr, "tuning cache written: %s\n", opt.tuning_cache.c_str());
-  }
+      run_preset(opt, name, backend, opt.autotune, stream, result);
   cudaStreamDestroy(stream);
   return result;
 }

@@ -20,7 +20,7 @@
 #include <functional>
 #include <vector>
 
-#include "gpu_timing.h"
+#include "layer/graph_timing.h"
 #include "kernels/common.cuh"
 #include "kernels/fill.cuh"
 #include "kernels/fused_routing.cuh"

@@ -1,16 +1,14 @@
-// unimoe-bench's GPU helpers shared by the layer benchmark (gpu_runner.cpp)
-// and the routing sweep (routing_sweep.cpp): device memory, graph capture
-// and the median replay time.
+// Timing by CUDA-graph replay, shared by MoELayer::autotune
+// (layer/autotune.cu) and unimoe-bench (the layer benchmark and the routing
+// sweep): device memory, graph capture and the median replay time.
 #pragma once
-
-#if defined(UNIMOE_WITH_CUDA)
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <functional>
 
-namespace unimoe::bench {
+namespace unimoe {
 
 // Device memory freed on scope exit.
 struct DeviceMem {
@@ -31,6 +29,4 @@ cudaGraphExec_t capture(cudaStream_t stream, const std::function<void()>& body);
 // replay, divided by `per`.
 double median_replay_us(cudaGraphExec_t exec, cudaStream_t stream, int iters, int per);
 
-}  // namespace unimoe::bench
-
-#endif
+}  // namespace unimoe

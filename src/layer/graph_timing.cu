@@ -1,13 +1,11 @@
-#include "gpu_timing.h"
-
-#if defined(UNIMOE_WITH_CUDA)
+#include "layer/graph_timing.h"
 
 #include <algorithm>
 #include <vector>
 
 #include "kernels/common.cuh"
 
-namespace unimoe::bench {
+namespace unimoe {
 
 DeviceMem::DeviceMem(std::size_t bytes) { UNIMOE_CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1)); }
 DeviceMem::~DeviceMem() { cudaFree(p); }
@@ -49,6 +47,4 @@ double median_replay_us(cudaGraphExec_t exec, cudaStream_t stream, int iters, in
   return us[us.size() / 2];
 }
 
-}  // namespace unimoe::bench
-
-#endif
+}  // namespace unimoe
