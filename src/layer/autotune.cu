@@ -158,30 +158,10 @@ TuningChoice tune_bucket(AutotuneRun& run, const AutotuneTarget& target,
   const std::vector<float> x = download_bf16(sets[0].x->p, 0, check * h);
   const std::vector<float> want = ref::moe_forward(c, run.weights.source(), x.data(), routing);
 
-  // Relative L2 error of a fresh forward of set 0 (output poisoned first).
-  auto error_of_set0 = [&] {
-    UNIMOE_CUDA_CHECK(cudaMemsetAsync(sets[0].out->p, 0xff, t * h * 2, stream));
-    layer.forward(sets[0].args, stream);
-    std::vector<uint16_t> got_bits(want.size());
-    UNIMOE_CUDA_CHECK(cudaMemcpyAsync(got_bits.data(), sets[0].out->p, got_bits.size() * 2,
-                                      cudaMemcpyDeviceToHost, stream));
-    UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-    return relative_l2_error(got_bits, want);
-  };
-  // Every input set's forward in one graph; the median time per forward.
-  auto time_layer = [&] {
-    cudaGraphExec_t graph = capture(stream, [&] {
-      for (const InputSet& in : sets) layer.forward(in.args, stream);
-    });
-    try {
-      const double us = median_replay_us(graph, stream, run.options.iters, kAutotuneInputSets);
-      cudaGraphExecDestroy(graph);
-      return us;
-    } catch (...) {
-      cudaGraphExecDestroy(graph);
-      throw;
-    }
-  };
+  std::vector<ForwardArgs> args;
+  for (const InputSet& in : sets) args.push_back(in.args);
+  auto error_of_set0 = [&] { return forward_error(layer, sets[0].args, want, stream); };
+  auto time_layer = [&] { return median_forward_us(layer, args, stream, run.options.iters); };
 
   const Tuner tuner(
       [&](const TuningChoice& choice) {

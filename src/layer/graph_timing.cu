@@ -1,9 +1,11 @@
 #include "layer/graph_timing.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "kernels/common.cuh"
+#include "plan/autotune.h"
 
 namespace unimoe {
 
@@ -45,6 +47,34 @@ double median_replay_us(cudaGraphExec_t exec, cudaStream_t stream, int iters, in
   cudaEventDestroy(stop);
   std::nth_element(us.begin(), us.begin() + us.size() / 2, us.end());
   return us[us.size() / 2];
+}
+
+double median_forward_us(MoELayer& layer, const std::vector<ForwardArgs>& sets,
+                         cudaStream_t stream, int iters) {
+  cudaGraphExec_t graph = capture(stream, [&] {
+    for (const ForwardArgs& args : sets) layer.forward(args, stream);
+  });
+  try {
+    const double us = median_replay_us(graph, stream, iters, static_cast<int>(sets.size()));
+    cudaGraphExecDestroy(graph);
+    return us;
+  } catch (...) {
+    cudaGraphExecDestroy(graph);
+    throw;
+  }
+}
+
+double forward_error(MoELayer& layer, const ForwardArgs& args, const std::vector<float>& want,
+                     cudaStream_t stream) {
+  const std::size_t out_bytes =
+      static_cast<std::size_t>(args.num_tokens) * layer.config().experts.hidden * 2;
+  UNIMOE_CUDA_CHECK(cudaMemsetAsync(args.out, 0xff, out_bytes, stream));
+  layer.forward(args, stream);
+  std::vector<uint16_t> got_bits(want.size());
+  UNIMOE_CUDA_CHECK(cudaMemcpyAsync(got_bits.data(), args.out, got_bits.size() * 2,
+                                    cudaMemcpyDeviceToHost, stream));
+  UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return relative_l2_error(got_bits, want);
 }
 
 }  // namespace unimoe

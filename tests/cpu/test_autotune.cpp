@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/expect_error.h"
 #include "plan/autotune.h"
 #include "plan/tuning.h"
 #include "ref/ref.h"
@@ -17,17 +18,7 @@
 namespace unimoe {
 namespace {
 
-// The Error thrown by `f`, or a failure when it throws none.
-template <class F>
-Error error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no Error thrown";
-  return Error("none", "");
-}
+using test::error_of;
 
 AutotuneOptions options_with_tokens(std::vector<int> tokens) {
   AutotuneOptions o;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/expect_error.h"
 #include "common/test_util.h"
 #include "plan/presets.h"
 #include "plan/tuning.h"
@@ -30,17 +31,7 @@ std::string untimed_text(const TuningChoice& c) {
   return s.substr(0, s.find(" time_us="));
 }
 
-// The Error thrown by `f`, or a failure when it throws none.
-template <class F>
-Error error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no Error thrown";
-  return Error("none", "");
-}
+using test::error_of;
 
 // ---------------------------------------------------------------- buckets ----
 

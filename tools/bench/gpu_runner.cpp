@@ -154,25 +154,11 @@ void run_preset(const Options& opt, const std::string& name, const std::string& 
       const std::vector<float> x = host_x(c, check, seeds);
       want = ref::moe_forward(c, host_weights.source(), x.data(), routing);
     }
-    // Relative L2 error of a fresh forward of set 0 (output poisoned first).
-    auto error_of_set0 = [&] {
-      UNIMOE_CUDA_CHECK(cudaMemsetAsync(sets[0].out->p, 0xff, std::size_t(t) * h * 2, stream));
-      layer.forward(sets[0].args, stream);
-      std::vector<uint16_t> got_bits(want.size());
-      UNIMOE_CUDA_CHECK(cudaMemcpyAsync(got_bits.data(), sets[0].out->p, got_bits.size() * 2,
-                                        cudaMemcpyDeviceToHost, stream));
-      UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-      return relative_l2_error(got_bits, want);
-    };
+    std::vector<ForwardArgs> set_args;
+    for (const InputSet& in : sets) set_args.push_back(in.args);
+    auto error_of_set0 = [&] { return forward_error(layer, sets[0].args, want, stream); };
     // The layer's time: every input set's forward in one graph, per forward.
-    auto time_layer = [&] {
-      cudaGraphExec_t full = capture(stream, [&] {
-        for (const InputSet& in : sets) layer.forward(in.args, stream);
-      });
-      const double us = median_replay_us(full, stream, opt.iters, rotate);
-      cudaGraphExecDestroy(full);
-      return us;
-    };
+    auto time_layer = [&] { return median_forward_us(layer, set_args, stream, opt.iters); };
 
     if (autotune) {
       // The layer's own autotuner (layer/autotune.cu) with this point's
