@@ -26,8 +26,9 @@ TOLERANCE = 1.05
 def variant_times(p):
     """{variant: time}; a variant the sweep could not run is absent."""
     times = {"split": p["split_us"]}
-    if p.get("fused_us") is not None:
-        times["fused"] = p["fused_us"]
+    for variant in ("fused", "cluster"):
+        if p.get(f"{variant}_us") is not None:
+            times[variant] = p[f"{variant}_us"]
     return times
 
 
@@ -130,6 +131,21 @@ def report(doc):
                    and p.get("fused_us") is not None]
             row += f"{(sum(best(p)[0] == 'fused' for p in sel) / len(sel) if sel else float('nan')):>10.2f}"
         lines.append(row)
+
+    with_cluster = [p for p in points if p.get("cluster_us") is not None]
+    if with_cluster:
+        lines.append("")
+        lines.append("cluster wins (best of the three variants, points where it runs), by policy family and T:")
+        t_buckets = [1, 8, 16, 32, 64, 128, 256, 512, 4096]
+        lines.append("family    " + "".join(f"{'<=' + str(b):>10}" for b in t_buckets))
+        for fam in ("deepseek", "other"):
+            row = f"{fam:10}"
+            for i, b in enumerate(t_buckets):
+                lo = t_buckets[i - 1] if i else 0
+                sel = [p for p in with_cluster if family(p) == fam and lo < p["T"] <= b]
+                share = sum(best(p)[0] == "cluster" for p in sel) / len(sel) if sel else float("nan")
+                row += f"{share:>10.2f}"
+            lines.append(row)
 
     within, vs_fused, vs_split = rule_score(points)
     lines.append("")

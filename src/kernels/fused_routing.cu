@@ -14,9 +14,17 @@
 //      then every tile schedule, a thread per tile.
 // One 32 KB work area serves, in turn, the warps' group keys, the per-warp
 // cursors and the tile bases.
+//
+// The cluster variant spreads phase 1 over a thread-block cluster: warp w
+// of CTA c routes tokens c * warps + w, + ctas * warps, ..., and stages each
+// row's expert straight into CTA 0's shared memory (distributed shared
+// memory); after a cluster barrier CTA 0 alone runs phases 2-4, unchanged.
+#include <cooperative_groups.h>
+
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "kernels/common.cuh"
 #include "kernels/fused_routing.cuh"
@@ -240,25 +248,55 @@ __device__ void permute_block(const BlockPermuteParams& p, BlockShared& s) {
   }
 }
 
+// Phase 1: this warp routes tokens first_warp, first_warp + warp_stride, ...
+// and stages each row's local expert in `staged` (this block's s.expert, or
+// CTA 0's in the cluster variant).
 template <typename LogitT, int kPerLane, bool kDeepSeek>
-__global__ void __launch_bounds__(fused_threads(kPerLane), 1)
-    fused_routing_permute_kernel(RoutingKernelParams r, BlockPermuteParams p) {
-  pdl_begin();
-  __shared__ BlockShared s;
+__device__ __forceinline__ void route_tokens(const RoutingKernelParams& r, const BlockPermuteParams& p,
+                                             BlockShared& s, int16_t* staged, int first_warp,
+                                             int warp_stride) {
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  const int warps = blockDim.x / kWarpSize;
   float* group_keys = s.work.keys + warp * kPerLane * kWarpSize;
-  for (int token = warp; token < r.num_tokens; token += warps) {  // uniform per warp
+  for (int token = first_warp; token < r.num_tokens; token += warp_stride) {  // uniform per warp
     const TokenChoice choice = route_token<LogitT, kPerLane, kDeepSeek>(r, token, lane, group_keys);
     if (lane < r.top_k) {
       const int row = token * r.top_k + lane;
       r.topk_ids[row] = choice.expert;
       r.topk_weights[row] = choice.weight;
-      s.expert[row] = local_expert(choice.expert, p);
+      staged[row] = local_expert(choice.expert, p);
     }
     __syncwarp();  // the next token's group keys overwrite this one's
   }
+}
+
+template <typename LogitT, int kPerLane, bool kDeepSeek>
+__global__ void __launch_bounds__(fused_threads(kPerLane), 1)
+    fused_routing_permute_kernel(RoutingKernelParams r, BlockPermuteParams p) {
+  pdl_begin();
+  __shared__ BlockShared s;
+  const int warp = threadIdx.x / kWarpSize, warps = blockDim.x / kWarpSize;
+  route_tokens<LogitT, kPerLane, kDeepSeek>(r, p, s, s.expert, warp, warps);
   __syncthreads();
+  permute_block(p, s);
+}
+
+// The cluster variant (launched with a cluster of gridDim.x CTAs).
+template <typename LogitT, int kPerLane, bool kDeepSeek>
+__global__ void __launch_bounds__(fused_threads(kPerLane), 1)
+    cluster_routing_permute_kernel(RoutingKernelParams r, BlockPermuteParams p) {
+  pdl_begin();
+  __shared__ BlockShared s;
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int ctas = static_cast<int>(cluster.num_blocks());
+  const int warp = threadIdx.x / kWarpSize, warps = blockDim.x / kWarpSize;
+  int16_t* staged = cluster.map_shared_rank(s.expert, 0);  // CTA 0's rows
+  route_tokens<LogitT, kPerLane, kDeepSeek>(r, p, s, staged, rank * warps + warp, ctas * warps);
+  // Release every CTA's staged rows to CTA 0 (and keep CTA 0 resident while
+  // the others write to it).
+  cluster.sync();
+  if (rank != 0) return;
   permute_block(p, s);
 }
 
@@ -281,32 +319,70 @@ int block_threads(int max_threads, int num_tokens, int num_local) {
   return min(max_threads, (wanted + kWarpSize - 1) / kWarpSize * kWarpSize);
 }
 
+// CTAs of the cluster variant for T tokens: a warp per token, at most
+// kClusterMaxCtas (the portable cluster size).
+int cluster_ctas(int max_threads, int num_tokens) {
+  const int warps = max_threads / kWarpSize;
+  return min(kClusterMaxCtas, max(1, (num_tokens + warps - 1) / warps));
+}
+
+// One launch of the cluster kernel: grid = one cluster of `ctas` CTAs, with
+// programmatic dependent launch as launch_pdl sets it.
+template <typename... Params, typename... Args>
+void launch_cluster(void (*kernel)(Params...), int ctas, int threads, cudaStream_t stream,
+                    Args&&... args) {
+  cudaLaunchAttribute attribute[2];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = ctas;
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[1].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(ctas);
+  config.blockDim = dim3(threads);
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = pdl_enabled() ? 2 : 1;
+  UNIMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
 template <typename LogitT, int kPerLane, bool kDeepSeek>
-void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, cudaStream_t stream) {
-  launch_pdl(fused_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>, 1,
-             block_threads(fused_threads(kPerLane), r.num_tokens, p.num_local), 0, stream, r, p);
+void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, bool cluster,
+                  cudaStream_t stream) {
+  constexpr int kMax = fused_threads(kPerLane);
+  const int ctas = cluster ? cluster_ctas(kMax, r.num_tokens) : 1;
+  if (ctas == 1) {
+    launch_pdl(fused_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>, 1,
+               block_threads(kMax, r.num_tokens, p.num_local), 0, stream, r, p);
+    return;
+  }
+  // CTA 0 also runs phases 2-4: a thread per local expert where it can.
+  const int tokens_per_cta = (r.num_tokens + ctas - 1) / ctas;
+  launch_cluster(cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>, ctas,
+                 block_threads(kMax, tokens_per_cta, p.num_local), stream, r, p);
 }
 
 template <typename LogitT, bool kDeepSeek>
-void launch_routing_block(const RoutingKernelParams& r, const BlockPermuteParams& p,
+void launch_routing_block(const RoutingKernelParams& r, const BlockPermuteParams& p, bool cluster,
                           cudaStream_t stream) {
   switch (slots_per_lane(r.num_experts)) {
-    case 1: launch_width<LogitT, 1, kDeepSeek>(r, p, stream); break;
-    case 2: launch_width<LogitT, 2, kDeepSeek>(r, p, stream); break;
-    case 4: launch_width<LogitT, 4, kDeepSeek>(r, p, stream); break;
-    case 8: launch_width<LogitT, 8, kDeepSeek>(r, p, stream); break;
-    case 16: launch_width<LogitT, 16, kDeepSeek>(r, p, stream); break;
-    default: launch_width<LogitT, 32, kDeepSeek>(r, p, stream); break;
+    case 1: launch_width<LogitT, 1, kDeepSeek>(r, p, cluster, stream); break;
+    case 2: launch_width<LogitT, 2, kDeepSeek>(r, p, cluster, stream); break;
+    case 4: launch_width<LogitT, 4, kDeepSeek>(r, p, cluster, stream); break;
+    case 8: launch_width<LogitT, 8, kDeepSeek>(r, p, cluster, stream); break;
+    case 16: launch_width<LogitT, 16, kDeepSeek>(r, p, cluster, stream); break;
+    default: launch_width<LogitT, 32, kDeepSeek>(r, p, cluster, stream); break;
   }
 }
 
 template <typename LogitT>
-void launch_for_type(const RoutingKernelParams& r, const BlockPermuteParams& p,
+void launch_for_type(const RoutingKernelParams& r, const BlockPermuteParams& p, bool cluster,
                      cudaStream_t stream) {
   if (is_deepseek(r.policy)) {
-    launch_routing_block<LogitT, true>(r, p, stream);
+    launch_routing_block<LogitT, true>(r, p, cluster, stream);
   } else {
-    launch_routing_block<LogitT, false>(r, p, stream);
+    launch_routing_block<LogitT, false>(r, p, cluster, stream);
   }
 }
 
@@ -321,8 +397,10 @@ bool fused_routing_fits(int num_tokens, int top_k, int num_local) {
          static_cast<long long>(num_tokens) * top_k <= kFusedMaxRows;
 }
 
-void launch_fused_routing_permute(const RoutingParams& routing, const PermuteParams& permute,
-                                  cudaStream_t stream) {
+namespace {
+
+void launch_block_or_cluster(const RoutingParams& routing, const PermuteParams& permute,
+                             bool cluster, cudaStream_t stream) {
   const bool route = routing.logits != nullptr;
   require(fused_routing_fits(permute.num_tokens, permute.top_k, permute.num_local),
           "needs num_tokens >= 0, top_k >= 1, num_tokens * top_k <= " +
@@ -376,12 +454,24 @@ void launch_fused_routing_permute(const RoutingParams& routing, const PermutePar
   } else {
     const RoutingKernelParams r = make_routing_kernel_params(routing);
     if (routing.config.logits_type == LogitsType::BF16) {
-      launch_for_type<uint16_t>(r, p, stream);
+      launch_for_type<uint16_t>(r, p, cluster, stream);
     } else {
-      launch_for_type<float>(r, p, stream);
+      launch_for_type<float>(r, p, cluster, stream);
     }
   }
   UNIMOE_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void launch_fused_routing_permute(const RoutingParams& routing, const PermuteParams& permute,
+                                  cudaStream_t stream) {
+  launch_block_or_cluster(routing, permute, false, stream);
+}
+
+void launch_cluster_routing_permute(const RoutingParams& routing, const PermuteParams& permute,
+                                    cudaStream_t stream) {
+  launch_block_or_cluster(routing, permute, true, stream);
 }
 
 }  // namespace unimoe

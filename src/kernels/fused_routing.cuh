@@ -1,4 +1,5 @@
-// Routing and sort/permute fused into one launch of one thread block, for
+// Routing and sort/permute fused into one launch of one thread block (or one
+// thread-block cluster, below), for
 // small inputs where the fixed cost of launch_routing + launch_permute (four
 // launches) dominates. Writes exactly what those two write (contracts:
 // routing.cuh, permute.cuh): topk_ids, topk_weights, expert counts and
@@ -34,5 +35,15 @@ bool fused_routing_fits(int num_tokens, int top_k, int num_local);
 // Throws std::invalid_argument for inputs that do not fit or do not agree.
 void launch_fused_routing_permute(const RoutingParams& routing, const PermuteParams& permute,
                                   cudaStream_t stream);
+
+// The cluster variant: the same outputs and limits, with the per-token
+// routing spread over a thread-block cluster of up to kClusterMaxCtas CTAs
+// (a warp per token), whose first CTA then permutes every row, reading the
+// rows' experts that the others wrote into its shared memory. Where one
+// block has a warp for every token (or in precomputed mode) it launches the
+// fused block itself.
+inline constexpr int kClusterMaxCtas = 8;
+void launch_cluster_routing_permute(const RoutingParams& routing, const PermuteParams& permute,
+                                    cudaStream_t stream);
 
 }  // namespace unimoe

@@ -29,8 +29,9 @@ void require_aligned(const void* p, std::size_t bytes, const char* field) {
                            "-byte aligned; the kernels need it (cudaMalloc'd memory is)");
 }
 
-// UNIMOE_ROUTING_VARIANT: unset follows the plan's rule; "split" or
-// "fused" forces that variant (fused only where the kernel serves the size).
+// UNIMOE_ROUTING_VARIANT: unset follows the plan's rule; "split", "fused" or
+// "cluster" forces that variant (fused and cluster only where their kernel
+// serves the size).
 std::optional<RoutingVariant> forced_routing_variant() {
   const char* v = std::getenv("UNIMOE_ROUTING_VARIANT");
   if (v == nullptr || *v == '\0') return std::nullopt;
@@ -242,17 +243,17 @@ LayerPlan MoELayerImpl::plan_for(int num_tokens) const {
   return plan_for_tokens(config_, std::max(num_tokens, 1), tuned_for(num_tokens));
 }
 
-bool MoELayerImpl::fused_routing_for(int num_tokens) const {
+RoutingVariant MoELayerImpl::routing_for(int num_tokens) const {
   const RoutingVariant variant =
       forced_routing_.value_or(routing_variant_for(config_.routing, num_tokens));
-  return variant == RoutingVariant::Fused &&
-         fused_routing_fits(num_tokens, config_.routing.top_k, config_.local_experts());
+  // Fused and Cluster serve up to the fused kernel's limits; Split the rest.
+  if (!fused_routing_fits(num_tokens, config_.routing.top_k, config_.local_experts()))
+    return RoutingVariant::Split;
+  return variant;
 }
 
 std::string MoELayerImpl::describe(int num_tokens) const {
-  return plan_for(num_tokens).to_string() + " routing=" +
-         routing_variant_name(fused_routing_for(num_tokens) ? RoutingVariant::Fused
-                                                            : RoutingVariant::Split);
+  return plan_for(num_tokens).to_string() + " routing=" + routing_variant_name(routing_for(num_tokens));
 }
 
 void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t stream) {
@@ -263,9 +264,10 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
   const float* weights = precomputed(a) ? a.topk_weights : topk_weights_;
   const LayerPlan plan = plan_for(t);
   const int tiles_cap = max_tiles(rows, e_local, plan.tile_m);
-  // The fused kernel does routing and permute in the Routing stage; the
-  // Permute stage then launches nothing.
-  const bool fused = fused_routing_for(t);
+  // The fused and cluster kernels do routing and permute in the Routing
+  // stage; the Permute stage then launches nothing.
+  const RoutingVariant variant = routing_for(t);
+  const bool fused = variant != RoutingVariant::Split;
   auto routing_params = [&] {
     RoutingParams p;
     p.logits = precomputed(a) ? nullptr : a.logits;
@@ -309,8 +311,12 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
   };
   switch (stage) {
     case Stage::Routing: {
-      if (fused) {
+      if (variant == RoutingVariant::Fused) {
         launch_fused_routing_permute(routing_params(), permute_params(), stream);
+        return;
+      }
+      if (variant == RoutingVariant::Cluster) {
+        launch_cluster_routing_permute(routing_params(), permute_params(), stream);
         return;
       }
       if (precomputed(a) || t == 0) return;

@@ -66,9 +66,9 @@ class MoELayerImpl final : public MoELayer {
   const ExpertWeights& weights() const { return weights_; }
 
   // What serves a call of `num_tokens`: the plan (rule or tuned winner) and
-  // whether routing runs fused (describe() prints both).
+  // the routing variant (describe() prints both).
   LayerPlan plan_for(int num_tokens) const;
-  bool fused_routing_for(int num_tokens) const;
+  RoutingVariant routing_for(int num_tokens) const;
 
   // One stage of forward alone (the inputs of earlier stages must be in the
   // workspace already).

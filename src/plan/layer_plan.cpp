@@ -212,13 +212,18 @@ constexpr long long kFusedScores = 8192;
 }  // namespace
 
 const char* routing_variant_name(RoutingVariant v) {
-  return v == RoutingVariant::Fused ? "fused" : "split";
+  switch (v) {
+    case RoutingVariant::Split: return "split";
+    case RoutingVariant::Fused: return "fused";
+    case RoutingVariant::Cluster: return "cluster";
+  }
+  return "?";
 }
 
 RoutingVariant parse_routing_variant(const std::string& s) {
-  if (s == "split") return RoutingVariant::Split;
-  if (s == "fused") return RoutingVariant::Fused;
-  throw Error("UNIMOE_ROUTING_VARIANT", "is '" + s + "'; allowed: split, fused");
+  for (RoutingVariant v : {RoutingVariant::Split, RoutingVariant::Fused, RoutingVariant::Cluster})
+    if (s == routing_variant_name(v)) return v;
+  throw Error("UNIMOE_ROUTING_VARIANT", "is '" + s + "'; allowed: split, fused, cluster");
 }
 
 RoutingVariant routing_variant_for(const RoutingConfig& routing, int num_tokens) {

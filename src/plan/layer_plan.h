@@ -83,9 +83,11 @@ LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens,
 // How routing and sort/permute run: Split (the per-token routing kernel,
 // then permute's three launches) or Fused (one block does both; it serves
 // T * K <= 4096 and E_local <= 1024: kernels/fused_routing.cuh).
-enum class RoutingVariant { Split, Fused };
+// Cluster: the fused kernel with the per-token routing spread over a
+// thread-block cluster (kernels/fused_routing.cuh); same limits as Fused.
+enum class RoutingVariant { Split, Fused, Cluster };
 const char* routing_variant_name(RoutingVariant v);
-// "split" or "fused"; throws Error (field "UNIMOE_ROUTING_VARIANT") naming
+// "split", "fused" or "cluster"; throws Error (field "UNIMOE_ROUTING_VARIANT") naming
 // the allowed values.
 RoutingVariant parse_routing_variant(const std::string& s);
 
@@ -93,7 +95,8 @@ RoutingVariant parse_routing_variant(const std::string& s);
 // sweep (the constants and figures in layer_plan.cpp): Fused while T <= 32,
 // T*K <= 384 and T*E <= 8192, for every policy. A forced variant (the
 // UNIMOE_ROUTING_VARIANT environment variable, read by the layer) replaces
-// it; the layer runs Split wherever the fused kernel cannot serve.
+// it; the layer runs Split wherever the fused kernel cannot serve. The rule
+// never picks Cluster yet: it has not been measured (only forced).
 RoutingVariant routing_variant_for(const RoutingConfig& routing, int num_tokens);
 
 // Throws Error (field "tuning_choice") unless the choice's GEMM tactics fit

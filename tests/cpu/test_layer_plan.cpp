@@ -130,6 +130,13 @@ TEST(RoutingVariantRule, FusedForSmallCallsAtTheMeasuredPoints) {
   EXPECT_EQ(variant("mixtral-8x7b", 512), RoutingVariant::Split);
 }
 
+TEST(RoutingVariantRule, ClusterIsNeverChosenUnmeasured) {
+  for (const char* preset : {"dsv3-tp8", "qwen3-30b-a3b", "mixtral-8x7b", "kimi-k2"})
+    for (int t : {1, 8, 32, 33, 64, 256, 512, 4096})
+      EXPECT_NE(routing_variant_for(find_preset(preset).config.routing, t), RoutingVariant::Cluster)
+          << preset << " T=" << t;
+}
+
 TEST(RoutingVariantRule, EachLimitHoldsAtItsEdge) {
   RoutingConfig r;
   r.policy = RoutingPolicy::Renormalize;
@@ -153,15 +160,16 @@ TEST(RoutingVariantRule, EachLimitHoldsAtItsEdge) {
 }
 
 TEST(RoutingVariantRule, NamesParseAndBadValuesSayWhatIsAllowed) {
-  for (RoutingVariant v : {RoutingVariant::Split, RoutingVariant::Fused})
+  for (RoutingVariant v : {RoutingVariant::Split, RoutingVariant::Fused, RoutingVariant::Cluster})
     EXPECT_EQ(parse_routing_variant(routing_variant_name(v)), v);
   try {
-    parse_routing_variant("cluster");
+    parse_routing_variant("clustered");
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.field(), "UNIMOE_ROUTING_VARIANT");
-    EXPECT_NE(std::string(e.what()).find("allowed: split, fused"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("allowed: split, fused, cluster"), std::string::npos);
   }
+  EXPECT_STREQ(routing_variant_name(RoutingVariant::Cluster), "cluster");
 }
 
 }  // namespace

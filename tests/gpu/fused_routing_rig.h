@@ -4,7 +4,8 @@
 // + launch_permute) write, and the two checks: every output against the CPU
 // reference (ids exact, weights within 1e-6 relative, counts, offsets, row
 // maps and tiles exact) and the fused outputs against the split ones bit for
-// bit.
+// bit. The cluster variant (launch_cluster_routing_permute) is held to the
+// split launches too.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -218,6 +219,9 @@ class RoutingRig {
   void run_fused(cudaStream_t stream) const {
     launch_fused_routing_permute(routing(), permute(), stream);
   }
+  void run_cluster(cudaStream_t stream) const {
+    launch_cluster_routing_permute(routing(), permute(), stream);
+  }
   void run_split(cudaStream_t stream) const {
     if (!precomputed_) launch_routing(routing(), stream);
     launch_permute(permute(), stream);
@@ -315,7 +319,8 @@ inline void expect_identical(const RoutingOutputs& fused, const RoutingOutputs& 
   }
 }
 
-// Fused, then split, each on poisoned outputs; the fused result against both.
+// Fused, cluster, then split, each on poisoned outputs; the fused result
+// against the reference, the fused and cluster results against split.
 inline void check_fused_and_split(const RoutingProblem& pr, const RoutingInputs& in) {
   SCOPED_TRACE(pr.describe() + (in.precomputed ? " precomputed" : ""));
   RoutingRig rig(pr, in);
@@ -324,8 +329,19 @@ inline void check_fused_and_split(const RoutingProblem& pr, const RoutingInputs&
   const RoutingOutputs fused = rig.download();
   expect_matches_reference(pr, in, fused);
   rig.poison();
+  rig.run_cluster(nullptr);
+  const RoutingOutputs cluster = rig.download();
+  rig.poison();
   rig.run_split(nullptr);
-  expect_identical(fused, rig.download(), in.precomputed);
+  const RoutingOutputs split = rig.download();
+  {
+    SCOPED_TRACE("fused against split");
+    expect_identical(fused, split, in.precomputed);
+  }
+  {
+    SCOPED_TRACE("cluster against split");
+    expect_identical(cluster, split, in.precomputed);
+  }
 }
 
 }  // namespace unimoe::test

@@ -8,7 +8,9 @@
 // T 0..512, E 8..1024, grouped DeepSeekV3 with bias, an EP range with
 // off-rank rows, one hot expert, precomputed ids, the largest inputs, three
 // tile sizes at once, a CUDA graph replayed with new logits, and the layer
-// under UNIMOE_ROUTING_VARIANT=fused.
+// under UNIMOE_ROUTING_VARIANT=fused and =cluster. The cluster variant
+// (launch_cluster_routing_permute) runs on every case of check_fused_and_split
+// and in the graph test, held to the split launches bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -241,12 +243,17 @@ TEST(FusedRoutingGpu, GraphReplayWithNewLogits) {
   const std::vector<float> bias = test::random_vector(256, rng, -0.2f, 0.2f);
   Rig rig(pr, test::logits_inputs(pr, std::vector<float>(333 * 256, 0.0f), bias));
 
+  for (const bool cluster : {false, true}) {
+  SCOPED_TRACE(cluster ? "cluster variant" : "fused block");
   cudaStream_t stream;
   UNIMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  rig.run_fused(stream);
+  if (cluster)
+    rig.run_cluster(stream);
+  else
+    rig.run_fused(stream);
   UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   for (int replay = 0; replay < 3; ++replay) {
@@ -270,6 +277,7 @@ TEST(FusedRoutingGpu, GraphReplayWithNewLogits) {
   UNIMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
   UNIMOE_CUDA_CHECK(cudaGraphDestroy(graph));
   UNIMOE_CUDA_CHECK(cudaStreamDestroy(stream));
+  }
 }
 
 // Sets UNIMOE_ROUTING_VARIANT for a scope (unset for nullptr), then restores it.
@@ -312,10 +320,14 @@ TEST(FusedRoutingGpu, LayerVariantMatchesSplit) {
   c.experts.local_expert_offset = 16;
   c.experts.num_local_experts = 32;
   const int max_tokens = 600;  // T = 600 is 4800 rows: the fused layer falls back to split
-  std::unique_ptr<test::LayerRig> fused, split;
+  std::unique_ptr<test::LayerRig> fused, cluster, split;
   {
     ScopedVariant v("fused");
     fused = std::make_unique<test::LayerRig>(c, max_tokens, seed);
+  }
+  {
+    ScopedVariant v("cluster");
+    cluster = std::make_unique<test::LayerRig>(c, max_tokens, seed);
   }
   {
     ScopedVariant v(nullptr);
@@ -324,10 +336,12 @@ TEST(FusedRoutingGpu, LayerVariantMatchesSplit) {
   for (int t : {1, 7, 100, 512, 600}) {
     SCOPED_TRACE("T=" + std::to_string(t));
     const std::vector<float> logits = ref::make_logits(c, t, seed + t, "uniform");
-    for (auto* rig : {fused.get(), split.get()}) {
+    for (auto* rig : {fused.get(), cluster.get(), split.get()}) {
       rig->load_inputs(t, seed ^ 0xabc, logits);
       rig->layer().forward(rig->args(t), nullptr);
     }
+    EXPECT_EQ(cluster->error(t, logits), split->error(t, logits));  // the same output bits
+    EXPECT_EQ(download_counts(*cluster, 32), download_counts(*split, 32));
     const double fused_error = fused->error(t, logits), split_error = split->error(t, logits);
     EXPECT_LT(fused_error, test::kLayerTolerance);
     EXPECT_EQ(fused_error, split_error);  // deterministic stages: the same output bits

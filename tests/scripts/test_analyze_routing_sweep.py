@@ -70,6 +70,12 @@ def main():
         out = subprocess.run([sys.executable, SCRIPT, path], capture_output=True, text=True, check=True).stdout
         check("proposed: fused iff T*K <= " in out, out)
         check("split/fused output mismatches: 0" in out, out)
+    # A cluster time joins the variants where present, and its table appears.
+    with_cluster = dict(doc, points=[dict(p, cluster_us=p["split_us"] * 0.1) for p in doc["points"]
+                                     if p.get("fused_us") is not None])
+    check(ars.best(with_cluster["points"][0])[0] == "cluster", "cluster wins when fastest")
+    check("cluster wins (best of the three" in ars.report(with_cluster), "cluster table")
+    check("cluster wins" not in ars.report(doc), "no cluster table without cluster times")
     print("analyze_routing_sweep: ok")
 
 

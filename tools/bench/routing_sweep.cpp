@@ -1,9 +1,9 @@
 // unimoe-bench --routing-sweep: times the routing + sort/permute variants
 // (split: the routing kernel, then permute's count, scan and scatter
-// kernels; fused: one block does both) over (policy, E, K, T) on the GPU,
-// checks that both variants write the same outputs, and records which one
-// the layer's rule (routing_variant_for) would take. JSON for
-// scripts/analyze_routing_sweep.py.
+// kernels; fused: one block does both; cluster: a thread-block cluster does
+// both) over (policy, E, K, T) on the GPU, checks that every variant writes
+// the same outputs, and records which one the layer's rule
+// (routing_variant_for) would take. JSON for scripts/analyze_routing_sweep.py.
 #include "bench.h"
 
 #if defined(UNIMOE_WITH_CUDA)
@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "layer/graph_timing.h"
@@ -175,6 +176,7 @@ int run_routing_sweep(const SweepOptions& opt) {
       launch_permute(p, stream);
     };
     auto fused = [&] { launch_fused_routing_permute(r, p, stream); };
+    auto cluster = [&] { launch_cluster_routing_permute(r, p, stream); };
     auto time = [&](const std::function<void()>& variant) {
       cudaGraphExec_t g = capture(stream, [&] {
         for (int c = 0; c < kCallsPerGraph; ++c) variant();
@@ -193,21 +195,26 @@ int run_routing_sweep(const SweepOptions& opt) {
     row["split_us"] = time(split);
     if (fused_routing_fits(t, k, e)) {
       row["fused_us"] = time(fused);
+      row["cluster_us"] = time(cluster);
       poison(b, rows, e, stream);
       split();
       UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
       const Written want = fetch_written(b, rows, e);
-      poison(b, rows, e, stream);
-      fused();
-      UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-      const bool same = fetch_written(b, rows, e) == want;
-      row["outputs_match"] = same;
-      if (!same) {
-        ++mismatches;
-        std::fprintf(stderr, "  MISMATCH between split and fused at %s\n", pt.label().c_str());
+      bool same = true;
+      for (const auto& [name, variant] :
+           {std::pair<const char*, std::function<void()>>{"fused", fused}, {"cluster", cluster}}) {
+        poison(b, rows, e, stream);
+        variant();
+        UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+        if (fetch_written(b, rows, e) == want) continue;
+        same = false;
+        std::fprintf(stderr, "  MISMATCH between split and %s at %s\n", name, pt.label().c_str());
       }
+      row["outputs_match"] = same;
+      mismatches += same ? 0 : 1;
     } else {
-      row["fused_us"] = nullptr;  // the fused kernel does not serve this size
+      row["fused_us"] = nullptr;  // the fused and cluster kernels do not serve this size
+      row["cluster_us"] = nullptr;
     }
     doc["points"].push_back(row);
     if ((i + 1) % 200 == 0 || i + 1 == points.size())
@@ -216,7 +223,7 @@ int run_routing_sweep(const SweepOptions& opt) {
   }
   UNIMOE_CUDA_CHECK(cudaStreamDestroy(stream));
   write_doc(true);
-  std::printf("routing sweep: %zu points, %d split/fused output mismatches; wrote %s\n",
+  std::printf("routing sweep: %zu points, %d points where fused or cluster output differs from split; wrote %s\n",
               points.size(), mismatches, opt.json_path.c_str());
   return mismatches == 0 ? 0 : 1;
 }
