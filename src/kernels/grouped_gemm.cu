@@ -268,12 +268,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 // variants on an H200).
 // m128n128: 8 warps of 64x32, two CTAs per SM, for compute-bound sizes.
 // m64n128: 4 warps of 32x64, three CTAs per SM, for mid-size experts.
+// m32n64: for 9-32 rows per expert, where 16-row tiles stream an expert's
+// weights twice and 64-row tiles leave few CTAs (a tuning candidate only:
+// written after session 3's device time, not yet measured).
 // m16n128, m16n64: for decode, where an expert has a few rows and the cost is
 // streaming its weights: deep pipelines of 16-byte copies and, with the
 // narrower tile, more CTAs to spread the weights over every SM.
 // stream_m16 (stream_gemm.cu): swap-AB, weights straight into registers.
 using TileM128N128 = TileConfig<128, 128, 2, 4, 3, 2>;
 using TileM64N128 = TileConfig<64, 128, 2, 2, 3, 3>;
+using TileM32N64 = TileConfig<32, 64, 1, 4, 6, 3>;
 using TileM16N128 = TileConfig<16, 128, 1, 4, 6, 2>;
 using TileM16N64 = TileConfig<16, 64, 1, 4, 6, 3>;
 
@@ -302,9 +306,10 @@ constexpr bool same_tile(int index) {
          kMmaTactics[index].tile_n == Cfg::kTileN;
 }
 // The tiled configs first, then the stream kernel (stream_gemm.cu).
-constexpr int kStreamIndex = 4;
-static_assert(kNumMmaTactics == 5 && same_tile<TileM128N128>(0) && same_tile<TileM64N128>(1) &&
-                  same_tile<TileM16N128>(2) && same_tile<TileM16N64>(3) &&
+constexpr int kStreamIndex = 5;
+static_assert(kNumMmaTactics == 6 && same_tile<TileM128N128>(0) && same_tile<TileM64N128>(1) &&
+                  same_tile<TileM32N64>(2) && same_tile<TileM16N128>(3) &&
+                  same_tile<TileM16N64>(4) &&
                   kMmaTactics[kStreamIndex].stream &&
                   kMmaTactics[kStreamIndex].tile_m == kStreamTileM,
               "plan/tactics.h's kMmaTactics must list the compiled configs in order");
@@ -314,7 +319,8 @@ CompiledTactic compiled_tactic(int index) {
   switch (index) {
     case 0: return compiled<TileM128N128>();
     case 1: return compiled<TileM64N128>();
-    case 2: return compiled<TileM16N128>();
+    case 2: return compiled<TileM32N64>();
+    case 3: return compiled<TileM16N128>();
     default: return compiled<TileM16N64>();
   }
 }
