@@ -117,6 +117,21 @@ __device__ int block_exclusive_sum(int value, int* s_scan, int& total) {
   return result;
 }
 
+// Scatter warp pieces: rows span_begin.. span_end of s.expert, 32 a piece
+// in order; for each, every lane calls f(row, e, same) with e its row's
+// expert (-1 past the span or off rank) and `same` the piece's lanes of
+// that expert (__match_any_sync).
+template <class F>
+__device__ __forceinline__ void for_each_piece(const BlockShared& s, int span_begin, int span_end,
+                                               int lane, F f) {
+  for (int piece = span_begin; piece < span_end; piece += kWarpSize) {
+    const int row = piece + lane;
+    const int e = row < span_end ? s.expert[row] : -1;
+    const unsigned same = __match_any_sync(kFullMask, e);
+    f(row, e, same);
+  }
+}
+
 // Phases 2-4 over s.expert[0, rows); every thread of the block calls it.
 __device__ void permute_block(const BlockPermuteParams& p, BlockShared& s) {
   const int tid = threadIdx.x, threads = blockDim.x;
@@ -138,13 +153,10 @@ __device__ void permute_block(const BlockPermuteParams& p, BlockShared& s) {
   __syncthreads();
   if (warp < scatter_warps) {
     int* cursor = s.work.words + warp * num_local;
-    for (int piece = span_begin; piece < span_end; piece += kWarpSize) {
-      const int row = piece + lane;
-      const int e = row < span_end ? s.expert[row] : -1;
-      const unsigned same = __match_any_sync(kFullMask, e);
+    for_each_piece(s, span_begin, span_end, lane, [&](int, int e, unsigned same) {
       if (e >= 0 && (same & lanes_below) == 0) cursor[e] += __popc(same);
       __syncwarp();  // the next piece's leader sees this update
-    }
+    });
   }
   __syncthreads();
 
@@ -184,10 +196,7 @@ __device__ void permute_block(const BlockPermuteParams& p, BlockShared& s) {
   // Phase 4a: place the rows.
   if (warp < scatter_warps) {
     int* cursor = s.work.words + warp * num_local;
-    for (int piece = span_begin; piece < span_end; piece += kWarpSize) {
-      const int row = piece + lane;
-      const int e = row < span_end ? s.expert[row] : -1;
-      const unsigned same = __match_any_sync(kFullMask, e);
+    for_each_piece(s, span_begin, span_end, lane, [&](int row, int e, unsigned same) {
       if (e >= 0) {
         const int dst = cursor[e] + __popc(same & lanes_below);
         p.permuted_to_expanded[dst] = row;
@@ -198,7 +207,7 @@ __device__ void permute_block(const BlockPermuteParams& p, BlockShared& s) {
       __syncwarp();  // every lane has read its cursor before the leader moves it
       if (e >= 0 && (same & lanes_below) == 0) cursor[e] += __popc(same);
       __syncwarp();
-    }
+    });
   }
   __syncthreads();  // the cursors are done: the work area takes the tile bases
 
@@ -248,15 +257,14 @@ __device__ void permute_block(const BlockPermuteParams& p, BlockShared& s) {
   }
 }
 
-// Phase 1: this warp routes tokens first_warp, first_warp + warp_stride, ...
-// and stages each row's local expert in `staged` (this block's s.expert, or
-// CTA 0's in the cluster variant).
+// Phase 1: this warp (its group keys in `group_keys`, this thread its lane
+// `lane`) routes tokens first_warp, first_warp + warp_stride, ... and stages
+// each row's local expert in `staged` (this block's s.expert, or CTA 0's in
+// the cluster variant).
 template <typename LogitT, int kPerLane, bool kDeepSeek>
 __device__ __forceinline__ void route_tokens(const RoutingKernelParams& r, const BlockPermuteParams& p,
-                                             BlockShared& s, int16_t* staged, int first_warp,
-                                             int warp_stride) {
-  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  float* group_keys = s.work.keys + warp * kPerLane * kWarpSize;
+                                             float* group_keys, int16_t* staged, int lane,
+                                             int first_warp, int warp_stride) {
   for (int token = first_warp; token < r.num_tokens; token += warp_stride) {  // uniform per warp
     const TokenChoice choice = route_token<LogitT, kPerLane, kDeepSeek>(r, token, lane, group_keys);
     if (lane < r.top_k) {
@@ -274,8 +282,10 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     fused_routing_permute_kernel(RoutingKernelParams r, BlockPermuteParams p) {
   pdl_begin();
   __shared__ BlockShared s;
-  const int warp = threadIdx.x / kWarpSize, warps = blockDim.x / kWarpSize;
-  route_tokens<LogitT, kPerLane, kDeepSeek>(r, p, s, s.expert, warp, warps);
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int warps = blockDim.x / kWarpSize;
+  float* group_keys = s.work.keys + warp * kPerLane * kWarpSize;
+  route_tokens<LogitT, kPerLane, kDeepSeek>(r, p, group_keys, s.expert, lane, warp, warps);
   __syncthreads();
   permute_block(p, s);
 }
@@ -290,9 +300,12 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const int ctas = static_cast<int>(cluster.num_blocks());
-  const int warp = threadIdx.x / kWarpSize, warps = blockDim.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int warps = blockDim.x / kWarpSize;
   int16_t* staged = cluster.map_shared_rank(s.expert, 0);  // CTA 0's rows
-  route_tokens<LogitT, kPerLane, kDeepSeek>(r, p, s, staged, rank * warps + warp, ctas * warps);
+  float* group_keys = s.work.keys + warp * kPerLane * kWarpSize;
+  route_tokens<LogitT, kPerLane, kDeepSeek>(r, p, group_keys, staged, lane, rank * warps + warp,
+                                            ctas * warps);
   // Release every CTA's staged rows to CTA 0 (and keep CTA 0 resident while
   // the others write to it).
   cluster.sync();
