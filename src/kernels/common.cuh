@@ -75,20 +75,37 @@ __device__ __forceinline__ void prefetch_next_gemm_slice(const uint16_t* weights
 // UNIMOE_PDL is "0" (read once; for measuring what PDL gains).
 bool pdl_enabled();
 
+// As launch_pdl, with the grid launched as thread-block clusters of
+// `cluster_ctas` CTAs along x when cluster_ctas > 0.
 template <typename... Params, typename... Args>
-void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem_bytes,
-                cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+void launch_pdl_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem_bytes,
+                          int cluster_ctas, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attribute[2];
+  unsigned count = 0;
+  if (pdl_enabled()) {
+    attribute[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[count++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_ctas > 0) {
+    attribute[count].id = cudaLaunchAttributeClusterDimension;
+    attribute[count].val.clusterDim.x = cluster_ctas;
+    attribute[count].val.clusterDim.y = 1;
+    attribute[count++].val.clusterDim.z = 1;
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
   config.attrs = attribute;
-  config.numAttrs = pdl_enabled() ? 1 : 0;
+  config.numAttrs = count;
   UNIMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem_bytes,
+                cudaStream_t stream, Args&&... args) {
+  launch_pdl_clustered(kernel, grid, block, smem_bytes, 0, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace unimoe

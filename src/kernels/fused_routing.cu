@@ -24,7 +24,6 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
-#include <utility>
 
 #include "kernels/common.cuh"
 #include "kernels/fused_routing.cuh"
@@ -339,27 +338,6 @@ int cluster_ctas(int max_threads, int num_tokens) {
   return min(kClusterMaxCtas, max(1, (num_tokens + warps - 1) / warps));
 }
 
-// One launch of the cluster kernel: grid = one cluster of `ctas` CTAs, with
-// programmatic dependent launch as launch_pdl sets it.
-template <typename... Params, typename... Args>
-void launch_cluster(void (*kernel)(Params...), int ctas, int threads, cudaStream_t stream,
-                    Args&&... args) {
-  cudaLaunchAttribute attribute[2];
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = ctas;
-  attribute[0].val.clusterDim.y = 1;
-  attribute[0].val.clusterDim.z = 1;
-  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[1].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(ctas);
-  config.blockDim = dim3(threads);
-  config.stream = stream;
-  config.attrs = attribute;
-  config.numAttrs = pdl_enabled() ? 2 : 1;
-  UNIMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
-}
-
 template <typename LogitT, int kPerLane, bool kDeepSeek>
 void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, bool cluster,
                   cudaStream_t stream) {
@@ -372,8 +350,9 @@ void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, boo
   }
   // CTA 0 also runs phases 2-4: a thread per local expert where it can.
   const int tokens_per_cta = (r.num_tokens + ctas - 1) / ctas;
-  launch_cluster(cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>, ctas,
-                 block_threads(kMax, tokens_per_cta, p.num_local), stream, r, p);
+  // One cluster of `ctas` CTAs.
+  launch_pdl_clustered(cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>, ctas,
+                       block_threads(kMax, tokens_per_cta, p.num_local), 0, ctas, stream, r, p);
 }
 
 template <typename LogitT, bool kDeepSeek>
