@@ -31,16 +31,28 @@ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 // launch_pdl and start with pdl_begin(), which waits until the previous grid
 // in the stream has completed and its writes are visible; nothing is read or
 // written before it, so the stream order holds as without PDL. No kernel
-// triggers its dependents early: each dependent launches as its predecessor
-// exits, which saves the launch gap. (Triggering at the top of every kernel
-// was measured slower on the H200, session 2 run 4: mixtral-8x7b T=1 184.5
-// -> 206.4 us, dsv3-tp8 T=8 182.6 -> 208.0: the dependent's CTAs took the
-// slots its predecessor freed first, so they piled onto a few SMs.)
+// triggers its dependents early but the single-CTA (or single-cluster)
+// routing kernels, through pdl_launch_dependents(); every other dependent
+// launches as its predecessor exits, which saves the launch gap.
+// (Triggering at the top of every kernel was measured slower on the H200,
+// session 2 run 4: mixtral-8x7b T=1 184.5 -> 206.4 us, dsv3-tp8 T=8 182.6
+// -> 208.0: the dependent's CTAs took the slots its predecessor freed
+// first, so they piled onto a few SMs.)
 // Launched without the attribute (a test, a graph node after a copy,
 // UNIMOE_PDL=0), the wait does nothing.
 __device__ __forceinline__ void pdl_begin() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// Lets the next grid in the stream launch before this one ends; its CTAs
+// then wait in pdl_begin() until this grid has completed, so the order holds.
+// Only for grids of one CTA or cluster, which leave every other SM free for
+// the dependent's CTAs: what is saved is the dependent's launch latency.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
 

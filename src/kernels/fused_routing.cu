@@ -12,8 +12,13 @@
 //      among the piece's lanes of the same expert, so the rows of an expert
 //      stay in increasing expanded index (the stable order of ref::permute);
 //      then every tile schedule, a thread per tile.
-// One 32 KB work area serves, in turn, the warps' group keys, the per-warp
-// cursors and the tile bases.
+// One 32 KB work area serves, in turn, the warps' group keys (DeepSeek: the
+// block's selection keys of as many tokens as fit, an expert a thread, which
+// the warps then read), the per-warp cursors and the tile bases. Up to 32
+// rows (decode), phases 2-4 take a short path without barriers
+// (permute_one_piece). The routing kernels let the next kernel launch at
+// once (pdl_launch_dependents): its CTAs wait for this one's end on the
+// otherwise idle SMs.
 //
 // The cluster variant spreads phase 1 over a thread-block cluster: warp w
 // of CTA c routes tokens c * warps + w, + ctas * warps, ..., and stages each
@@ -48,6 +53,7 @@ static_assert(fused_threads(kMaxExperts / kWarpSize) % kWarpSize == 0 &&
                   fused_threads(kMaxExperts / kWarpSize) * (kMaxExperts / kWarpSize) <= kWorkWords,
               "whole warps, whose group keys fit in the work area");
 static_assert(kWorkWords / kFusedMaxLocalExperts >= 1, "at least one scatter warp");
+static_assert(kWorkWords / kMaxExperts >= 1, "the DeepSeek keys of at least one token fit");
 static_assert(kWorkWords >= kMaxTileSizes * (kFusedMaxLocalExperts + 1),
               "every schedule's tile bases fit in the work area");
 static_assert(kFusedMaxLocalExperts <= 32767, "staged experts are int16");
@@ -131,8 +137,82 @@ __device__ __forceinline__ void for_each_piece(const BlockShared& s, int span_be
   }
 }
 
+// Rows of s.expert[0, rows) with a local expert below `e`, and with `e`.
+struct RowsBelow {
+  int below;
+  int equal;
+};
+
+__device__ __forceinline__ RowsBelow rows_below(const BlockShared& s, int rows, int e) {
+  RowsBelow r{0, 0};
+#pragma unroll 4
+  for (int row = 0; row < rows; ++row) {
+    const int v = s.expert[row];  // the same address across the warp: a broadcast
+    r.below += v >= 0 && v < e;
+    r.equal += v == e;
+  }
+  return r;
+}
+
+// Phases 2-4 for at most 32 rows, with no barrier: each thread counts the
+// rows below and at its experts straight from s.expert, and warp 0, a lane
+// per row, places the rows (rank among the lanes of the same expert) and
+// writes the tiles, each expert's first lane its expert's. The same outputs
+// as the general path; small inputs (decode) so run a short stretch of code.
+__device__ void permute_one_piece(const BlockPermuteParams& p, const BlockShared& s) {
+  const int tid = threadIdx.x, lane = tid % kWarpSize;
+  const int num_local = p.num_local, rows = p.rows;
+#pragma unroll 1
+  for (int e = tid; e <= num_local; e += blockDim.x) {
+    const RowsBelow c = rows_below(s, rows, e);
+    p.expert_offsets[e] = c.below;  // e = num_local: every local row
+    if (e < num_local) p.expert_counts[e] = c.equal;
+  }
+  if (tid >= kWarpSize) return;
+
+  const unsigned lanes_below = (1u << lane) - 1u;
+  const int row = lane;
+  const int e = row < rows ? s.expert[row] : -1;
+  const unsigned same = __match_any_sync(kFullMask, e);
+  const int count = __popc(same);
+  const int start = e >= 0 ? rows_below(s, rows, e).below : 0;
+  if (e >= 0) {
+    const int dst = start + __popc(same & lanes_below);
+    p.permuted_to_expanded[dst] = row;
+    p.expanded_to_permuted[row] = dst;
+  } else if (row < rows) {
+    p.expanded_to_permuted[row] = -1;
+  }
+  const bool first_of_expert = e >= 0 && (same & lanes_below) == 0;
+#pragma unroll 1
+  for (int t = 0; t < kMaxTileSizes; ++t) {
+    if (t >= p.num_tile_sizes) break;
+    const int tile_m = p.tile_m[t];
+    const int tiles = first_of_expert ? (count - 1) / tile_m + 1 : 0;
+    // This expert's first tile: the tiles of the lower experts.
+    int base = 0, num_tiles = 0;
+#pragma unroll 8
+    for (int l = 0; l < kWarpSize; ++l) {
+      const int other_e = __shfl_sync(kFullMask, e, l);
+      const int other_tiles = __shfl_sync(kFullMask, tiles, l);
+      num_tiles += other_tiles;
+      if (other_e < e) base += other_tiles;
+    }
+#pragma unroll 1
+    for (int i = 0; i < tiles; ++i) {
+      const int row_start = start + i * tile_m;
+      p.tiles[t][base + i] = DeviceTile{e, row_start, min(tile_m, start + count - row_start), 0};
+    }
+    if (lane == 0) *p.num_tiles[t] = num_tiles;
+  }
+}
+
 // Phases 2-4 over s.expert[0, rows); every thread of the block calls it.
 __device__ void permute_block(const BlockPermuteParams& p, BlockShared& s) {
+  if (p.rows <= kWarpSize) {
+    permute_one_piece(p, s);
+    return;
+  }
   const int tid = threadIdx.x, threads = blockDim.x;
   const int lane = tid % kWarpSize, warp = tid / kWarpSize;
   const unsigned lanes_below = (1u << lane) - 1u;
@@ -256,16 +336,19 @@ __device__ void permute_block(const BlockPermuteParams& p, BlockShared& s) {
   }
 }
 
-// Phase 1: this warp (its group keys in `group_keys`, this thread its lane
-// `lane`) routes tokens first_warp, first_warp + warp_stride, ... and stages
-// each row's local expert in `staged` (this block's s.expert, or CTA 0's in
-// the cluster variant).
-template <typename LogitT, int kPerLane, bool kDeepSeek>
+// Phase 1: this warp (this thread its lane `lane`) routes tokens begin +
+// first_warp, + warp_stride, ... below end and stages each row's local
+// expert in `staged` (this block's s.expert, or CTA 0's in the cluster
+// variant). `keys`: as route_token's; with kStagedKeys, row i of E holds
+// token begin + i's keys.
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kStagedKeys>
 __device__ __forceinline__ void route_tokens(const RoutingKernelParams& r, const BlockPermuteParams& p,
-                                             float* group_keys, int16_t* staged, int lane,
-                                             int first_warp, int warp_stride) {
-  for (int token = first_warp; token < r.num_tokens; token += warp_stride) {  // uniform per warp
-    const TokenChoice choice = route_token<LogitT, kPerLane, kDeepSeek>(r, token, lane, group_keys);
+                                             float* keys, int16_t* staged, int lane, int begin,
+                                             int end, int first_warp, int warp_stride) {
+  for (int token = begin + first_warp; token < end; token += warp_stride) {  // uniform per warp
+    float* token_keys = kStagedKeys ? keys + (token - begin) * r.num_experts : keys;
+    const TokenChoice choice =
+        route_token<LogitT, kPerLane, kDeepSeek, kStagedKeys>(r, token, lane, token_keys);
     if (lane < r.top_k) {
       const int row = token * r.top_k + lane;
       r.topk_ids[row] = choice.expert;
@@ -276,15 +359,50 @@ __device__ __forceinline__ void route_tokens(const RoutingKernelParams& r, const
   }
 }
 
+// DeepSeek's selection keys of tokens [begin, end), E a row, computed by the
+// whole block, an expert a thread: one exp each rather than E / 32 in a row
+// on one lane, and a short stretch of code (the lane-unrolled form is
+// several KB that a cold instruction cache fetches once per call).
+template <typename LogitT>
+__device__ void stage_deepseek_keys(const RoutingKernelParams& r, int begin, int end, float* keys) {
+  const int num_experts = r.num_experts;
+  const LogitT* logits =
+      static_cast<const LogitT*>(r.logits) + static_cast<size_t>(begin) * num_experts;
+  const int n = (end - begin) * num_experts;
+  const int step = blockDim.x % num_experts;  // e = i % E, kept without dividing
+  int e = threadIdx.x % num_experts;
+#pragma unroll 1
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    keys[i] = deepseek_key(r, nan_to_neg_inf(load_logit(logits, i)), e);
+    e += step;
+    if (e >= num_experts) e -= num_experts;
+  }
+}
+
 template <typename LogitT, int kPerLane, bool kDeepSeek>
 __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     fused_routing_permute_kernel(RoutingKernelParams r, BlockPermuteParams p) {
   pdl_begin();
+  pdl_launch_dependents();
   __shared__ BlockShared s;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int warps = blockDim.x / kWarpSize;
-  float* group_keys = s.work.keys + warp * kPerLane * kWarpSize;
-  route_tokens<LogitT, kPerLane, kDeepSeek>(r, p, group_keys, s.expert, lane, warp, warps);
+  if constexpr (kDeepSeek) {
+    // As many tokens' keys at a time as the work area holds (at least 8).
+    const int chunk = kWorkWords / r.num_experts;
+    for (int begin = 0; begin < r.num_tokens; begin += chunk) {
+      const int end = min(begin + chunk, r.num_tokens);
+      stage_deepseek_keys<LogitT>(r, begin, end, s.work.keys);
+      __syncthreads();
+      route_tokens<LogitT, kPerLane, true, true>(r, p, s.work.keys, s.expert, lane, begin, end,
+                                                 warp, warps);
+      __syncthreads();  // the next chunk's keys overwrite these
+    }
+  } else {
+    float* group_keys = s.work.keys + warp * kPerLane * kWarpSize;
+    route_tokens<LogitT, kPerLane, false, false>(r, p, group_keys, s.expert, lane, 0, r.num_tokens,
+                                                 warp, warps);
+  }
   __syncthreads();
   permute_block(p, s);
 }
@@ -294,6 +412,7 @@ template <typename LogitT, int kPerLane, bool kDeepSeek>
 __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     cluster_routing_permute_kernel(RoutingKernelParams r, BlockPermuteParams p) {
   pdl_begin();
+  pdl_launch_dependents();
   __shared__ BlockShared s;
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
@@ -303,8 +422,8 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   const int warps = blockDim.x / kWarpSize;
   int16_t* staged = cluster.map_shared_rank(s.expert, 0);  // CTA 0's rows
   float* group_keys = s.work.keys + warp * kPerLane * kWarpSize;
-  route_tokens<LogitT, kPerLane, kDeepSeek>(r, p, group_keys, staged, lane, rank * warps + warp,
-                                            ctas * warps);
+  route_tokens<LogitT, kPerLane, kDeepSeek, false>(r, p, group_keys, staged, lane, 0, r.num_tokens,
+                                                   rank * warps + warp, ctas * warps);
   // Release every CTA's staged rows to CTA 0 (and keep CTA 0 resident while
   // the others write to it).
   cluster.sync();
@@ -315,6 +434,7 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
 // Precomputed ids, or no tokens: phases 2-4 only.
 __global__ void __launch_bounds__(kMaxThreads, 1) fused_permute_kernel(BlockPermuteParams p) {
   pdl_begin();
+  pdl_launch_dependents();
   __shared__ BlockShared s;
   for (int i = threadIdx.x; i < p.rows; i += blockDim.x)
     s.expert[i] = local_expert(p.topk_ids[i], p);

@@ -48,6 +48,9 @@ struct RoutingKernelParams {
   int n_group;  // 1: no group stage
   int topk_group;
   int lanes_per_group;  // power of two, n_group * lanes_per_group <= 32
+  int lanes_per_group_log2;
+  int experts_per_group;      // num_experts / n_group
+  float inv_experts_per_group;  // 1 / experts_per_group, rounded to nearest
   float routed_scaling_factor;
   int32_t* topk_ids;
   float* topk_weights;
@@ -138,21 +141,23 @@ __device__ RowSoftmax row_softmax(const float (&x)[kPerLane], int num_experts, i
   return r;
 }
 
-// Keeps the topk_group groups with the largest sum of their two best keys
-// (ties to the lower group) and returns them as a bit mask. The keys go
-// through `keys`, this warp's kPerLane * 32 floats of shared memory, so that
-// each group is read by its own lanes_per_group lanes (consecutive experts),
-// and only a short butterfly within those lanes remains, rather than a
-// full-warp reduction per group.
-template <int kPerLane>
-__device__ uint32_t kept_groups(const float (&c)[kPerLane], const RoutingKernelParams& p,
-                                int lane, float* keys) {
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) keys[lane + kWarpSize * j] = c[j];
-  __syncwarp();
+// The group of expert e: e / experts_per_group without an integer division.
+// Exact: (e + 0.5) / d lies at least 0.5 / d >= 2^-10 from an integer (e <
+// 1024, d <= 512), and the two roundings move it by under 2^-13 (also
+// checked for every e < 1024 and d <= 1024 in fp32, numpy).
+__device__ __forceinline__ int group_of(const RoutingKernelParams& p, int e) {
+  return __float2int_rz((static_cast<float>(e) + 0.5f) * p.inv_experts_per_group);
+}
 
-  const int per_group = p.num_experts / p.n_group;
-  const int group = lane / p.lanes_per_group, sub = lane % p.lanes_per_group;
+// Keeps the topk_group groups with the largest sum of their two best keys
+// (ties to the lower group) and returns them as a bit mask. The keys are read
+// from `keys`, the token's E keys in shared memory, so that each group is
+// read by its own lanes_per_group lanes (consecutive experts), and only a
+// short butterfly within those lanes remains, rather than a full-warp
+// reduction per group. Every lane calls it, after the keys are visible to it.
+__device__ inline uint32_t kept_groups(const RoutingKernelParams& p, int lane, const float* keys) {
+  const int per_group = p.experts_per_group;
+  const int group = lane >> p.lanes_per_group_log2, sub = lane & (p.lanes_per_group - 1);
   float first = -INFINITY, second = -INFINITY;
   if (group < p.n_group) {
     const float* in_group = keys + group * per_group;
@@ -182,7 +187,7 @@ __device__ uint32_t kept_groups(const float (&c)[kPerLane], const RoutingKernelP
   for (int i = 0; i < p.topk_group; ++i) {
     uint32_t top;
     const int winner = warp_argmax(group_key, lane, top);
-    kept |= 1u << (winner / p.lanes_per_group);
+    kept |= 1u << (winner >> p.lanes_per_group_log2);
     if (lane == winner) group_key = kNoKey;
   }
   return kept;
@@ -195,44 +200,51 @@ __device__ __forceinline__ double renormalize(double w) {
 }
 
 // The weight of the expert this lane chose (lanes >= K pass 0 and take part
-// in the warp sums only). x: its logit, NaN already -inf.
+// in the warp sums only). x: its logit, NaN already -inf. A kernel built for
+// the DeepSeek policies holds only their case, the others only theirs: the
+// routing code runs once per call from a cold instruction cache, so code a
+// kernel never runs still costs it fetch time.
+template <bool kDeepSeek>
 __device__ inline double chosen_weight(const RoutingKernelParams& p, const RowSoftmax& row,
                                        float x, bool active) {
-  switch (p.policy) {
-    case RoutingPolicy::Default:
-    case RoutingPolicy::RenormalizeNaive: {
-      double w = 0;
-      if (active) {
-        w = isinf(row.max) ? (x == row.max ? 1.0 / row.ties : 0.0)
-                           : exp(static_cast<double>(x) - row.max) / row.sum;
+  if constexpr (kDeepSeek) {
+    const double s = active ? sigmoid(x) : 0.0;
+    return s / (warp_sum(s) + kDeepSeekEpsilon) * p.routed_scaling_factor;
+  } else {
+    switch (p.policy) {
+      case RoutingPolicy::Default:
+      case RoutingPolicy::RenormalizeNaive: {
+        double w = 0;
+        if (active) {
+          w = isinf(row.max) ? (x == row.max ? 1.0 / row.ties : 0.0)
+                             : exp(static_cast<double>(x) - row.max) / row.sum;
+        }
+        return p.policy == RoutingPolicy::RenormalizeNaive ? renormalize(w) : w;
       }
-      return p.policy == RoutingPolicy::RenormalizeNaive ? renormalize(w) : w;
-    }
-    case RoutingPolicy::Renormalize: {
-      // Softmax over the chosen logits; lane 0 holds the largest.
-      const float m = __shfl_sync(kFullMask, x, 0);
-      if (isinf(m)) {
-        const int ties = __popc(__ballot_sync(kFullMask, active && x == m));
-        return active && x == m ? 1.0 / ties : 0.0;
+      case RoutingPolicy::Renormalize: {
+        // Softmax over the chosen logits; lane 0 holds the largest.
+        const float m = __shfl_sync(kFullMask, x, 0);
+        if (isinf(m)) {
+          const int ties = __popc(__ballot_sync(kFullMask, active && x == m));
+          return active && x == m ? 1.0 / ties : 0.0;
+        }
+        const double v = active ? exp(static_cast<double>(x) - m) : 0.0;
+        return v / warp_sum(v);
       }
-      const double v = active ? exp(static_cast<double>(x) - m) : 0.0;
-      return v / warp_sum(v);
+      case RoutingPolicy::TopK:
+        return x;
+      case RoutingPolicy::Sigmoid:
+      case RoutingPolicy::TopKSigmoid:
+      case RoutingPolicy::Llama4:
+        return sigmoid(x);
+      case RoutingPolicy::SigmoidRenorm:
+        return renormalize(active ? sigmoid(x) : 0.0);
+      case RoutingPolicy::DeepSeekV3:
+      case RoutingPolicy::MiniMax2:
+        break;  // kDeepSeek kernels
     }
-    case RoutingPolicy::TopK:
-      return x;
-    case RoutingPolicy::Sigmoid:
-    case RoutingPolicy::TopKSigmoid:
-    case RoutingPolicy::Llama4:
-      return sigmoid(x);
-    case RoutingPolicy::SigmoidRenorm:
-      return renormalize(active ? sigmoid(x) : 0.0);
-    case RoutingPolicy::DeepSeekV3:
-    case RoutingPolicy::MiniMax2: {
-      const double s = active ? sigmoid(x) : 0.0;
-      return s / (warp_sum(s) + kDeepSeekEpsilon) * p.routed_scaling_factor;
-    }
+    return 0;
   }
-  return 0;
 }
 
 // What lane k < K of a warp holds after routing a token: its k-th expert,
@@ -242,12 +254,23 @@ struct TokenChoice {
   float weight;
 };
 
-// Routes `token` with the whole warp (every lane calls it). `group_keys`:
-// this warp's kPerLane * 32 floats of shared memory, used only by DeepSeekV3
-// with n_group > 1. Lanes >= K get a value that means nothing.
-template <typename LogitT, int kPerLane, bool kDeepSeek>
+// DeepSeek's selection key of one expert, c = sigmoid(x) + bias, NaN as
+// -inf; x is the logit with NaN already -inf.
+__device__ __forceinline__ float deepseek_key(const RoutingKernelParams& p, float x, int e) {
+  const float bias = p.bias != nullptr ? p.bias[e] : 0.0f;
+  return nan_to_neg_inf(deepseek_score(x) + bias);
+}
+
+// Routes `token` with the whole warp (every lane calls it). Lanes >= K get a
+// value that means nothing. DeepSeek policies only:
+//   - kStagedKeys false: `keys` is this warp's kPerLane * 32 floats of
+//     shared memory, where the group stage (n_group > 1) puts the keys that
+//     the warp computes;
+//   - kStagedKeys true: `keys` holds the token's E keys already, computed by
+//     the block (deepseek_key), visible to the warp.
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kStagedKeys = false>
 __device__ __forceinline__ TokenChoice route_token(const RoutingKernelParams& p, int token,
-                                                   int lane, float* group_keys) {
+                                                   int lane, float* keys) {
   const int num_experts = p.num_experts;
   const LogitT* row = static_cast<const LogitT*>(p.logits) + static_cast<size_t>(token) * num_experts;
 
@@ -270,15 +293,25 @@ __device__ __forceinline__ TokenChoice route_token(const RoutingKernelParams& p,
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       const int e = lane + kWarpSize * j;
-      const float bias = (p.bias != nullptr && e < num_experts) ? p.bias[e] : 0.0f;
-      c[j] = nan_to_neg_inf(deepseek_score(x[j]) + bias);
+      if constexpr (kStagedKeys) {
+        c[j] = e < num_experts ? keys[e] : 0.0f;  // past E: never a candidate
+      } else {
+        c[j] = e < num_experts ? deepseek_key(p, x[j], e) : 0.0f;
+      }
     }
-    const uint32_t kept = p.n_group > 1 ? kept_groups(c, p, lane, group_keys) : 1u;
-    const int per_group = num_experts / p.n_group;
+    uint32_t kept = 1u;
+    if (p.n_group > 1) {
+      if constexpr (!kStagedKeys) {
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) keys[lane + kWarpSize * j] = c[j];
+        __syncwarp();
+      }
+      kept = kept_groups(p, lane, keys);
+    }
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) {
       const int e = lane + kWarpSize * j;
-      const bool candidate = e < num_experts && ((kept >> (e / per_group)) & 1u);
+      const bool candidate = e < num_experts && ((kept >> group_of(p, e)) & 1u);
       key[j] = candidate ? order_key(c[j]) : kNoKey;
     }
   } else {
@@ -323,7 +356,7 @@ __device__ __forceinline__ TokenChoice route_token(const RoutingKernelParams& p,
       if (lane + kWarpSize * j == winner) key[j] = kNoKey;
   }
 
-  const double weight = chosen_weight(p, softmax, chosen_x, lane < p.top_k);
+  const double weight = chosen_weight<kDeepSeek>(p, softmax, chosen_x, lane < p.top_k);
   return TokenChoice{chosen, static_cast<float>(weight)};
 }
 
@@ -381,7 +414,13 @@ inline RoutingKernelParams make_routing_kernel_params(const RoutingParams& param
   p.n_group = n_group;
   p.topk_group = n_group > 1 ? c.topk_group : 1;
   p.lanes_per_group = kWarpSize;
-  while (p.lanes_per_group * n_group > kWarpSize) p.lanes_per_group /= 2;
+  p.lanes_per_group_log2 = 5;
+  while (p.lanes_per_group * n_group > kWarpSize) {
+    p.lanes_per_group /= 2;
+    --p.lanes_per_group_log2;
+  }
+  p.experts_per_group = c.num_experts / n_group;
+  p.inv_experts_per_group = 1.0f / static_cast<float>(p.experts_per_group);
   p.routed_scaling_factor = c.routed_scaling_factor;
   p.topk_ids = params.topk_ids;
   p.topk_weights = params.topk_weights;

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <iterator>
 #include <memory>
@@ -85,7 +86,7 @@ TEST(FusedRoutingGpu, GroupedDeepSeekV3WithBias) {
             c.n_group = n_group;
             c.topk_group = topk_group;
             if (!legal_routing(c)) continue;
-            const int t = cases++ % 2 ? 100 : 33;
+            const int t = std::array<int, 3>{1, 33, 100}[cases++ % 3];
             Problem pr{c, t};
             // A bias as large as the scores, so that it moves groups around.
             check_fused_and_split(
@@ -112,6 +113,33 @@ TEST(FusedRoutingGpu, ExpertParallelRangeWithOffRankRows) {
       make_routing(RoutingPolicy::Sigmoid, 1024, 32, LogitsType::F32, false);
   Problem wide{sigmoid, 100, 512, 512};
   check_fused_and_split(wide, random_inputs(wide, rng));
+}
+
+// Up to 32 rows the permute phases take a path of their own
+// (permute_one_piece): both sides of that bound, routed and precomputed,
+// with off-rank rows, every row on one expert, and tile sizes that split an
+// expert's rows into several tiles.
+TEST(FusedRoutingGpu, OnePiecePathAtItsBound) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const std::vector<int> tile_m = {1, 3, 16};
+  struct Shape {
+    int t, k;
+  };
+  const Shape shapes[] = {{1, 31}, {1, 32}, {4, 8}, {31, 1}, {33, 1}, {3, 11}};  // rows 24..33
+  for (Shape s : shapes)
+    for (auto [offset, count] : {std::pair{0, 64}, std::pair{16, 24}}) {
+      const RoutingConfig c =
+          make_routing(RoutingPolicy::Renormalize, 64, s.k, LogitsType::F32, false);
+      Problem pr{c, s.t, offset, count, tile_m};
+      check_fused_and_split(pr, random_inputs(pr, rng));
+      Inputs one = precomputed_inputs(s.t, s.k, 64, rng);
+      std::fill(one.ids.begin(), one.ids.end(), offset + 5);  // every row on one local expert
+      check_fused_and_split(pr, one);
+      check_fused_and_split(pr, precomputed_inputs(s.t, s.k, 64, rng));
+    }
 }
 
 TEST(FusedRoutingGpu, OneHotExpert) {
