@@ -118,7 +118,7 @@ std::string LayerPlan::to_string() const {
   std::string s = std::string("path=") + path_name(path);
   if (path == ExpertsPath::Cutlass) return s + " sm90=" + unimoe::to_string(sm90);
   return s + " tile_m=" + std::to_string(tile_m) + " gemm1=" + gemm1.to_string() +
-         " gemm2=" + gemm2.to_string() + (prefetch_w2 ? " prefetch_w2" : "");
+         " gemm2=" + gemm2.to_string();
 }
 
 bool backend_allows(const std::string& backend, ExpertsPath p) {
@@ -167,14 +167,6 @@ LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens,
   plan.gemm1 = tuned->gemm1;
   plan.gemm2 = tuned->gemm2;
   return plan;
-}
-
-bool w2_prefetch_fits(const MoEConfig& config, int num_tokens, ExpertsPath path) {
-  if (path == ExpertsPath::Cutlass) return false;
-  const double experts = std::min<double>(static_cast<double>(num_tokens) * config.routing.top_k,
-                                          config.local_experts());
-  const double bytes = experts * config.experts.hidden * config.experts.intermediate * 2;
-  return bytes <= kL2PrefetchBytes;
 }
 
 void check_choice_tactics(const TuningChoice& c) {

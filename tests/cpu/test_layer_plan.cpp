@@ -54,23 +54,6 @@ TEST(LayerPlan, PrintsWhatRuns) {
   EXPECT_EQ(plan("qwen3-30b-a3b", 16384).to_string(), "path=cutlass sm90=coop_128x256x64");
 }
 
-TEST(LayerPlan, W2PrefetchOnlyWhereTheExpertsFitInL2) {
-  auto fits = [](const std::string& preset, int t, ExpertsPath path = ExpertsPath::Mma) {
-    return w2_prefetch_fits(find_preset(preset).config, t, path);
-  };
-  EXPECT_TRUE(fits("dsv3-tp8", 1));            // 8 x 7168 x 256 x 2 B = 29.4 MB
-  EXPECT_TRUE(fits("dsv3-tp8", 1, ExpertsPath::Stream));
-  EXPECT_FALSE(fits("dsv3-tp8", 8));           // 64 experts: 235 MB
-  EXPECT_TRUE(fits("qwen3-30b-a3b", 1));       // 25.2 MB
-  EXPECT_FALSE(fits("mixtral-8x7b", 1));       // 2 x 117 MB
-  EXPECT_FALSE(fits("qwen3-30b-a3b", 1, ExpertsPath::Cutlass));
-  // The rule alone never prefetches (UNIMOE_L2_PREFETCH turns it on in the layer).
-  EXPECT_FALSE(plan("dsv3-tp8", 1).prefetch_w2);
-  LayerPlan p = plan("dsv3-tp8", 1);
-  p.prefetch_w2 = true;
-  EXPECT_EQ(p.to_string(), "path=stream tile_m=16 gemm1=stream_m16 gemm2=stream_m16 prefetch_w2");
-}
-
 TEST(LayerPlan, CutlassAboveTheMeasuredCrossover) {
   EXPECT_EQ(plan("qwen3-30b-a3b", 512).path, ExpertsPath::Mma);       // 32 rows per expert
   EXPECT_EQ(plan("qwen3-30b-a3b", 512).tile_m, 64);
