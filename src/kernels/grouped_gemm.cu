@@ -263,9 +263,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 // variants on an H200).
 // m128n128: 8 warps of 64x32, two CTAs per SM, for compute-bound sizes.
 // m64n128: 4 warps of 32x64, three CTAs per SM, for mid-size experts.
-// m32n64: for 9-32 rows per expert, where 16-row tiles stream an expert's
-// weights twice and 64-row tiles leave few CTAs (a tuning candidate only:
-// written after session 3's device time, not yet measured).
+// m32n64: for 9-16 rows per expert, where 16-row tiles stream an expert's
+// weights twice and 64-row tiles leave few CTAs (the rule's tile there,
+// plan/layer_plan.cpp; at 32 rows per expert m64n128 won).
 // m16n128, m16n64: for decode, where an expert has a few rows and the cost is
 // streaming its weights: deep pipelines of 16-byte copies and, with the
 // narrower tile, more CTAs to spread the weights over every SM.
