@@ -5,7 +5,6 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
-#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -54,33 +53,6 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
-}
-
-// Asks the L2 to fetch `bytes` (a multiple of 16) from 16-byte-aligned
-// global `p` (cp.async.bulk.prefetch: no registers, no completion to wait
-// for; a hint the hardware may drop). Called by one thread.
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
-
-// GEMM1's share of the L2 prefetch of GEMM2's weights (GroupedGemmArgs::
-// l2_prefetch): column block `block` of `blocks` of the tile's expert asks
-// for its slice of that expert's next-GEMM weights. Thread 0 only.
-__device__ __forceinline__ void prefetch_next_gemm_slice(const uint16_t* weights,
-                                                         long long expert_elems, int expert,
-                                                         int block, int blocks) {
-  const long long bytes = expert_elems * 2;
-  const long long slice = ((bytes + blocks - 1) / blocks + 15) / 16 * 16;
-  const long long begin = static_cast<long long>(block) * slice;
-  if (begin >= bytes) return;
-  const long long size = bytes - begin < slice ? bytes - begin : slice;
-  prefetch_l2(reinterpret_cast<const char*>(weights + expert * expert_elems) + begin,
-              static_cast<uint32_t>(size));
 }
 
 // Whether launch_pdl sets the attribute: unless the environment variable

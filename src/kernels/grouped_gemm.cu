@@ -71,9 +71,7 @@ struct TileConfig {
   static_assert(kStagedStride * 2 % 16 == 0, "staged rows must keep 16-byte alignment");
 };
 
-// kPrefetch: GEMM1 with GroupedGemmArgs::l2_prefetch set (a separate
-// instantiation, so that the kernels without it compile as before).
-template <class Cfg, bool kPrefetch>
+template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     grouped_gemm_kernel(const GroupedGemmArgs args) {
   pdl_begin();
@@ -86,9 +84,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   if (tile_index >= *args.num_tiles) return;
   const DeviceTile tile = args.tiles[tile_index];
   const int block_n = blockIdx.x - tile_index * args.n_blocks;
-  if (kPrefetch && threadIdx.x == 0)
-    prefetch_next_gemm_slice(args.l2_prefetch, args.l2_prefetch_elems, tile.expert, block_n,
-                             args.n_blocks);
   const bool gated = is_gated(args.epilogue);
   const int out_cols = gated ? kTileN / 2 : kTileN;  // output columns of this CTA
   const int n0 = block_n * out_cols;                 // its first output column
@@ -268,9 +263,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 // variants on an H200).
 // m128n128: 8 warps of 64x32, two CTAs per SM, for compute-bound sizes.
 // m64n128: 4 warps of 32x64, three CTAs per SM, for mid-size experts.
-// m32n64: for 9-32 rows per expert, where 16-row tiles stream an expert's
-// weights twice and 64-row tiles leave few CTAs (a tuning candidate only:
-// written after session 3's device time, not yet measured).
+// m32n64: for 9-16 rows per expert, where 16-row tiles stream an expert's
+// weights twice and 64-row tiles leave few CTAs (the rule's tile there,
+// plan/layer_plan.cpp; at 32 rows per expert m64n128 won).
 // m16n128, m16n64: for decode, where an expert has a few rows and the cost is
 // streaming its weights: deep pipelines of 16-byte copies and, with the
 // narrower tile, more CTAs to spread the weights over every SM.
@@ -285,15 +280,13 @@ using GemmKernel = void (*)(GroupedGemmArgs);
 
 struct CompiledTactic {
   GemmKernel kernel;
-  GemmKernel kernel_prefetch;  // the same with the L2 prefetch of GroupedGemmArgs
   int threads;
   int smem_bytes;
 };
 
 template <class Cfg>
 CompiledTactic compiled() {
-  return CompiledTactic{grouped_gemm_kernel<Cfg, false>, grouped_gemm_kernel<Cfg, true>,
-                        Cfg::kThreads, Cfg::kSmemBytes};
+  return CompiledTactic{grouped_gemm_kernel<Cfg>, Cfg::kThreads, Cfg::kSmemBytes};
 }
 
 // The plan's list of tactics (plan/tactics.h), in compiled_tactic order.
@@ -363,10 +356,9 @@ void launch_grouped_gemm(GroupedGemmArgs args, const GemmTactic& tactic, int max
                                       " exceeds the grid limit");
 
   const CompiledTactic c = compiled_tactic(index);
-  const GemmKernel kernel = args.l2_prefetch != nullptr ? c.kernel_prefetch : c.kernel;
-  UNIMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  UNIMOE_CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          c.smem_bytes));
-  launch_pdl(kernel, static_cast<unsigned>(blocks), c.threads, c.smem_bytes, stream, args);
+  launch_pdl(c.kernel, static_cast<unsigned>(blocks), c.threads, c.smem_bytes, stream, args);
   UNIMOE_LAUNCH_CHECK();
 }
 
@@ -408,10 +400,6 @@ void launch_gemm1(const Gemm1Params& p, const GemmTactic& tactic, cudaStream_t s
   args.alpha = p.swiglu_alpha;
   args.limit = p.swiglu_limit;
   args.out = p.act_out;
-  if (p.prefetch_w2 != nullptr) {
-    args.l2_prefetch = p.prefetch_w2;
-    args.l2_prefetch_elems = static_cast<long long>(p.hidden) * p.intermediate;
-  }
   launch_grouped_gemm(args, tactic, p.max_tiles, stream, "launch_gemm1");
 }
 

@@ -29,9 +29,6 @@ struct Gemm1Params {
   float swiglu_alpha = 1.702f;
   float swiglu_limit = 7.0f;
   uint16_t* act_out = nullptr;                // [P, I] bf16, permuted rows
-  // Optional: GEMM2's weights [E_local, H, I] bf16, which GEMM1's CTAs ask
-  // the L2 to fetch for their tiles' experts (LayerPlan::prefetch_w2).
-  const uint16_t* prefetch_w2 = nullptr;
 };
 
 struct Gemm2Params {

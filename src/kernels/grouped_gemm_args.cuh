@@ -34,11 +34,6 @@ struct GroupedGemmArgs {
   float alpha = 0.0f;               // SwiGLUOai
   float limit = 0.0f;               // SwiGLUOai
   uint16_t* out = nullptr;          // [P, n_out] bf16
-  // GEMM1 only, optional: the next GEMM's weights [E_local, l2_prefetch_elems]
-  // bf16; each CTA asks the L2 for its slice of its tile's expert's (so that
-  // GEMM2 reads them from L2). nullptr: no prefetch.
-  const uint16_t* l2_prefetch = nullptr;
-  long long l2_prefetch_elems = 0;
 };
 
 }  // namespace unimoe

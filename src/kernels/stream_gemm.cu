@@ -99,9 +99,6 @@ __device__ __forceinline__ void stream_k_range(const uint16_t* w_lo, const uint1
   }
 }
 
-// kPrefetch: GEMM1 with GroupedGemmArgs::l2_prefetch set (a separate
-// instantiation, so that the kernel without it compiles as before).
-template <bool kPrefetch>
 __global__ void __launch_bounds__(kThreads, 2) stream_gemm_kernel(const StreamArgs sa) {
   pdl_begin();
   const GroupedGemmArgs& args = sa.g;
@@ -109,9 +106,6 @@ __global__ void __launch_bounds__(kThreads, 2) stream_gemm_kernel(const StreamAr
   if (tile_index >= *args.num_tiles) return;
   const DeviceTile tile = args.tiles[tile_index];
   const int block = blockIdx.x - tile_index * args.n_blocks;
-  if (kPrefetch && threadIdx.x == 0)
-    prefetch_next_gemm_slice(args.l2_prefetch, args.l2_prefetch_elems, tile.expert, block,
-                             args.n_blocks);
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -213,10 +207,7 @@ void launch_stream_gemm(GroupedGemmArgs args, int max_tiles, cudaStream_t stream
     throw std::runtime_error("launch_stream_gemm: max_tiles x column blocks = " +
                              std::to_string(blocks) + " exceeds the grid limit");
   sa.g = args;
-  if (args.l2_prefetch != nullptr)
-    launch_pdl(stream_gemm_kernel<true>, static_cast<unsigned>(blocks), kThreads, 0, stream, sa);
-  else
-    launch_pdl(stream_gemm_kernel<false>, static_cast<unsigned>(blocks), kThreads, 0, stream, sa);
+  launch_pdl(stream_gemm_kernel, static_cast<unsigned>(blocks), kThreads, 0, stream, sa);
   UNIMOE_LAUNCH_CHECK();
 }
 

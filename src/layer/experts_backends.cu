@@ -51,7 +51,6 @@ class TileScheduleBackend final : public ExpertsBackend {
     p.swiglu_alpha = config_.experts.swiglu_alpha;
     p.swiglu_limit = config_.experts.swiglu_limit;
     p.act_out = call.act;
-    if (plan.prefetch_w2) p.prefetch_w2 = static_cast<const uint16_t*>(weights_.w2);
     launch_gemm1(p, plan.gemm1, stream);
   }
 

@@ -32,16 +32,6 @@ void require_aligned(const void* p, std::size_t bytes, const char* field) {
 // UNIMOE_ROUTING_VARIANT: unset follows the plan's rule; "split", "fused" or
 // "cluster" forces that variant (fused and cluster only where their kernel
 // serves the size).
-// UNIMOE_L2_PREFETCH=1: GEMM1 asks the L2 to fetch GEMM2's weights where
-// they fit (LayerPlan::prefetch_w2); unset or 0: off. Not yet measured, so
-// off by default.
-bool l2_prefetch_enabled() {
-  const char* v = std::getenv("UNIMOE_L2_PREFETCH");
-  if (v == nullptr || *v == '\0' || std::string(v) == "0") return false;
-  if (std::string(v) == "1") return true;
-  throw Error("UNIMOE_L2_PREFETCH", "is '" + std::string(v) + "'; allowed: 0, 1");
-}
-
 std::optional<RoutingVariant> forced_routing_variant() {
   const char* v = std::getenv("UNIMOE_ROUTING_VARIANT");
   if (v == nullptr || *v == '\0') return std::nullopt;
@@ -62,10 +52,7 @@ const char* stage_name(Stage s) {
 }
 
 MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens)
-    : config_(config),
-      max_tokens_(max_tokens),
-      forced_routing_(forced_routing_variant()),
-      l2_prefetch_(l2_prefetch_enabled()) {
+    : config_(config), max_tokens_(max_tokens), forced_routing_(forced_routing_variant()) {
   validate(config_);
   check_backend_name(config_.options.backend);
   if (max_tokens < 1) throw Error("max_tokens", "is " + std::to_string(max_tokens) + "; must be >= 1");
@@ -253,9 +240,7 @@ void MoELayerImpl::check_args(const ForwardArgs& a) const {
 }
 
 LayerPlan MoELayerImpl::plan_for(int num_tokens) const {
-  LayerPlan plan = plan_for_tokens(config_, std::max(num_tokens, 1), tuned_for(num_tokens));
-  plan.prefetch_w2 = l2_prefetch_ && w2_prefetch_fits(config_, std::max(num_tokens, 1), plan.path);
-  return plan;
+  return plan_for_tokens(config_, std::max(num_tokens, 1), tuned_for(num_tokens));
 }
 
 RoutingVariant MoELayerImpl::routing_for(int num_tokens) const {

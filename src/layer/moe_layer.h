@@ -94,8 +94,6 @@ class MoELayerImpl final : public MoELayer {
   int max_tokens_;
   // UNIMOE_ROUTING_VARIANT, read at creation: forces a routing variant.
   std::optional<RoutingVariant> forced_routing_;
-  // UNIMOE_L2_PREFETCH=1, read at creation: GEMM1 prefetches GEMM2's weights.
-  bool l2_prefetch_ = false;
   ExpertWeights weights_{};
   void* arena_ = nullptr;  // one allocation; the pointers below point into it
   std::size_t arena_bytes_ = 0;

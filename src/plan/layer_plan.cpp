@@ -12,8 +12,10 @@ namespace {
 // Rows per local expert above which "auto" takes the Cutlass path. Measured
 // on the H200 (bench/results/h200-bf16-mma-vs-cutlass-run1.json, 5 anchor
 // shapes x 6 T): the Mma path won every point up to 32 rows per expert but
-// one (dsv3-tp8 T=512), the Cutlass path every point from 128 rows up
-// (mixtral T=512 by 1.27x, every T=4096 and 16384 by 1.15x-1.8x).
+// one (dsv3-tp8 T=512, 16 rows, which the Mma path's m32n64 tile now wins:
+// 781.7 us against 809.0 for the best CUTLASS tactic, session 4), the
+// Cutlass path every point from 128 rows up (mixtral T=512 by 1.27x, every
+// T=4096 and 16384 by 1.15x-1.8x).
 constexpr double kCutlassRowsPerExpert = 96;
 
 // The Cutlass path's tile: 128x256x64 cooperative. Measured on the H200
@@ -27,17 +29,24 @@ constexpr Sm90GemmTactic kCutlassTactic = Sm90GemmTactic::Cooperative128x256;
 
 // The rest of the rule, for the Mma path, measured on the H200 with
 // unimoe-bench --autotune (every pair of tactics sharing an M tile, layer
-// time by graph replay; docs/notes.md, session 2, runs 2 and 8):
+// time by graph replay; docs/notes.md, session 2, runs 2 and 8; session 4
+// for the 32-row tile):
 //
 // M tile: 16-row tiles up to 8 rows per expert (mixtral-8x7b T=8, 8 rows:
-// m16n64 493 us against m64n128 565), 64-row tiles above (mixtral T=64, 16
-// rows: m64n128 727 us against m16n64 829); 128-row tiles above 64 rows (not
-// yet compared with 64 on the H200).
+// m16n64 493 us against m64n128 565; at 16 rows they lose: mixtral T=64
+// m64n128 727 us against m16n64 829). 32-row tiles above 8 up to 16 rows
+// (16 rows: mixtral T=64 m32n64 742.2 us against m64n128 763.6; dsv3-tp8
+// T=512 781.7 against m64n128 848.2 and 809.0 for the best CUTLASS
+// tactic). 64-row tiles above 16 up to 64 rows (32 rows: qwen3-30b-a3b
+// T=512 m64n128 368.3 us against m32n64 377.2); 128-row tiles above 64
+// rows (not yet compared with 64 on the H200).
 constexpr double kTile16RowsPerExpert = 8;
+constexpr double kTile32RowsPerExpert = 16;
 constexpr double kTile64RowsPerExpert = 64;
 
 int tile_m_for(double rows_per_expert) {
   if (rows_per_expert <= kTile16RowsPerExpert) return 16;
+  if (rows_per_expert <= kTile32RowsPerExpert) return 32;
   if (rows_per_expert <= kTile64RowsPerExpert) return 64;
   return 128;
 }
@@ -45,9 +54,10 @@ int tile_m_for(double rows_per_expert) {
 // Column tile: with 16-row tiles, 64 columns won every measured point over
 // 128 (T=8: qwen3-30b-a3b 129 vs 137 us, qwen3-235b-a22b 455 vs 466,
 // gpt-oss-120b 335 vs 345, mixtral 493 vs 512; T=1 and T=64 likewise or
-// tied): more CTAs for the same weights. Larger M tiles take 128.
+// tied): more CTAs for the same weights. 32-row tiles take 64 (m32n64, the
+// only 32-row tactic compiled); larger M tiles take 128.
 GemmTactic tiled_tactic(int tile_m) {
-  const int tile_n = tile_m == 16 ? 64 : 128;
+  const int tile_n = tile_m <= 32 ? 64 : 128;
   for (const GemmTactic& t : kMmaTactics)
     if (!t.stream && t.tile_m == tile_m && t.tile_n == tile_n) return t;
   throw std::runtime_error("no GEMM tactic compiled for m" + std::to_string(tile_m) + "n" +
@@ -118,7 +128,7 @@ std::string LayerPlan::to_string() const {
   std::string s = std::string("path=") + path_name(path);
   if (path == ExpertsPath::Cutlass) return s + " sm90=" + unimoe::to_string(sm90);
   return s + " tile_m=" + std::to_string(tile_m) + " gemm1=" + gemm1.to_string() +
-         " gemm2=" + gemm2.to_string() + (prefetch_w2 ? " prefetch_w2" : "");
+         " gemm2=" + gemm2.to_string();
 }
 
 bool backend_allows(const std::string& backend, ExpertsPath p) {
@@ -167,14 +177,6 @@ LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens,
   plan.gemm1 = tuned->gemm1;
   plan.gemm2 = tuned->gemm2;
   return plan;
-}
-
-bool w2_prefetch_fits(const MoEConfig& config, int num_tokens, ExpertsPath path) {
-  if (path == ExpertsPath::Cutlass) return false;
-  const double experts = std::min<double>(static_cast<double>(num_tokens) * config.routing.top_k,
-                                          config.local_experts());
-  const double bytes = experts * config.experts.hidden * config.experts.intermediate * 2;
-  return bytes <= kL2PrefetchBytes;
 }
 
 void check_choice_tactics(const TuningChoice& c) {

@@ -57,10 +57,6 @@ struct LayerPlan {
   GemmTactic gemm1;     // Mma path tactics; the stream tactic on the Stream path
   GemmTactic gemm2;
   Sm90GemmTactic sm90 = Sm90GemmTactic::Cooperative128x128;  // Cutlass path tactic
-  // GEMM1's CTAs ask the L2 to fetch GEMM2's weights of their experts
-  // (Mma and Stream paths; off unless UNIMOE_L2_PREFETCH=1 and
-  // w2_prefetch_fits: not yet measured).
-  bool prefetch_w2 = false;
 
   // What runs, one line: "path=cutlass sm90=coop_128x128x64",
   // "path=mma tile_m=16 gemm1=m16n64 gemm2=m16n64".
@@ -83,14 +79,6 @@ struct LayerPlan {
 // forbids or its GEMM tactics do not fit its path (check_choice_tactics).
 LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens,
                           const TuningChoice* tuned = nullptr);
-
-// Whether GEMM2's weights of the experts a call of `num_tokens` can hit fit
-// in the H200's L2 beside GEMM1's traffic (at most min(T*K, E_local)
-// experts' H*I bf16, within kL2PrefetchBytes), on a path that can prefetch
-// them (Mma and Stream). dsv3-tp8 T=1 (29.4 MB) and qwen3-30b-a3b T=1
-// (25.2 MB) qualify.
-inline constexpr double kL2PrefetchBytes = 32.0 * 1024 * 1024;  // of the 50 MB L2
-bool w2_prefetch_fits(const MoEConfig& config, int num_tokens, ExpertsPath path);
 
 // How routing and sort/permute run: Split (the per-token routing kernel,
 // then permute's three launches) or Fused (one block does both; it serves
