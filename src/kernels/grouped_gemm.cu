@@ -210,6 +210,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // ---- epilogue: bias + activation in fp32, bf16 into shared memory (which
   // the pipeline no longer uses once every copy has landed), then rows < rows
   // and columns < n_out go out as 16-byte stores.
+  if (args.early_dependents) pdl_launch_dependents();
   cp_async_wait<0>();
   __syncthreads();
   __nv_bfloat16* staged = reinterpret_cast<__nv_bfloat16*>(smem);  // [kTileM, kStagedStride]
@@ -269,12 +270,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 // m16n128, m16n64: for decode, where an expert has a few rows and the cost is
 // streaming its weights: deep pipelines of 16-byte copies and, with the
 // narrower tile, more CTAs to spread the weights over every SM.
+// m16n32: a tuning candidate for decode where an m16n64 grid has too few
+// CTAs to cover the SMs evenly (qwen3-30b-a3b T=1: 192 CTAs on 132 SMs):
+// twice the CTAs, two warps each, six an SM.
 // stream_m16 (stream_gemm.cu): swap-AB, weights straight into registers.
 using TileM128N128 = TileConfig<128, 128, 2, 4, 3, 2>;
 using TileM64N128 = TileConfig<64, 128, 2, 2, 3, 3>;
 using TileM32N64 = TileConfig<32, 64, 1, 4, 6, 3>;
 using TileM16N128 = TileConfig<16, 128, 1, 4, 6, 2>;
 using TileM16N64 = TileConfig<16, 64, 1, 4, 6, 3>;
+using TileM16N32 = TileConfig<16, 32, 1, 2, 6, 6>;
 
 using GemmKernel = void (*)(GroupedGemmArgs);
 
@@ -299,10 +304,10 @@ constexpr bool same_tile(int index) {
          kMmaTactics[index].tile_n == Cfg::kTileN;
 }
 // The tiled configs first, then the stream kernel (stream_gemm.cu).
-constexpr int kStreamIndex = 5;
-static_assert(kNumMmaTactics == 6 && same_tile<TileM128N128>(0) && same_tile<TileM64N128>(1) &&
+constexpr int kStreamIndex = 6;
+static_assert(kNumMmaTactics == 7 && same_tile<TileM128N128>(0) && same_tile<TileM64N128>(1) &&
                   same_tile<TileM32N64>(2) && same_tile<TileM16N128>(3) &&
-                  same_tile<TileM16N64>(4) &&
+                  same_tile<TileM16N64>(4) && same_tile<TileM16N32>(5) &&
                   kMmaTactics[kStreamIndex].stream &&
                   kMmaTactics[kStreamIndex].tile_m == kStreamTileM,
               "plan/tactics.h's kMmaTactics must list the compiled configs in order");
@@ -314,7 +319,8 @@ CompiledTactic compiled_tactic(int index) {
     case 1: return compiled<TileM64N128>();
     case 2: return compiled<TileM32N64>();
     case 3: return compiled<TileM16N128>();
-    default: return compiled<TileM16N64>();
+    case 4: return compiled<TileM16N64>();
+    default: return compiled<TileM16N32>();
   }
 }
 
@@ -355,6 +361,7 @@ void launch_grouped_gemm(GroupedGemmArgs args, const GemmTactic& tactic, int max
   require(blocks <= INT_MAX, who, "max_tiles x column blocks = " + std::to_string(blocks) +
                                       " exceeds the grid limit");
 
+  args.early_dependents = pdl_early_dependents_enabled();
   const CompiledTactic c = compiled_tactic(index);
   UNIMOE_CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          c.smem_bytes));
