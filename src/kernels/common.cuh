@@ -59,13 +59,6 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 // UNIMOE_PDL is "0" (read once; for measuring what PDL gains).
 bool pdl_enabled();
 
-// Whether the mma path's grouped GEMMs (tiled and stream kernels) let their
-// dependent launch once each CTA's main loop is done, before its epilogue:
-// the environment variable UNIMOE_PDL_EARLY is "1" (read once; off by
-// default until measured). Every dependent still waits in pdl_begin() for
-// the whole grid; what moves is only when its CTAs are placed.
-bool pdl_early_dependents_enabled();
-
 // As launch_pdl, with the grid launched as thread-block clusters of
 // `cluster_ctas` CTAs along x when cluster_ctas > 0.
 template <typename... Params, typename... Args>

@@ -210,7 +210,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // ---- epilogue: bias + activation in fp32, bf16 into shared memory (which
   // the pipeline no longer uses once every copy has landed), then rows < rows
   // and columns < n_out go out as 16-byte stores.
-  if (args.early_dependents) pdl_launch_dependents();
   cp_async_wait<0>();
   __syncthreads();
   __nv_bfloat16* staged = reinterpret_cast<__nv_bfloat16*>(smem);  // [kTileM, kStagedStride]
@@ -361,7 +360,6 @@ void launch_grouped_gemm(GroupedGemmArgs args, const GemmTactic& tactic, int max
   require(blocks <= INT_MAX, who, "max_tiles x column blocks = " + std::to_string(blocks) +
                                       " exceeds the grid limit");
 
-  args.early_dependents = pdl_early_dependents_enabled();
   const CompiledTactic c = compiled_tactic(index);
   UNIMOE_CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          c.smem_bytes));

@@ -34,7 +34,6 @@ struct GroupedGemmArgs {
   float alpha = 0.0f;               // SwiGLUOai
   float limit = 0.0f;               // SwiGLUOai
   uint16_t* out = nullptr;          // [P, n_out] bf16
-  bool early_dependents = false;    // pdl_launch_dependents() before the epilogue
 };
 
 }  // namespace unimoe

@@ -147,7 +147,6 @@ __global__ void __launch_bounds__(kThreads, 2) stream_gemm_kernel(const StreamAr
     stream_k_range<1, 2 * kUnroll>(w_lo, w_hi, lo_ok, hi_ok, x_row, x_ok, k_begin, k_end, t, acc);
   else
     stream_k_range<2, kUnroll>(w_lo, w_hi, lo_ok, hi_ok, x_row, x_ok, k_begin, k_end, t, acc);
-  if (args.early_dependents) pdl_launch_dependents();
 
   // ---- K splits meet in shared memory; split 0 adds them in split order.
   if (sa.splits > 1) {
@@ -208,7 +207,6 @@ void launch_stream_gemm(GroupedGemmArgs args, int max_tiles, cudaStream_t stream
     throw std::runtime_error("launch_stream_gemm: max_tiles x column blocks = " +
                              std::to_string(blocks) + " exceeds the grid limit");
   sa.g = args;
-  sa.g.early_dependents = pdl_early_dependents_enabled();
   launch_pdl(stream_gemm_kernel, static_cast<unsigned>(blocks), kThreads, 0, stream, sa);
   UNIMOE_LAUNCH_CHECK();
 }
