@@ -10,7 +10,10 @@ from routing_variant_for) is within 5% of the best variant, and its
 geometric-mean speedup over "always fused" and "always split"; the issue's
 targets (DeepSeekV3 E=256 K=8 n_group=8, Renormalize E=128 K=8); and the
 rule "fused iff T*K <= R, T <= Tm and T*E <= S" whose limits (a grid
-search) are within 5% of the best variant on the most points. --plot draws time against T for the
+search) are within 5% of the best variant on the most points. Where the
+sweep timed the cluster variant (which runs the fused block itself when one
+CTA has a warp for every token), it also proposes "cluster iff T*K <= R
+(R_deepseek for the DeepSeek policies), T <= Tm and T*E <= S, else split". --plot draws time against T for the
 target configs (needs matplotlib).
 """
 import argparse
@@ -55,6 +58,11 @@ def rule_score(points):
     return within / len(points), vs_fused, vs_split
 
 
+def speedup_over(points, variant):
+    """Geometric mean of always-`variant` time over the recorded rule's."""
+    return geomean(time_of(p, variant) / time_of(p, p["rule"]) for p in points)
+
+
 def family(p):
     return "deepseek" if p["policy"] in DEEPSEEK else "other"
 
@@ -85,6 +93,50 @@ def propose_rule(points):
                 if hits > best_hits:
                     best_limits, best_hits = (rows, tokens, scores), hits
     return best_limits, best_hits / len(points)
+
+
+CLUSTER_ROWS = (256, 384, 512, 768, 1024, 1536, 2048)
+CLUSTER_TOKENS = (32, 64, 128, 256, 512)
+CLUSTER_SCORES = (8192, 16384, 32768, 65536, 131072)
+
+
+def propose_cluster_rule(points):
+    """The limits of 'cluster iff T*K <= rows[family], T <= tokens and T*E <=
+    scores, else split' within 5% of the best variant on the most points
+    (grid search; the row limit per policy family), and that share."""
+    pre = []
+    for p in points:
+        times = variant_times(p)
+        pre.append((family(p), p["T"], p["K"], p["E"], times.get("cluster"), p["split_us"], best(p)[1]))
+    best_limits, best_hits = None, -1
+    for tokens in CLUSTER_TOKENS:
+        for scores in CLUSTER_SCORES:
+            rows_of, hits = {}, 0
+            for fam in ("deepseek", "other"):
+                fam_best, fam_hits = None, -1
+                for rows in CLUSTER_ROWS:
+                    h = 0
+                    for f, t, k, e, cluster, split, fastest in pre:
+                        if f != fam:
+                            continue
+                        take = cluster is not None and t * k <= rows and t <= tokens and t * e <= scores
+                        h += (cluster if take else split) <= TOLERANCE * fastest
+                    if h > fam_hits:
+                        fam_best, fam_hits = rows, h
+                rows_of[fam] = fam_best
+                hits += fam_hits
+            if hits > best_hits:
+                best_limits, best_hits = (rows_of, tokens, scores), hits
+    return best_limits, best_hits / len(points)
+
+
+def cluster_rule_choice(p, limits):
+    """The variant the cluster rule with `limits` (as propose_cluster_rule
+    returns them) takes at point p."""
+    rows_of, tokens, scores = limits
+    take = ("cluster" in variant_times(p) and p["T"] * p["K"] <= rows_of[family(p)]
+            and p["T"] <= tokens and p["T"] * p["E"] <= scores)
+    return "cluster" if take else "split"
 
 
 def merge(docs):
@@ -153,11 +205,26 @@ def report(doc):
                  f"the best variant: {100 * within:.1f}% of points (target >= 95%)")
     lines.append(f"rule speedup, geometric mean: {vs_fused:.3f}x over always-fused, "
                  f"{vs_split:.3f}x over always-split")
+    if with_cluster:
+        lines.append(f"rule speedup over always-cluster (geometric mean): "
+                     f"{speedup_over(points, 'cluster'):.3f}x")
 
     lines.append("")
     (rows, tokens, scores), share = propose_rule(points)
     lines.append(f"proposed: fused iff T*K <= {rows}, T <= {tokens} and T*E <= {scores} "
                  f"(within 5% of the best variant on {100 * share:.1f}% of points)")
+    if with_cluster:
+        (rows_of, tokens, scores), share = propose_cluster_rule(points)
+        lines.append(f"proposed with the cluster variant: cluster iff T*K <= {rows_of['other']} "
+                     f"(DeepSeek policies: {rows_of['deepseek']}), T <= {tokens} and "
+                     f"T*E <= {scores}, else split (within 5% of the best variant on "
+                     f"{100 * share:.1f}% of points)")
+        chosen = [time_of(p, cluster_rule_choice(p, (rows_of, tokens, scores))) for p in points]
+        over = {v: geomean(time_of(p, v) / c for p, c in zip(points, chosen))
+                for v in ("fused", "split", "cluster")}
+        lines.append(f"  its speedup, geometric mean: {over['fused']:.3f}x over always-fused, "
+                     f"{over['split']:.3f}x over always-split, {over['cluster']:.3f}x over "
+                     f"always-cluster")
     lines.append("")
     ds_small = target(points, "DeepSeekV3", 256, 8, 8, t_max=64)
     ds_large = target(points, "DeepSeekV3", 256, 8, 8, t_exact=16384)
@@ -177,7 +244,7 @@ def plot(doc, path):
     for policy, e, k, g in (("DeepSeekV3", 256, 8, 8), ("Renormalize", 128, 8, 1)):
         sel = sorted((p for p in doc["points"] if p["policy"] == policy and p["E"] == e
                       and p["K"] == k and p["n_group"] == g), key=lambda p: p["T"])
-        for variant in ("split", "fused"):
+        for variant in ("split", "fused", "cluster"):
             xs = [p["T"] for p in sel if variant in variant_times(p)]
             ys = [variant_times(p)[variant] for p in sel if variant in variant_times(p)]
             ax.plot(xs, ys, marker=".", label=f"{policy} E={e} K={k} {variant}")

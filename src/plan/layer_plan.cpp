@@ -202,22 +202,29 @@ void check_choice_tactics(const TuningChoice& c) {
 namespace {
 
 // Measured on the H200 by the routing sweep (unimoe-bench --routing-sweep,
-// session 3: 17,888 points, every policy x E in 8..1024 x K in 1..32 x T in
-// 1..16384, split and fused timed 8 calls to a graph replay; JSON, analysis
-// and plot in bench/results/h200-routing-sweep-session3.*). The fused block
-// does every token's scores and the whole histogram in one CTA, so it wins
-// while that work is small and loses once the split chain's parallelism
-// pays: by T*K (rows to place), by T (tokens a warp loops over) and by T*E
-// (scores one CTA reads). The three limits below were fitted over the
-// whole sweep (grid search in scripts/analyze_routing_sweep.py):
-// within 5% of the best variant on 97.7% of points, 1.30x over always-fused
-// and 1.23x over always-split (geometric means). One set serves every
-// policy: separate DeepSeek limits (T <= 24) gained 0.2% of points.
-// Examples: Renormalize E=128 K=8 T=32 fused 10.1 us vs split 10.8, T=64
-// 14.0 vs 11.2; DeepSeekV3 E=256 K=8 T=16 12.4 vs 14.9, T=32 19.1 vs 15.0.
-constexpr long long kFusedRows = 384;
-constexpr int kFusedTokens = 32;
-constexpr long long kFusedScores = 8192;
+// session 4: 17,980 points, every policy x E in 8..1024 x K in 1..32 x T in
+// 1..16384, split, fused and cluster each timed 8 calls to a graph replay;
+// JSON, analysis and plot in bench/results/h200-routing-sweep-session4.*).
+// The cluster variant runs the fused block itself while one CTA has a warp
+// for every token (T <= 32 for E <= 256), so below that it is the fused
+// kernel, and above it spreads the per-token work over up to 8 CTAs while
+// one CTA still places every row. It wins while that placing is small and
+// loses once the split chain's parallelism pays: by T*K (rows one CTA
+// places), by T and by T*E (scores read). The limits were fitted over the
+// whole sweep (grid search in scripts/analyze_routing_sweep.py): within 5%
+// of the best variant on 97.4% of points (one row limit for all policies:
+// 97.0%), 1.33x over always-fused, 1.41x over always-split and 1.05x over
+// always-cluster (geometric means; the session 3 rule, fused iff T*K <=
+// 384, T <= 32 and T*E <= 8192, is within 5% on 84.6% of this sweep).
+// The DeepSeek policies' per-token work is heavier, so the split chain
+// takes over sooner. Examples: Renormalize E=128 K=8 T=1 3.4 us (split
+// 9.4), T=64 cluster 9.8 vs split 11.3, T=512 20.9 vs 12.8 (split);
+// DeepSeekV3 E=256 K=8 T=1 5.0 (split 12.5), T=48 cluster 13.8 vs 14.6,
+// T=64 16.9 vs 14.6 (split).
+constexpr long long kClusterRows = 1024;
+constexpr long long kClusterRowsDeepSeek = 384;
+constexpr int kClusterTokens = 512;
+constexpr long long kClusterScores = 65536;
 
 }  // namespace
 
@@ -238,9 +245,12 @@ RoutingVariant parse_routing_variant(const std::string& s) {
 
 RoutingVariant routing_variant_for(const RoutingConfig& routing, int num_tokens) {
   const long long t = num_tokens;
-  if (t * routing.top_k > kFusedRows || t > kFusedTokens || t * routing.num_experts > kFusedScores)
+  const bool deepseek =
+      routing.policy == RoutingPolicy::DeepSeekV3 || routing.policy == RoutingPolicy::MiniMax2;
+  const long long rows_limit = deepseek ? kClusterRowsDeepSeek : kClusterRows;
+  if (t * routing.top_k > rows_limit || t > kClusterTokens || t * routing.num_experts > kClusterScores)
     return RoutingVariant::Split;
-  return RoutingVariant::Fused;
+  return RoutingVariant::Cluster;
 }
 
 std::string gpu_unsupported_reason(const MoEConfig& config) {

@@ -145,51 +145,60 @@ TEST(LayerPlan, BackendNamesAndUnsupportedConfigsSayWhy) {
   EXPECT_NE(gpu_unsupported_reason(c).find("MXFP4 has no GPU kernels yet"), std::string::npos);
 }
 
-TEST(RoutingVariantRule, FusedForSmallCallsAtTheMeasuredPoints) {
+TEST(RoutingVariantRule, ClusterForSmallAndMidCallsAtTheMeasuredPoints) {
   auto variant = [](const std::string& preset, int tokens) {
     return routing_variant_for(find_preset(preset).config.routing, tokens);
   };
-  // Fused wins of the sweep (layer_plan.cpp).
-  for (int t : {1, 8, 16}) {
-    EXPECT_EQ(variant("dsv3-tp8", t), RoutingVariant::Fused) << t;
-    EXPECT_EQ(variant("qwen3-30b-a3b", t), RoutingVariant::Fused) << t;
+  // Wins of the cluster variant (the fused block at T <= 32) in the session 4
+  // sweep (layer_plan.cpp).
+  for (int t : {1, 8, 16, 32}) {
+    EXPECT_EQ(variant("dsv3-tp8", t), RoutingVariant::Cluster) << t;
+    EXPECT_EQ(variant("qwen3-30b-a3b", t), RoutingVariant::Cluster) << t;
   }
-  EXPECT_EQ(variant("mixtral-8x7b", 32), RoutingVariant::Fused);
-  EXPECT_EQ(variant("gpt-oss-120b", 32), RoutingVariant::Fused);
-  // Losses or ties: split.
-  EXPECT_EQ(variant("dsv3-tp8", 64), RoutingVariant::Split);
-  EXPECT_EQ(variant("qwen3-30b-a3b", 64), RoutingVariant::Split);
-  EXPECT_EQ(variant("mixtral-8x7b", 64), RoutingVariant::Split);  // a tie: 9.0 vs 9.1 us
-  EXPECT_EQ(variant("mixtral-8x7b", 512), RoutingVariant::Split);
+  EXPECT_EQ(variant("dsv3-tp8", 48), RoutingVariant::Cluster);  // 13.8 vs split 14.6 us
+  EXPECT_EQ(variant("qwen3-30b-a3b", 64), RoutingVariant::Cluster);  // 9.8 vs 11.3
+  EXPECT_EQ(variant("qwen3-30b-a3b", 128), RoutingVariant::Cluster);  // 11.6 vs 12.6
+  EXPECT_EQ(variant("mixtral-8x7b", 512), RoutingVariant::Cluster);  // T*K = 1024
+  // Losses: split.
+  EXPECT_EQ(variant("dsv3-tp8", 64), RoutingVariant::Split);       // 16.9 vs 14.6
+  EXPECT_EQ(variant("qwen3-30b-a3b", 256), RoutingVariant::Split);  // 13.7 vs 12.7
+  EXPECT_EQ(variant("mixtral-8x7b", 1024), RoutingVariant::Split);
+  EXPECT_EQ(variant("qwen3-30b-a3b", 4096), RoutingVariant::Split);
 }
 
-TEST(RoutingVariantRule, ClusterIsNeverChosenUnmeasured) {
-  for (const char* preset : {"dsv3-tp8", "qwen3-30b-a3b", "mixtral-8x7b", "kimi-k2"})
-    for (int t : {1, 8, 32, 33, 64, 256, 512, 4096})
-      EXPECT_NE(routing_variant_for(find_preset(preset).config.routing, t), RoutingVariant::Cluster)
+TEST(RoutingVariantRule, FusedIsNeverNamedTheClusterVariantRunsIt) {
+  for (const char* preset : {"dsv3-tp8", "qwen3-30b-a3b", "mixtral-8x7b", "kimi-k2", "minimax-m2"})
+    for (int t : {0, 1, 8, 32, 33, 64, 256, 512, 4096, 16384})
+      EXPECT_NE(routing_variant_for(find_preset(preset).config.routing, t), RoutingVariant::Fused)
           << preset << " T=" << t;
 }
 
 TEST(RoutingVariantRule, EachLimitHoldsAtItsEdge) {
   RoutingConfig r;
   r.policy = RoutingPolicy::Renormalize;
-  r.num_experts = 64;
-  r.top_k = 2;
-  // Tokens: at most 32.
-  EXPECT_EQ(routing_variant_for(r, 32), RoutingVariant::Fused);
-  EXPECT_EQ(routing_variant_for(r, 33), RoutingVariant::Split);
-  // Rows T*K: at most 384.
-  r.top_k = 16;
-  EXPECT_EQ(routing_variant_for(r, 24), RoutingVariant::Fused);
-  EXPECT_EQ(routing_variant_for(r, 25), RoutingVariant::Split);
-  // Scores T*E: at most 8192.
+  r.num_experts = 8;
+  r.top_k = 1;
+  // Tokens: at most 512.
+  EXPECT_EQ(routing_variant_for(r, 512), RoutingVariant::Cluster);
+  EXPECT_EQ(routing_variant_for(r, 513), RoutingVariant::Split);
+  // Rows T*K: at most 1024.
+  r.top_k = 8;
+  EXPECT_EQ(routing_variant_for(r, 128), RoutingVariant::Cluster);
+  EXPECT_EQ(routing_variant_for(r, 129), RoutingVariant::Split);
+  // Scores T*E: at most 65536.
   r.top_k = 1;
   r.num_experts = 1024;
-  EXPECT_EQ(routing_variant_for(r, 8), RoutingVariant::Fused);
-  EXPECT_EQ(routing_variant_for(r, 9), RoutingVariant::Split);
-  // The same limits for DeepSeek policies.
-  RoutingConfig ds = find_preset("minimax-m2").config.routing;
-  EXPECT_EQ(routing_variant_for(ds, 33), RoutingVariant::Split);
+  EXPECT_EQ(routing_variant_for(r, 64), RoutingVariant::Cluster);
+  EXPECT_EQ(routing_variant_for(r, 65), RoutingVariant::Split);
+  // Rows for the DeepSeek policies: at most 384.
+  for (RoutingPolicy p : {RoutingPolicy::DeepSeekV3, RoutingPolicy::MiniMax2}) {
+    RoutingConfig ds;
+    ds.policy = p;
+    ds.num_experts = 256;
+    ds.top_k = 8;
+    EXPECT_EQ(routing_variant_for(ds, 48), RoutingVariant::Cluster) << to_string(p);
+    EXPECT_EQ(routing_variant_for(ds, 49), RoutingVariant::Split) << to_string(p);
+  }
 }
 
 TEST(RoutingVariantRule, NamesParseAndBadValuesSayWhatIsAllowed) {

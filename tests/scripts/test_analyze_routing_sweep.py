@@ -76,6 +76,21 @@ def main():
     check(ars.best(with_cluster["points"][0])[0] == "cluster", "cluster wins when fastest")
     check("cluster wins (best of the three" in ars.report(with_cluster), "cluster table")
     check("cluster wins" not in ars.report(doc), "no cluster table without cluster times")
+    # The cluster rule: cluster wins up to T*K = 256 for DeepSeekV3 and at
+    # every T*K (up to 1024) for Renormalize; the first grid limits that get
+    # every point: rows 256 and 1024, T <= 128, T*E <= 16384.
+    def cluster_time(p):
+        limit = 256 if p["policy"] == "DeepSeekV3" else 1024
+        return p["split_us"] * (0.5 if p["T"] * p["K"] <= limit else 2.0)
+    split_or_cluster = dict(doc, points=[dict(p, cluster_us=cluster_time(p) if p.get("fused_us") else None)
+                                         for p in doc["points"]])
+    limits, share = ars.propose_cluster_rule(split_or_cluster["points"])
+    check(limits == ({"deepseek": 256, "other": 1024}, 128, 16384), f"cluster rule limits {limits}")
+    check(share == 1.0, f"cluster rule share {share}")
+    check(ars.cluster_rule_choice(split_or_cluster["points"][-1], limits) == "split",
+          "split where the cluster kernel cannot serve")
+    check("proposed with the cluster variant: cluster iff T*K <= 1024 (DeepSeek policies: 256)"
+          in ars.report(split_or_cluster), "cluster proposal printed")
     print("analyze_routing_sweep: ok")
 
 
