@@ -22,6 +22,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/group_index.h"
 #include "kernels/routing.cuh"
 
 namespace unimoe::routing_detail {
@@ -141,12 +142,10 @@ __device__ RowSoftmax row_softmax(const float (&x)[kPerLane], int num_experts, i
   return r;
 }
 
-// The group of expert e: e / experts_per_group without an integer division.
-// Exact: (e + 0.5) / d lies at least 0.5 / d >= 2^-10 from an integer (e <
-// 1024, d <= 512), and the two roundings move it by under 2^-13 (also
-// checked for every e < 1024 and d <= 1024 in fp32, numpy).
+// The group of expert e: e / experts_per_group without an integer division
+// (core/group_index.h, exact for every e and group size routing allows).
 __device__ __forceinline__ int group_of(const RoutingKernelParams& p, int e) {
-  return __float2int_rz((static_cast<float>(e) + 0.5f) * p.inv_experts_per_group);
+  return group_index(e, p.inv_experts_per_group);
 }
 
 // Keeps the topk_group groups with the largest sum of their two best keys
@@ -420,7 +419,7 @@ inline RoutingKernelParams make_routing_kernel_params(const RoutingParams& param
     --p.lanes_per_group_log2;
   }
   p.experts_per_group = c.num_experts / n_group;
-  p.inv_experts_per_group = 1.0f / static_cast<float>(p.experts_per_group);
+  p.inv_experts_per_group = inverse_group_size(p.experts_per_group);
   p.routed_scaling_factor = c.routed_scaling_factor;
   p.topk_ids = params.topk_ids;
   p.topk_weights = params.topk_weights;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/routing_cases.h"
+#include "core/group_index.h"
 #include "ref/ref.h"
 
 namespace unimoe::ref {
@@ -271,6 +272,18 @@ TEST(RoutingArgs, RefusesUndefinedRequests) {
   const Routing empty = route(make_config(P::TopK, 8, 2), nullptr, 0, nullptr);
   EXPECT_EQ(empty.num_tokens, 0);
   EXPECT_TRUE(empty.ids.empty() && empty.weights.empty());
+}
+
+// The kernels' group map (core/group_index.h) against integer division, for
+// every expert index and group size the routing limits allow (E <= 1024).
+TEST(GroupIndex, EqualsIntegerDivisionEverywhere) {
+  long long checked = 0;
+  for (int d = 1; d <= 1024; ++d) {
+    const float inverse = inverse_group_size(d);
+    for (int e = 0; e < 1024; ++e, ++checked)
+      ASSERT_EQ(group_index(e, inverse), e / d) << "e=" << e << " d=" << d;
+  }
+  EXPECT_EQ(checked, 1024LL * 1024);
 }
 
 }  // namespace
