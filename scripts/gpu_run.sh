@@ -5,13 +5,15 @@
 # build needs (made here by scripts/setup.sh):
 #   device run, carry [".deps/googletest", ".deps/include", ".deps/peer"]:
 #     scripts/gpu_run.sh [steps] [-- unimoe-bench arguments]
-# steps: any of build,test,bench,sweep (comma-separated; default
+# steps: any of build,test,bench,sweep,pack (comma-separated; default
 # build,test,bench). sweep: unimoe-bench --routing-sweep over the default
 # grid, then scripts/analyze_routing_sweep.py (routing_sweep.json,
-# routing_sweep.txt).
+# routing_sweep.txt). pack, last: everything in $OUT into $OUT/results.tgz
+# (scripts/pack_out.sh), for a tool that brings back few files.
 # Environment: UNIMOE_GTEST_FILTER narrows the GPU tests; UNIMOE_TEST_TIMEOUT
 # and UNIMOE_SWEEP_TIMEOUT (seconds) bound the test and sweep steps (a cut
-# sweep keeps the points it saved, every 2000); UNIMOE_BUILD_DIR
+# sweep keeps the points it saved, every 2000); UNIMOE_SWEEP_ITERS (default
+# 20) sets the sweep's graph replays per point; UNIMOE_BUILD_DIR
 # (default build-gpu) is where the build step builds and the other steps
 # find the binaries: set it to build (and carry build/unimoe_gpu_tests and
 # build/unimoe-bench) to run binaries built on another machine without the
@@ -56,10 +58,14 @@ fi
 
 if has sweep; then
   echo "== routing sweep"
-  timeout "${UNIMOE_SWEEP_TIMEOUT:-1800}" "$B"/unimoe-bench --routing-sweep --json "$OUT/routing_sweep.json" >"$OUT/routing_sweep.log" 2>&1 || status=1
+  timeout "${UNIMOE_SWEEP_TIMEOUT:-1800}" "$B"/unimoe-bench --routing-sweep --iters "${UNIMOE_SWEEP_ITERS:-20}" \
+    --json "$OUT/routing_sweep.json" >"$OUT/routing_sweep.log" 2>&1 || status=1
   tail -n 3 "$OUT/routing_sweep.log"
   python3 scripts/analyze_routing_sweep.py "$OUT/routing_sweep.json" --plot "$OUT/routing_sweep.png" \
     >"$OUT/routing_sweep.txt" 2>&1 || status=1
   cat "$OUT/routing_sweep.txt"
+fi
+if has pack; then
+  scripts/pack_out.sh "$OUT" || status=1
 fi
 exit $status
