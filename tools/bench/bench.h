@@ -73,4 +73,13 @@ struct SweepOptions {
 // 1: the variants disagreed somewhere, 0: done).
 int run_routing_sweep(const SweepOptions& opt);
 
+// --stream-patterns: one read of a weight matrix per access pattern
+// (kernels/stream_patterns.cuh) at the decode GEMMs' sizes.
+struct StreamPatternOptions {
+  int reads = 20;
+  std::string json_path = "out/stream_patterns.json";
+};
+// Returns the exit status (2: no GPU, 0: done).
+int run_stream_patterns(const StreamPatternOptions& opt);
+
 }  // namespace unimoe::bench

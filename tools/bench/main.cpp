@@ -168,15 +168,26 @@ int main(int argc, char** argv) {
   bool routing_sweep = false;
   std::string policy_list = "all", expert_list, top_k_list;
   app.add_flag("--routing-sweep", routing_sweep,
-               "instead of the layer: time the routing variants (split, fused) over policies x E x K x T "
+               "instead of the layer: time the routing variants (split, fused, cluster) over policies x E x K x T "
                "(--policies, --experts, --top-k, --tokens; defaults: the full sweep grid) and write JSON "
                "for scripts/analyze_routing_sweep.py");
   app.add_option("--policies", policy_list, "routing sweep: routing policies, comma-separated, or 'all'")
       ->capture_default_str();
   app.add_option("--experts", expert_list, "routing sweep: E values, comma-separated (default 8..1024)");
   app.add_option("--top-k", top_k_list, "routing sweep: K values, comma-separated (default 1..32)");
+  bool stream_patterns = false;
+  app.add_flag("--stream-patterns", stream_patterns,
+               "instead of the layer: time one read of a weight matrix per access pattern (the decode "
+               "GEMMs' loads, bulk copies, a linear read) at the decode GEMMs' sizes and 1 GiB; --iters "
+               "reads each");
   CLI11_PARSE(app, argc, argv);
   try {
+    if (stream_patterns) {
+      StreamPatternOptions po;
+      po.reads = opt.iters;
+      if (app.count("--json") > 0) po.json_path = opt.json_path;
+      return run_stream_patterns(po);
+    }
     if (routing_sweep) {
       SweepOptions so;
       if (policy_list != "all") {
