@@ -3,11 +3,7 @@
 // Usable from host and device code (no CUDA header needed).
 #pragma once
 
-#if defined(__CUDACC__)
-#define UNIMOE_HD __host__ __device__ __forceinline__
-#else
-#define UNIMOE_HD inline
-#endif
+#include "core/host_device.h"
 
 namespace unimoe {
 

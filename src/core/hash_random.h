@@ -6,11 +6,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define UNIMOE_HD __host__ __device__ __forceinline__
-#else
-#define UNIMOE_HD inline
-#endif
+#include "core/host_device.h"
 
 namespace unimoe {
 
