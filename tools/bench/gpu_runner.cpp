@@ -248,6 +248,8 @@ RunResult run_gpu(const Options& opt) {
 
 #else  // no CUDA in this build
 
+#include <cstdio>
+
 namespace unimoe::bench {
 
 bool gpu_available(std::string* reason) {
@@ -256,6 +258,16 @@ bool gpu_available(std::string* reason) {
 }
 
 RunResult run_gpu(const Options&) { throw std::runtime_error("built without CUDA"); }
+
+int run_routing_sweep(const SweepOptions&) {
+  std::fprintf(stderr, "unimoe-bench --routing-sweep needs a GPU: built without CUDA\n");
+  return 2;
+}
+
+int run_stream_patterns(const StreamPatternOptions&) {
+  std::fprintf(stderr, "unimoe-bench --stream-patterns needs a GPU: built without CUDA\n");
+  return 2;
+}
 
 }  // namespace unimoe::bench
 

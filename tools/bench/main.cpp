@@ -8,12 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <sstream>
 
 #include "bench.h"
+#include "json_file.h"
 #include "plan/layer_plan.h"
 #include "plan/presets.h"
 
@@ -130,9 +129,7 @@ void write_json(const Options& opt, const RunResult& r) {
     if (!p.tuning_log.empty()) row["tuning_log"] = p.tuning_log;
     doc["points"].push_back(row);
   }
-  const std::filesystem::path path(opt.json_path);
-  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  std::ofstream(path) << doc.dump(1) << "\n";
+  write_json_file(doc, opt.json_path);
   std::printf("wrote %s\n", opt.json_path.c_str());
 }
 

@@ -15,12 +15,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <utility>
 #include <vector>
 
+#include "json_file.h"
 #include "layer/graph_timing.h"
 #include "kernels/common.cuh"
 #include "kernels/fill.cuh"
@@ -134,14 +133,12 @@ int run_routing_sweep(const SweepOptions& opt) {
   doc["iters"] = opt.iters;
   doc["points"] = nlohmann::json::array();
   int mismatches = 0;
-  const std::filesystem::path path(opt.json_path);
-  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
   // Written every 2000 points too, so a sweep cut short by a time limit
   // still leaves what it measured ("complete": false).
   auto write_doc = [&](bool complete) {
     doc["mismatches"] = mismatches;
     doc["complete"] = complete;
-    std::ofstream(path) << doc.dump(1) << "\n";
+    write_json_file(doc, opt.json_path);
   };
   std::fprintf(stderr, "routing sweep: %zu points on %s\n", points.size(), prop.name);
   for (std::size_t i = 0; i < points.size(); ++i) {
@@ -230,17 +227,4 @@ int run_routing_sweep(const SweepOptions& opt) {
 
 }  // namespace unimoe::bench
 
-#else
-
-#include <cstdio>
-
-namespace unimoe::bench {
-
-int run_routing_sweep(const SweepOptions&) {
-  std::fprintf(stderr, "unimoe-bench --routing-sweep needs a GPU: built without CUDA\n");
-  return 2;
-}
-
-}  // namespace unimoe::bench
-
-#endif
+#endif  // UNIMOE_WITH_CUDA (without it: gpu_runner.cpp)

@@ -13,11 +13,10 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <vector>
 
+#include "json_file.h"
 #include "kernels/common.cuh"
 #include "kernels/fill.cuh"
 #include "kernels/stream_patterns.cuh"
@@ -112,26 +111,11 @@ int run_stream_patterns(const StreamPatternOptions& opt) {
   UNIMOE_CUDA_CHECK(cudaEventDestroy(start));
   UNIMOE_CUDA_CHECK(cudaEventDestroy(stop));
   UNIMOE_CUDA_CHECK(cudaStreamDestroy(stream));
-  const std::filesystem::path path(opt.json_path);
-  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
-  std::ofstream(path) << doc.dump(1) << "\n";
+  write_json_file(doc, opt.json_path);
   std::printf("wrote %s\n", opt.json_path.c_str());
   return 0;
 }
 
 }  // namespace unimoe::bench
 
-#else
-
-#include <cstdio>
-
-namespace unimoe::bench {
-
-int run_stream_patterns(const StreamPatternOptions&) {
-  std::fprintf(stderr, "unimoe-bench --stream-patterns needs a GPU: built without CUDA\n");
-  return 2;
-}
-
-}  // namespace unimoe::bench
-
-#endif
+#endif  // UNIMOE_WITH_CUDA (without it: gpu_runner.cpp)
