@@ -59,6 +59,9 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 // UNIMOE_PDL is "0" (read once; for measuring what PDL gains).
 bool pdl_enabled();
 
+// A switch for A/B timing: on unless the environment variable `name` is "0".
+bool env_switch_on(const char* name);
+
 // As launch_pdl, with the grid launched as thread-block clusters of
 // `cluster_ctas` CTAs along x when cluster_ctas > 0.
 template <typename... Params, typename... Args>

@@ -16,6 +16,22 @@
 // (g, t) holds real k 8t..8t+3 as the step-0 pairs (2t, 2t+1) and
 // (2t+8, 2t+9), and 8t+4..8t+7 as step 1's. A 32-wide K slab is two steps.
 //
+// One-token tiles (every tile at T=1, most at T=8) take a second path in
+// the same CTA geometry. Measured with `unimoe-bench --stream-patterns`
+// (session 5): loads of 16 rows x 64 B per warp, as above, stream a 59 MB
+// GEMM1 at 3.34 TB/s; loads of one 512-byte row piece per warp reach 3.73,
+// and 3.11 against 2.83 TB/s at GEMM2's 29 MB. The mma fragment layout only
+// allows 64 B of a row per load (lanes that share t share K), so this path
+// breaks it on purpose: lane l loads 16 bytes at K offset 8l of two weight
+// rows R0 and R1 (a warp load is 512 contiguous bytes of one row) and the
+// token's 16 bytes at the same offset, and feeds them to m16n8k16 as A rows
+// g (R0) and g + 8 (R1) and B column g. Entry (g, g) of the product is then
+// R0's dot product over lane (g, t)'s K values, (g + 8, g) R1's; the other
+// entries mix lanes and are dropped. A warp sums the diagonal over lanes at
+// the end (the mma does 8x the useful work, which at one token is far below
+// the tensor cores' rate). A pair is a gated column (gate, up) or two
+// adjacent output columns.
+//
 // The 8 warps of a CTA split K `splits` ways and cover 8 / splits row groups;
 // the partial sums meet in shared memory and are added in split order, so
 // the result does not depend on timing. Gated GEMM1: a row group is 8 gate
@@ -48,6 +64,7 @@ struct StreamArgs {
   GroupedGemmArgs g;
   int splits = 1;   // warps along K: 1, 2, 4 or 8
   int k_chunk = 0;  // K per split, a multiple of kSlab
+  bool one_token_path = true;  // UNIMOE_STREAM_ONE_TOKEN=0 turns it off (A/B timing)
 };
 
 // Weights are read once: bypass L1.
@@ -99,6 +116,113 @@ __device__ __forceinline__ void stream_k_range(const uint16_t* w_lo, const uint1
   }
 }
 
+// ---- One-token tiles: K-contiguous loads, the diagonal of each product.
+
+// u[i] holds one lane's share of unit i (two floats); afterwards every lane
+// holds the warp's sum of unit lane >> (5 - log2 kUnits). Each level halves
+// the units a lane keeps: it sends the half its partner keeps and adds what
+// the partner sends (kUnits - 1 shuffles of pairs), then plain butterflies.
+// The order of the additions is fixed, so the sums are deterministic.
+template <int kUnits>
+__device__ __forceinline__ void reduce_units(float (&u)[kUnits][2], int lane) {
+  static_assert(kUnits >= 1 && kUnits <= 32 && (kUnits & (kUnits - 1)) == 0, "power of two");
+  int mask = 16;
+#pragma unroll
+  for (int n = kUnits; n > 1; n /= 2, mask /= 2) {
+    const bool upper = (lane & mask) != 0;
+#pragma unroll
+    for (int j = 0; j < n / 2; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float send = upper ? u[j][h] : u[j + n / 2][h];
+        const float keep = upper ? u[j + n / 2][h] : u[j][h];
+        u[j][h] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
+      }
+  }
+#pragma unroll
+  for (; mask >= 1; mask /= 2)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) u[0][h] += __shfl_xor_sync(0xffffffffu, u[0][h], mask);
+}
+
+constexpr int kRowPiece = 256;  // K a warp load covers: 32 lanes x 8 values
+
+// This warp's kPairs pairs (first pair q0) of a one-token tile, kChunks
+// 256-wide K pieces of each in flight: 2 x kPairs x kChunks weight loads a lane.
+template <int kPairs, int kChunks>
+__device__ __forceinline__ void stream_one_token(const GroupedGemmArgs& args,
+                                                 const DeviceTile& tile, int q0, int lane) {
+  const bool gated = is_gated(args.epilogue);
+  const int pairs = gated ? args.n_out : args.n_out / 2;
+  // Pair q0 + p's rows start at r0 + p * stride and r1 + p * stride; pairs
+  // past the matrix (p >= valid) load nothing. No per-pair pointers: at 8
+  // pairs they would take 32 registers.
+  const int valid = pairs - q0;
+  const size_t stride = static_cast<size_t>(gated ? 1 : 2) * args.k;
+  const uint16_t* r0 = args.b + static_cast<size_t>(tile.expert) * args.b_rows * args.k +
+                       static_cast<size_t>(gated ? q0 : 2 * q0) * args.k + 8 * lane;
+  const uint16_t* r1 = r0 + static_cast<size_t>(gated ? args.up_offset : 1) * args.k;
+  const int src = args.gather != nullptr ? args.gather[tile.row_start] / args.top_k : tile.row_start;
+  const uint16_t* x = args.a + static_cast<size_t>(src) * args.k + 8 * lane;
+
+  float acc[kPairs][4] = {};
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int k0 = 0; k0 < args.k; k0 += kRowPiece * kChunks) {
+    uint4 w0[kChunks][kPairs], w1[kChunks][kPairs], xv[kChunks];
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int k = k0 + c * kRowPiece;
+      const bool k_ok = k + 8 * lane < args.k;
+#pragma unroll
+      for (int p = 0; p < kPairs; ++p) {
+        const bool load = k_ok && p < valid;
+        w0[c][p] = load ? load_weights(r0 + p * stride + k) : zero;
+        w1[c][p] = load ? load_weights(r1 + p * stride + k) : zero;
+      }
+      xv[c] = k_ok ? __ldg(reinterpret_cast<const uint4*>(x + k)) : zero;
+    }
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c)
+#pragma unroll
+      for (int p = 0; p < kPairs; ++p)
+#pragma unroll
+        for (int step = 0; step < 2; ++step) {
+          const uint32_t a[4] = {word(w0[c][p], 2 * step), word(w1[c][p], 2 * step),
+                                 word(w0[c][p], 2 * step + 1), word(w1[c][p], 2 * step + 1)};
+          mma_bf16_16816(acc[p], a, word(xv[c], 2 * step), word(xv[c], 2 * step + 1));
+        }
+  }
+
+  // Lane (g, t) holds columns 2t and 2t + 1: entry (g, g) when t == g / 2.
+  const int g = lane >> 2, t = lane & 3;
+  const bool diagonal = t == (g >> 1), odd = (g & 1) != 0;
+  float u[kPairs][2];
+#pragma unroll
+  for (int p = 0; p < kPairs; ++p) {
+    u[p][0] = diagonal ? (odd ? acc[p][1] : acc[p][0]) : 0.0f;
+    u[p][1] = diagonal ? (odd ? acc[p][3] : acc[p][2]) : 0.0f;
+  }
+  reduce_units<kPairs>(u, lane);
+  constexpr int kLanesPerUnit = 32 / kPairs;
+  if (lane % kLanesPerUnit != 0) return;
+  const int q = q0 + lane / kLanesPerUnit;
+  if (q >= pairs) return;
+  const int row0 = gated ? q : 2 * q;
+  const int row1 = gated ? args.up_offset + q : 2 * q + 1;
+  const float* bias =
+      args.bias != nullptr ? args.bias + static_cast<size_t>(tile.expert) * args.b_rows : nullptr;
+  const float v0 = u[0][0] + (bias != nullptr ? bias[row0] : 0.0f);
+  const float v1 = u[0][1] + (bias != nullptr ? bias[row1] : 0.0f);
+  __nv_bfloat16* out =
+      reinterpret_cast<__nv_bfloat16*>(args.out) + static_cast<size_t>(tile.row_start) * args.n_out;
+  if (gated) {
+    out[q] = __float2bfloat16_rn(gated_activation(args.epilogue, v0, v1, args.alpha, args.limit));
+  } else {
+    out[row0] = __float2bfloat16_rn(pointwise_activation(args.epilogue, v0));
+    out[row1] = __float2bfloat16_rn(pointwise_activation(args.epilogue, v1));
+  }
+}
+
 __global__ void __launch_bounds__(kThreads, 2) stream_gemm_kernel(const StreamArgs sa) {
   pdl_begin();
   const GroupedGemmArgs& args = sa.g;
@@ -108,9 +232,20 @@ __global__ void __launch_bounds__(kThreads, 2) stream_gemm_kernel(const StreamAr
   const int block = blockIdx.x - tile_index * args.n_blocks;
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int groups = kWarps / sa.splits;
+  // A CTA covers 8 x groups pairs in both paths; a warp takes `groups` of
+  // them with all of K, `splits` pieces in flight (block- and grid-uniform).
+  if (tile.rows == 1 && sa.one_token_path) {
+    const int q0 = (block * kWarps + warp) * groups;
+    switch (sa.splits) {
+      case 8: stream_one_token<1, 8>(args, tile, q0, lane); return;
+      case 4: stream_one_token<2, 4>(args, tile, q0, lane); return;
+      case 2: stream_one_token<4, 2>(args, tile, q0, lane); return;
+      default: stream_one_token<8, 1>(args, tile, q0, lane); return;
+    }
+  }
   const int g = lane >> 2, t = lane & 3;
   const int split = warp % sa.splits, group = warp / sa.splits;
-  const int groups = kWarps / sa.splits;
   const bool gated = is_gated(args.epilogue);
   const int group_cols = gated ? 8 : 16;
   const int col0 = (block * groups + group) * group_cols;
@@ -206,6 +341,8 @@ void launch_stream_gemm(GroupedGemmArgs args, int max_tiles, cudaStream_t stream
   if (blocks > INT_MAX)
     throw std::runtime_error("launch_stream_gemm: max_tiles x column blocks = " +
                              std::to_string(blocks) + " exceeds the grid limit");
+  static const bool one_token_path = env_switch_on("UNIMOE_STREAM_ONE_TOKEN");
+  sa.one_token_path = one_token_path;
   sa.g = args;
   launch_pdl(stream_gemm_kernel, static_cast<unsigned>(blocks), kThreads, 0, stream, sa);
   UNIMOE_LAUNCH_CHECK();

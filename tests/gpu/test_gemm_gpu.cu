@@ -235,6 +235,27 @@ TEST(GroupedGemm, EveryTacticAndTokenCountMatchesTheReference) {
     }
 }
 
+// The stream kernel's one-token path (tiles of one row) keeps 1, 2, 4 or 8
+// K pieces of 256 in flight by K (< 512, < 1024, < 2048, >= 2048); these
+// sizes reach every count with a partial last round and a partial last
+// piece, in both GEMMs, next to tiles of 2-3 rows that take the other path.
+TEST(GroupedGemm, StreamOneTokenTilesAtEveryKSplit) {
+  UNIMOE_REQUIRE_GPU();
+  const GemmTactic stream = all_tactics().back();
+  ASSERT_TRUE(stream.stream);
+  const int sizes[][2] = {{2056, 1032}, {520, 776}, {1160, 264}};
+  for (const auto& hi : sizes)
+    for (int tokens : {1, 3}) {
+      Case c;
+      c.tokens = tokens;
+      c.hidden = hi[0];
+      c.intermediate = hi[1];
+      c.experts = 16;
+      c.top_k = 4;
+      run_case(c, stream, stream);
+    }
+}
+
 TEST(GroupedGemm, OddSizesEveryActivation) {
   UNIMOE_REQUIRE_GPU();
   for (const GemmTactic& t : all_tactics())
