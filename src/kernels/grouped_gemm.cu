@@ -367,6 +367,13 @@ void launch_grouped_gemm(GroupedGemmArgs args, const GemmTactic& tactic, int max
   UNIMOE_LAUNCH_CHECK();
 }
 
+// UNIMOE_STREAM_OVERLAP=0 turns off the early trigger and the prefetch
+// before the wait (A/B timing).
+bool stream_overlap_enabled() {
+  static const bool on = env_switch_on("UNIMOE_STREAM_OVERLAP");
+  return on;
+}
+
 GemmEpilogue gemm1_epilogue(Activation act) {
   switch (act) {
     case Activation::SwiGLU: return GemmEpilogue::SwiGLU;
@@ -405,6 +412,7 @@ void launch_gemm1(const Gemm1Params& p, const GemmTactic& tactic, cudaStream_t s
   args.alpha = p.swiglu_alpha;
   args.limit = p.swiglu_limit;
   args.out = p.act_out;
+  args.early_dependents = p.trigger_dependents_early && stream_overlap_enabled();
   launch_grouped_gemm(args, tactic, p.max_tiles, stream, "launch_gemm1");
 }
 
@@ -420,6 +428,7 @@ void launch_gemm2(const Gemm2Params& p, const GemmTactic& tactic, cudaStream_t s
   args.n_out = p.hidden;
   args.epilogue = GemmEpilogue::Identity;
   args.out = p.y;
+  args.prefetch_before_wait = p.schedule_ready_before_wait && stream_overlap_enabled();
   launch_grouped_gemm(args, tactic, p.max_tiles, stream, "launch_gemm2");
 }
 

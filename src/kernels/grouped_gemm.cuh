@@ -29,6 +29,11 @@ struct Gemm1Params {
   float swiglu_alpha = 1.702f;
   float swiglu_limit = 7.0f;
   uint16_t* act_out = nullptr;                // [P, I] bf16, permuted rows
+  // Stream tactic only: let the next kernel launch once every CTA has
+  // finished its loads (before its epilogue), so a stream GEMM2 with
+  // schedule_ready_before_wait issues its first weight loads during this
+  // kernel's tail. Ignored by the tiled tactics.
+  bool trigger_dependents_early = false;
 };
 
 struct Gemm2Params {
@@ -41,6 +46,12 @@ struct Gemm2Params {
   int hidden = 0;                             // H (output columns)
   int intermediate = 0;                       // I (GEMM K)
   uint16_t* y = nullptr;                      // [P, H] bf16, permuted rows
+  // Stream tactic only: the tile schedule (and the weights) were complete
+  // before the previous kernel in the stream began, so the kernel reads the
+  // schedule and issues its first weight loads before waiting for that
+  // kernel (PDL); act is read after the wait. True in the layer, where
+  // GEMM2 follows GEMM1 and GEMM1 waited for the schedule's producer.
+  bool schedule_ready_before_wait = false;
 };
 
 struct FinalizeParams {

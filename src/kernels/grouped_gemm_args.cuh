@@ -34,6 +34,9 @@ struct GroupedGemmArgs {
   float alpha = 0.0f;               // SwiGLUOai
   float limit = 0.0f;               // SwiGLUOai
   uint16_t* out = nullptr;          // [P, n_out] bf16
+  // Stream kernel only (Gemm1Params / Gemm2Params say when they hold).
+  bool early_dependents = false;      // trigger the next launch after the loads
+  bool prefetch_before_wait = false;  // read the schedule, load weights, then wait
 };
 
 }  // namespace unimoe

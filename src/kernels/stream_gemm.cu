@@ -162,9 +162,8 @@ __device__ __forceinline__ void stream_one_token(const GroupedGemmArgs& args,
   const uint16_t* r0 = args.b + static_cast<size_t>(tile.expert) * args.b_rows * args.k +
                        static_cast<size_t>(gated ? q0 : 2 * q0) * args.k + 8 * lane;
   const uint16_t* r1 = r0 + static_cast<size_t>(gated ? args.up_offset : 1) * args.k;
-  const int src = args.gather != nullptr ? args.gather[tile.row_start] / args.top_k : tile.row_start;
-  const uint16_t* x = args.a + static_cast<size_t>(src) * args.k + 8 * lane;
 
+  const uint16_t* x = nullptr;  // the token's A row, known after the wait
   float acc[kPairs][4] = {};
   const uint4 zero = make_uint4(0, 0, 0, 0);
   for (int k0 = 0; k0 < args.k; k0 += kRowPiece * kChunks) {
@@ -179,7 +178,19 @@ __device__ __forceinline__ void stream_one_token(const GroupedGemmArgs& args,
         w0[c][p] = load ? load_weights(r0 + p * stride + k) : zero;
         w1[c][p] = load ? load_weights(r1 + p * stride + k) : zero;
       }
-      xv[c] = k_ok ? __ldg(reinterpret_cast<const uint4*>(x + k)) : zero;
+    }
+    // The first round's weight requests are out; A is the previous kernel's
+    // output (GEMM2) or gathered through its permutation (GEMM1).
+    if (k0 == 0) {
+      pdl_begin();
+      const int src =
+          args.gather != nullptr ? args.gather[tile.row_start] / args.top_k : tile.row_start;
+      x = args.a + static_cast<size_t>(src) * args.k + 8 * lane;
+    }
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int k = k0 + c * kRowPiece;
+      xv[c] = k + 8 * lane < args.k ? __ldg(reinterpret_cast<const uint4*>(x + k)) : zero;
     }
 #pragma unroll
     for (int c = 0; c < kChunks; ++c)
@@ -192,6 +203,8 @@ __device__ __forceinline__ void stream_one_token(const GroupedGemmArgs& args,
           mma_bf16_16816(acc[p], a, word(xv[c], 2 * step), word(xv[c], 2 * step + 1));
         }
   }
+
+  if (args.early_dependents) pdl_launch_dependents();
 
   // Lane (g, t) holds columns 2t and 2t + 1: entry (g, g) when t == g / 2.
   const int g = lane >> 2, t = lane & 3;
@@ -224,8 +237,10 @@ __device__ __forceinline__ void stream_one_token(const GroupedGemmArgs& args,
 }
 
 __global__ void __launch_bounds__(kThreads, 2) stream_gemm_kernel(const StreamArgs sa) {
-  pdl_begin();
   const GroupedGemmArgs& args = sa.g;
+  // With prefetch_before_wait the schedule is older than the previous
+  // kernel (grouped_gemm.cuh): read it now, wait before reading A.
+  if (!args.prefetch_before_wait) pdl_begin();
   const int tile_index = blockIdx.x / args.n_blocks;
   if (tile_index >= *args.num_tiles) return;
   const DeviceTile tile = args.tiles[tile_index];
@@ -244,6 +259,7 @@ __global__ void __launch_bounds__(kThreads, 2) stream_gemm_kernel(const StreamAr
       default: stream_one_token<8, 1>(args, tile, q0, lane); return;
     }
   }
+  pdl_begin();
   const int g = lane >> 2, t = lane & 3;
   const int split = warp % sa.splits, group = warp / sa.splits;
   const bool gated = is_gated(args.epilogue);
@@ -282,6 +298,7 @@ __global__ void __launch_bounds__(kThreads, 2) stream_gemm_kernel(const StreamAr
     stream_k_range<1, 2 * kUnroll>(w_lo, w_hi, lo_ok, hi_ok, x_row, x_ok, k_begin, k_end, t, acc);
   else
     stream_k_range<2, kUnroll>(w_lo, w_hi, lo_ok, hi_ok, x_row, x_ok, k_begin, k_end, t, acc);
+  if (args.early_dependents) pdl_launch_dependents();
 
   // ---- K splits meet in shared memory; split 0 adds them in split order.
   if (sa.splits > 1) {

@@ -64,17 +64,25 @@ GemmTactic tiled_tactic(int tile_m) {
                            std::to_string(tile_n));
 }
 
-// The stream (swap-AB) kernel for both GEMMs where I <= 256 and experts
-// have at most one row: there the tiled kernels have few column blocks
-// (GEMM1, 2I = 512 columns) or few K tiles a CTA (GEMM2, K = I), and the
-// stream kernel's many short CTAs keep every SM streaming. dsv3-tp8: T=1
-// 41.5 us against 51.0 for m16n64 both; T=8 173.9 against 187.7. At 2 rows
-// per expert (T=64) the two tied (run 2); with I >= 768 (every other preset)
-// m16n64 won by 1-8% at T=1 and 8.
+// The stream (swap-AB) kernel for both GEMMs
+//  - where I <= 256 and experts have at most one row: there the tiled
+//    kernels have few column blocks (GEMM1, 2I = 512 columns) or few K tiles
+//    a CTA (GEMM2, K = I), and the stream kernel's many short CTAs keep every
+//    SM streaming. dsv3-tp8 (session 3): T=1 41.5 us against 51.0 for m16n64;
+//    T=8 173.9 against 187.7; at 2 rows per expert (T=64) the two tied.
+//  - at any I up to half a row per expert, where nearly every tile has one
+//    row and takes the stream kernel's one-token path (512-byte row loads).
+//    Session 5, one call, stream against m16n64 at T = 1, 2, 4, 8, 16:
+//    mixtral-8x7b (T/4 rows per expert) -9, -4, -3.4, +1.9, 0%;
+//    qwen3-30b-a3b (T/16) 0, -2.5, -2.6, -0.5, +3.1%; qwen3-235b-a22b (T/16)
+//    -4.2, -4.1, -4.7, -2.8, +0.9%; gpt-oss-120b (T/32) +3.6 (-1.3 with the
+//    GEMM1/GEMM2 overlap), -0.7, -1.0, +0.4, +3.1%. At one row per expert
+//    the multi-row tiles lose (qwen3 T=16); mixtral T=4 is the one win missed.
 constexpr GemmTactic kStream = kMmaTactics[kNumMmaTactics - 1];
 static_assert(kStream.stream && kStream.tile_m == 16, "the stream tactic serves 16-row tiles");
 constexpr int kStreamMaxIntermediate = 256;
 constexpr double kStreamRowsPerExpert = 1;
+constexpr double kStreamAnyIRowsPerExpert = 0.5;
 
 }  // namespace
 
@@ -142,9 +150,9 @@ LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens,
   const double per_expert = rows / e_local;
   const std::string& backend = config.options.backend;
   LayerPlan plan;
-  const bool stream_rule = tile_m_for(per_expert) == kStream.tile_m &&
-                           config.experts.intermediate <= kStreamMaxIntermediate &&
-                           per_expert <= kStreamRowsPerExpert;
+  const bool stream_rule = per_expert <= kStreamAnyIRowsPerExpert ||
+                           (config.experts.intermediate <= kStreamMaxIntermediate &&
+                            per_expert <= kStreamRowsPerExpert);
   if (backend == "auto")
     plan.path = per_expert > kCutlassRowsPerExpert ? ExpertsPath::Cutlass
                 : stream_rule                      ? ExpertsPath::Stream

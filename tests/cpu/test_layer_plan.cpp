@@ -31,10 +31,22 @@ TEST(LayerPlan, DecodeTakesNarrowTilesOrTheStreamBackend) {
   // dsv3-tp8 T=64: 2 rows per expert -> 16-row tiles, 64 columns.
   EXPECT_EQ(plan("dsv3-tp8", 64).gemm1.to_string(), "m16n64");
   EXPECT_EQ(plan("dsv3-tp8", 64).gemm2.to_string(), "m16n64");
-  // I >= 768: m16n64 at T = 1 and 8 (measured wins), up to 8 rows per expert.
+  // Any I up to half a row per expert: the Stream backend (its one-token
+  // path; session 5 wins at T = 1-8).
   for (const auto& [preset, tokens] : {std::pair<std::string, int>{"qwen3-30b-a3b", 1},
-                                       {"qwen3-235b-a22b", 8},
-                                       {"gpt-oss-120b", 8},
+                                       {"qwen3-235b-a22b", 8},   // 0.5 rows per expert
+                                       {"gpt-oss-120b", 16},     // 0.5
+                                       {"mixtral-8x7b", 2}}) {   // 0.5
+    const LayerPlan p = plan(preset, tokens);
+    SCOPED_TRACE(preset + " T=" + std::to_string(tokens));
+    EXPECT_EQ(p.path, ExpertsPath::Stream);
+    EXPECT_EQ(p.gemm1.to_string(), "stream_m16");
+  }
+  // I >= 768 above half a row up to 8 rows per expert: m16n64 (measured wins).
+  for (const auto& [preset, tokens] : {std::pair<std::string, int>{"qwen3-30b-a3b", 9},
+                                       {"qwen3-235b-a22b", 16},
+                                       {"gpt-oss-120b", 17},
+                                       {"mixtral-8x7b", 3},
                                        {"mixtral-8x7b", 32}}) {  // 8 rows per expert
     const LayerPlan p = plan(preset, tokens);
     SCOPED_TRACE(preset + " T=" + std::to_string(tokens));

@@ -167,6 +167,9 @@ class DeviceExperts {
     g1.intermediate = c_.intermediate;
     g1.activation = c_.activation;
     g1.act_out = act_.get();
+    // As the layer does (layer/experts_backends.cu): the schedules were
+    // uploaded before GEMM1, so GEMM2 may read them before its wait.
+    g1.trigger_dependents_early = t1_.stream && t2_.stream;
     launch_gemm1(g1, t1_, stream);
 
     Gemm2Params g2;
@@ -179,6 +182,7 @@ class DeviceExperts {
     g2.hidden = c_.hidden;
     g2.intermediate = c_.intermediate;
     g2.y = y_.get();
+    g2.schedule_ready_before_wait = true;
     launch_gemm2(g2, t2_, stream);
 
     FinalizeParams f;
