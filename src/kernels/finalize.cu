@@ -23,7 +23,7 @@ static_assert(kMaxTopK <= kFinalizeThreads, "one thread reads each k's row and w
 
 // Block (t, column block): each thread owns kVector consecutive columns.
 __global__ void __launch_bounds__(kFinalizeThreads) finalize_kernel(const FinalizeParams p) {
-  pdl_begin();
+  if (!p.routing_ready_before_wait) pdl_begin();
   __shared__ int rows[kMaxTopK];
   __shared__ float weights[kMaxTopK];
   __shared__ int experts[kMaxTopK];
@@ -35,6 +35,7 @@ __global__ void __launch_bounds__(kFinalizeThreads) finalize_kernel(const Finali
     experts[threadIdx.x] = p.b2 ? p.topk_ids[expanded + threadIdx.x] - p.local_offset : 0;
   }
   __syncthreads();
+  pdl_begin();  // y is the previous kernel's output
 
   const int col = (blockIdx.y * kFinalizeThreads + threadIdx.x) * kVector;
   if (col >= p.hidden) return;
@@ -94,7 +95,10 @@ void launch_finalize(const FinalizeParams& p, cudaStream_t stream) {
           "y, expanded_to_permuted, topk_weights or out is null");
   require(p.b2 == nullptr || p.topk_ids != nullptr, "b2 needs topk_ids");
   const dim3 grid(p.num_tokens, ceil_div(p.hidden / kVector, kFinalizeThreads));
-  launch_pdl(finalize_kernel, grid, kFinalizeThreads, 0, stream, p);
+  FinalizeParams q = p;
+  static const bool early = env_switch_on("UNIMOE_STREAM_OVERLAP");
+  q.routing_ready_before_wait = p.routing_ready_before_wait && early;
+  launch_pdl(finalize_kernel, grid, kFinalizeThreads, 0, stream, q);
   UNIMOE_LAUNCH_CHECK();
 }
 

@@ -367,7 +367,7 @@ void launch_grouped_gemm(GroupedGemmArgs args, const GemmTactic& tactic, int max
   UNIMOE_LAUNCH_CHECK();
 }
 
-// UNIMOE_STREAM_OVERLAP=0 turns off the early trigger and the prefetch
+// UNIMOE_STREAM_OVERLAP=0 turns off the early triggers and the prefetch
 // before the wait (A/B timing).
 bool stream_overlap_enabled() {
   static const bool on = env_switch_on("UNIMOE_STREAM_OVERLAP");
@@ -429,6 +429,7 @@ void launch_gemm2(const Gemm2Params& p, const GemmTactic& tactic, cudaStream_t s
   args.epilogue = GemmEpilogue::Identity;
   args.out = p.y;
   args.prefetch_before_wait = p.schedule_ready_before_wait && stream_overlap_enabled();
+  args.early_dependents = p.trigger_dependents_early && stream_overlap_enabled();
   launch_grouped_gemm(args, tactic, p.max_tiles, stream, "launch_gemm2");
 }
 

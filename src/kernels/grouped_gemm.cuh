@@ -52,6 +52,9 @@ struct Gemm2Params {
   // kernel (PDL); act is read after the wait. True in the layer, where
   // GEMM2 follows GEMM1 and GEMM1 waited for the schedule's producer.
   bool schedule_ready_before_wait = false;
+  // Stream tactic only: as Gemm1Params' (the finalize launches during this
+  // kernel's tail and reads the routing outputs before its wait).
+  bool trigger_dependents_early = false;
 };
 
 struct FinalizeParams {
@@ -67,6 +70,10 @@ struct FinalizeParams {
   const float* b2 = nullptr;
   const int32_t* topk_ids = nullptr;
   int local_offset = 0;
+  // expanded_to_permuted, topk_weights and topk_ids were complete before the
+  // previous kernel in the stream began: read them before the PDL wait, y
+  // after it. True in the layer (routing runs before both GEMMs).
+  bool routing_ready_before_wait = false;
 };
 
 // Tactics compiled into the library, best first for large T.

@@ -81,6 +81,9 @@ class TileScheduleBackend final : public ExpertsBackend {
     // The schedule came from routing, which GEMM1 waited for before any
     // dependent could launch.
     p.schedule_ready_before_wait = true;
+    // The finalize (a few CTAs at decode) launches during this kernel's
+    // tail and reads the routing outputs before its wait.
+    p.trigger_dependents_early = plan.gemm2.stream;
     launch_gemm2(p, plan.gemm2, stream);
   }
 

@@ -348,6 +348,7 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
       p.top_k = k;
       p.hidden = config_.experts.hidden;
       p.out = static_cast<uint16_t*>(a.out);
+      p.routing_ready_before_wait = true;  // routing ran before GEMM1
       if (const float* b2 = backend_for(plan.path).finalize_b2()) {
         p.b2 = b2;
         p.topk_ids = ids;

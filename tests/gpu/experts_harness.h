@@ -183,6 +183,7 @@ class DeviceExperts {
     g2.intermediate = c_.intermediate;
     g2.y = y_.get();
     g2.schedule_ready_before_wait = true;
+    g2.trigger_dependents_early = t2_.stream;
     launch_gemm2(g2, t2_, stream);
 
     FinalizeParams f;
@@ -193,6 +194,7 @@ class DeviceExperts {
     f.top_k = c_.top_k;
     f.hidden = c_.hidden;
     f.out = out_.get();
+    f.routing_ready_before_wait = true;
     launch_finalize(f, stream);
   }
 
