@@ -67,12 +67,24 @@ struct StreamArgs {
   bool one_token_path = true;  // UNIMOE_STREAM_ONE_TOKEN=0 turns it off (A/B timing)
 };
 
-// Weights are read once: bypass L1.
+// Weights are read once: bypass L1. The multi-row path's loads cover 64
+// bytes of a row each and take the L2 hint to fetch the whole 128-byte line
+// (kLine128): `--stream-patterns` (session 5) read 16 rows x 64 B at 3.72
+// TB/s with the hint against 3.32 without (59 MB; 3.13 against 2.88 at 29
+// MB). The one-token path's 512-byte pieces take no hint: .L2::256B made
+// the layer slower (dsv3-tp8 T=1 33.7 against 32.7 us, qwen3-235b-a22b
+// T=8 463.8 against 444.5, one call).
+template <bool kLine128>
 __device__ __forceinline__ uint4 load_weights(const uint16_t* p) {
   uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
+  if constexpr (kLine128)
+    asm("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+  else
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
   return v;
 }
 
@@ -84,7 +96,7 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
 // [k_begin, k_end), kFrags fragments, kSlabs 32-wide K slabs of loads in
 // flight at a time. k_end is a multiple of 8, so a lane's 8 values are all
 // in or all out.
-template <int kFrags, int kSlabs>
+template <int kFrags, int kSlabs, bool kLine128>
 __device__ __forceinline__ void stream_k_range(const uint16_t* w_lo, const uint16_t* w_hi,
                                                bool lo_ok, bool hi_ok,
                                                const uint16_t* const (&x_row)[2],
@@ -97,8 +109,8 @@ __device__ __forceinline__ void stream_k_range(const uint16_t* w_lo, const uint1
     for (int u = 0; u < kSlabs; ++u) {
       const int k = k0 + u * kSlab;
       const bool k_ok = k + 8 * t < k_end;
-      wl[u] = k_ok && lo_ok ? load_weights(w_lo + k) : zero;
-      wh[u] = k_ok && hi_ok ? load_weights(w_hi + k) : zero;
+      wl[u] = k_ok && lo_ok ? load_weights<kLine128>(w_lo + k) : zero;
+      wh[u] = k_ok && hi_ok ? load_weights<kLine128>(w_hi + k) : zero;
 #pragma unroll
       for (int f = 0; f < kFrags; ++f)
         xv[u][f] = k_ok && x_ok[f] ? __ldg(reinterpret_cast<const uint4*>(x_row[f] + k)) : zero;
@@ -175,8 +187,8 @@ __device__ __forceinline__ void stream_one_token(const GroupedGemmArgs& args,
 #pragma unroll
       for (int p = 0; p < kPairs; ++p) {
         const bool load = k_ok && p < valid;
-        w0[c][p] = load ? load_weights(r0 + p * stride + k) : zero;
-        w1[c][p] = load ? load_weights(r1 + p * stride + k) : zero;
+        w0[c][p] = load ? load_weights<false>(r0 + p * stride + k) : zero;
+        w1[c][p] = load ? load_weights<false>(r1 + p * stride + k) : zero;
       }
     }
     // The first round's weight requests are out; A is the previous kernel's
@@ -295,9 +307,10 @@ __global__ void __launch_bounds__(kThreads, 2) stream_gemm_kernel(const StreamAr
   // Warp-uniform: a tile of at most 8 rows has one token fragment, and the
   // registers of the second go to twice the weight loads in flight.
   if (tile.rows <= 8)
-    stream_k_range<1, 2 * kUnroll>(w_lo, w_hi, lo_ok, hi_ok, x_row, x_ok, k_begin, k_end, t, acc);
+    stream_k_range<1, 2 * kUnroll, true>(w_lo, w_hi, lo_ok, hi_ok, x_row, x_ok, k_begin, k_end, t,
+                                         acc);
   else
-    stream_k_range<2, kUnroll>(w_lo, w_hi, lo_ok, hi_ok, x_row, x_ok, k_begin, k_end, t, acc);
+    stream_k_range<2, kUnroll, true>(w_lo, w_hi, lo_ok, hi_ok, x_row, x_ok, k_begin, k_end, t, acc);
   if (args.early_dependents) pdl_launch_dependents();
 
   // ---- K splits meet in shared memory; split 0 adds them in split order.

@@ -24,6 +24,21 @@ __device__ __forceinline__ uint4 load_stream(const uint16_t* p) {
   return v;
 }
 
+// The same load with the L2 prefetch-size hint of kBlock bytes.
+template <int kBlock>
+__device__ __forceinline__ uint4 load_stream_hinted(const uint16_t* p) {
+  uint4 v;
+  if constexpr (kBlock == 128)
+    asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+  else
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+  return v;
+}
+
 __device__ __forceinline__ uint32_t fold(const uint4& v) { return v.x ^ v.y ^ v.z ^ v.w; }
 
 // This warp's 16 rows and K chunk; false past the matrix.
@@ -50,7 +65,7 @@ __device__ __forceinline__ void sink_fold(const StreamPatternArgs& a, uint32_t a
 // col_of(l, j) (elements) within the round's 256.
 template <StreamPattern P>
 __device__ __forceinline__ void round_offsets(int lane, int j, int& row, int& col) {
-  if constexpr (P == StreamPattern::Rows16x64B) {
+  if constexpr (P == StreamPattern::Rows16x64B || P == StreamPattern::Rows16x64BL2x128) {
     // As the stream kernel: lane (g, t); load j = 2u + h: row g + 8h, slab u.
     const int g = lane / 4, t = lane % 4, u = j / 2, h = j % 2;
     row = g + 8 * h;
@@ -83,7 +98,14 @@ __global__ void __launch_bounds__(kThreads, 2) rows_kernel(const StreamPatternAr
   for (int k = 0; k < a.k_chunk; k += kStep) {
     uint4 v[16];
 #pragma unroll
-    for (int j = 0; j < 16; ++j) v[j] = load_stream(src[j] + k);
+    for (int j = 0; j < 16; ++j) {
+      if constexpr (P == StreamPattern::Rows16x64BL2x128)
+        v[j] = load_stream_hinted<128>(src[j] + k);
+      else if constexpr (P == StreamPattern::Row1x512BL2x256)
+        v[j] = load_stream_hinted<256>(src[j] + k);
+      else
+        v[j] = load_stream(src[j] + k);
+    }
 #pragma unroll
     for (int j = 0; j < 16; ++j) acc ^= fold(v[j]);
   }
@@ -168,6 +190,34 @@ __global__ void __launch_bounds__(kThreads, 1) bulk_kernel(const StreamPatternAr
   sink_fold(a, acc);
 }
 
+// cp.async: a round's 16 row pieces (Row1x512B's offsets) copied 16 bytes a
+// lane into this warp's 8 KB of shared memory, awaited, then read back.
+constexpr int kCpAsyncSmem = kWarps * kRoundBytes;  // 64 KB
+
+__global__ void __launch_bounds__(kThreads, 2) cp_async_kernel(const StreamPatternArgs a) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const WarpPiece piece = warp_piece(a);
+  if (!piece.valid) return;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const uint4* stage = reinterpret_cast<const uint4*>(smem + warp * kRoundBytes);
+  const uint32_t base = shared_address(smem) + warp * kRoundBytes;
+  uint32_t acc = 0;
+  for (int k = 0; k < a.k_chunk; k += kStep) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+      cp_async_16(base + (j * 32 + lane) * 16, piece.row0 + static_cast<long long>(j) * a.k + k +
+                                                   lane * 8,
+                  16);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < 16; ++j) acc ^= fold(stage[j * 32 + lane]);
+    __syncwarp();
+  }
+  sink_fold(a, acc);
+}
+
 __global__ void __launch_bounds__(kThreads, 2) linear_kernel(const StreamPatternArgs a) {
   const uint4* w = reinterpret_cast<const uint4*>(a.w);
   const long long n = a.rows * a.k / 8;
@@ -191,6 +241,9 @@ const char* stream_pattern_name(StreamPattern p) {
     case StreamPattern::Row1x512B: return "row1x512B";
     case StreamPattern::Bulk: return "bulk";
     case StreamPattern::Linear: return "linear";
+    case StreamPattern::Rows16x64BL2x128: return "rows16x64B+L2::128B";
+    case StreamPattern::Row1x512BL2x256: return "row1x512B+L2::256B";
+    case StreamPattern::CpAsyncRow1x512B: return "cp.async row1x512B";
   }
   return "?";
 }
@@ -225,6 +278,17 @@ void launch_stream_pattern(StreamPattern pattern, const StreamPatternArgs& a, cu
       break;
     case StreamPattern::Linear:
       linear_kernel<<<grid, kThreads, 0, stream>>>(a);
+      break;
+    case StreamPattern::Rows16x64BL2x128:
+      rows_kernel<StreamPattern::Rows16x64BL2x128><<<grid, kThreads, 0, stream>>>(a);
+      break;
+    case StreamPattern::Row1x512BL2x256:
+      rows_kernel<StreamPattern::Row1x512BL2x256><<<grid, kThreads, 0, stream>>>(a);
+      break;
+    case StreamPattern::CpAsyncRow1x512B:
+      UNIMOE_CUDA_CHECK(cudaFuncSetAttribute(
+          cp_async_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kCpAsyncSmem));
+      cp_async_kernel<<<grid, kThreads, kCpAsyncSmem, stream>>>(a);
       break;
   }
   UNIMOE_LAUNCH_CHECK();

@@ -13,7 +13,13 @@
 //   Bulk: each warp's 16 row pieces come in as 1D bulk copies
 //     (cp.async.bulk, one per row and stage) into shared memory, two stages;
 //   Linear: the whole matrix as one array, 16 bytes a lane, grid-stride (the
-//     copy ceiling's order, reads only).
+//     copy ceiling's order, reads only);
+//   Rows16x64BL2x128 / Row1x512BL2x256: as Rows16x64B / Row1x512B with the
+//     load's L2 prefetch-size hint (.L2::128B / .L2::256B): the L2 fetches
+//     the whole 128 / 256-byte block a request falls in;
+//   CpAsyncRow1x512B: Row1x512B's requests as 16-byte cp.async.cg copies
+//     into shared memory (the tiled GEMMs' way), the round's 8 KB a warp
+//     awaited together, then read back from shared memory.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,11 +29,20 @@
 
 namespace unimoe {
 
-enum class StreamPattern { Rows16x64B, Rows4x128B, Row1x512B, Bulk, Linear };
-inline constexpr StreamPattern kStreamPatterns[] = {StreamPattern::Rows16x64B,
-                                                    StreamPattern::Rows4x128B,
-                                                    StreamPattern::Row1x512B, StreamPattern::Bulk,
-                                                    StreamPattern::Linear};
+enum class StreamPattern {
+  Rows16x64B,
+  Rows4x128B,
+  Row1x512B,
+  Bulk,
+  Linear,
+  Rows16x64BL2x128,
+  Row1x512BL2x256,
+  CpAsyncRow1x512B
+};
+inline constexpr StreamPattern kStreamPatterns[] = {
+    StreamPattern::Rows16x64B,       StreamPattern::Rows4x128B,      StreamPattern::Row1x512B,
+    StreamPattern::Bulk,             StreamPattern::Linear,          StreamPattern::Rows16x64BL2x128,
+    StreamPattern::Row1x512BL2x256,  StreamPattern::CpAsyncRow1x512B};
 const char* stream_pattern_name(StreamPattern p);
 
 struct StreamPatternArgs {
