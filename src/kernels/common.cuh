@@ -27,12 +27,16 @@ namespace unimoe {
 inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 // Programmatic dependent launch (PDL). The layer's kernels are launched with
-// launch_pdl and start with pdl_begin(), which waits until the previous grid
-// in the stream has completed and its writes are visible; nothing is read or
-// written before it, so the stream order holds as without PDL. No kernel
-// triggers its dependents early but the single-CTA (or single-cluster)
-// routing kernels, through pdl_launch_dependents(); every other dependent
-// launches as its predecessor exits, which saves the launch gap.
+// launch_pdl and call pdl_begin(), which waits until the previous grid in
+// the stream has completed and its writes are visible. Nothing the previous
+// grid writes is read, and nothing is written, before it, so the stream
+// order holds as without PDL; only data older than the previous grid (the
+// stream GEMM2's tile schedule and weights, the finalize's routing outputs:
+// grouped_gemm.cuh says when) is read before it. Kernels that trigger their
+// dependents early, through pdl_launch_dependents(): the single-CTA (or
+// single-cluster) routing kernels, and the stream GEMMs once their loads are
+// done (session 5). Every other dependent launches as its predecessor
+// exits, which saves the launch gap.
 // (Triggering at the top of every kernel was measured slower on the H200,
 // session 2 run 4: mixtral-8x7b T=1 184.5 -> 206.4 us, dsv3-tp8 T=8 182.6
 // -> 208.0: the dependent's CTAs took the slots its predecessor freed
