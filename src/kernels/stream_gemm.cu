@@ -37,7 +37,14 @@
 // the result does not depend on timing. Gated GEMM1: a row group is 8 gate
 // rows and the 8 matching up rows (fragment rows g and g + 8), so a lane
 // holds (gate, up) of one output column and applies the activation in
-// registers. Other GEMMs: 16 output columns per row group.
+// registers. Other GEMMs: 16 output columns per row group. On the
+// one-token path the same CTA covers the same pairs, each warp taking its
+// 8 / splits pairs over all of K with `splits` 256-wide pieces in flight.
+//
+// PDL (grouped_gemm.cuh): with prefetch_before_wait (the layer's GEMM2) a
+// CTA reads its tile and, on the one-token path, issues its first round of
+// weight loads before pdl_begin(); with early_dependents (the layer's
+// stream GEMMs) it lets the next kernel launch once its loads are done.
 #include "kernels/stream_gemm.cuh"
 
 #include <cuda_bf16.h>
