@@ -3,6 +3,7 @@
 the rule's score and a proposed rule.
 
     scripts/analyze_routing_sweep.py SWEEP.json [MORE.json ...] [--plot OUT.png] [--merged ALL.json]
+                                     [--held-out]
 
 Prints, for each point class, where the fused single-block kernel beats the
 split chain; how often the layer's rule (the `rule` field the sweep records
@@ -13,8 +14,10 @@ rule "fused iff T*K <= R, T <= Tm and T*E <= S" whose limits (a grid
 search) are within 5% of the best variant on the most points. Where the
 sweep timed the cluster variant (which runs the fused block itself when one
 CTA has a warp for every token), it also proposes "cluster iff T*K <= R
-(R_deepseek for the DeepSeek policies), T <= Tm and T*E <= S, else split". --plot draws time against T for the
-target configs (needs matplotlib).
+(R_deepseek for the DeepSeek policies), T <= Tm and T*E <= S, else split";
+--held-out also scores that fitting on points it did not see (refitted
+without each E value, and each policy, in turn). --plot draws time against
+T for the target configs (needs matplotlib).
 """
 import argparse
 import json
@@ -139,6 +142,27 @@ def cluster_rule_choice(p, limits):
     return "cluster" if take else "split"
 
 
+def held_out_score(points, key):
+    """The cluster rule's fitting judged on points it was not fitted to: for
+    each value v of key(p), fit propose_cluster_rule on the points with
+    another value and count the points with value v where the fitted rule's
+    choice is within 5% of the best variant. Returns the share over all
+    points and {v: share of v's points}; (None, {}) with fewer than two
+    values, where nothing is left to fit on."""
+    by_value = defaultdict(list)
+    for p in points:
+        by_value[key(p)].append(p)
+    if len(by_value) < 2:
+        return None, {}
+    hits, per_value = 0, {}
+    for value, held in sorted(by_value.items()):
+        limits, _ = propose_cluster_rule([p for p in points if key(p) != value])
+        h = sum(time_of(p, cluster_rule_choice(p, limits)) <= TOLERANCE * best(p)[1] for p in held)
+        hits += h
+        per_value[value] = h / len(held)
+    return hits / len(points), per_value
+
+
 def merge(docs):
     """One sweep from several: a later file's point replaces an earlier one
     at the same (policy, E, K, n_group, topk_group, T)."""
@@ -159,7 +183,7 @@ def target(points, policy, e, k, n_group, t_max=None, t_exact=None):
     return max((best(p)[1] for p in sel), default=None)
 
 
-def report(doc):
+def report(doc, held_out=False):
     points = doc["points"]
     lines = [f"routing sweep on {doc.get('device', '?')}: {len(points)} points, "
              f"{doc.get('calls_per_graph', '?')} calls per graph replay, times in us per call"]
@@ -225,6 +249,16 @@ def report(doc):
         lines.append(f"  its speedup, geometric mean: {over['fused']:.3f}x over always-fused, "
                      f"{over['split']:.3f}x over always-split, {over['cluster']:.3f}x over "
                      f"always-cluster")
+        if held_out:
+            for name, key in (("E", lambda p: p["E"]), ("policy", lambda p: p["policy"])):
+                share, per = held_out_score(points, key)
+                if share is None:
+                    lines.append(f"  held out by {name}: one {name} value only, nothing to hold out")
+                    continue
+                worst = min(per, key=per.get)
+                lines.append(f"  held out by {name} (fitted without each {name} value, scored on "
+                             f"it): within 5% on {100 * share:.1f}% of points; worst {name}="
+                             f"{worst} at {100 * per[worst]:.1f}%")
     lines.append("")
     ds_small = target(points, "DeepSeekV3", 256, 8, 8, t_max=64)
     ds_large = target(points, "DeepSeekV3", 256, 8, 8, t_exact=16384)
@@ -262,6 +296,10 @@ def main(argv):
                     "file's point replaces an earlier one's)")
     ap.add_argument("--plot", help="PNG of time against T for the target configs (needs matplotlib)")
     ap.add_argument("--merged", help="also write the merged sweep JSON here")
+    ap.add_argument("--held-out", action="store_true",
+                    help="also score the cluster rule's fitting out of sample: refitted without "
+                    "each E value and each policy in turn, scored on the points left out "
+                    "(a few minutes on the full sweep)")
     args = ap.parse_args(argv)
     docs = []
     for path in args.sweep:
@@ -274,7 +312,7 @@ def main(argv):
     if args.merged:
         with open(args.merged, "w") as f:
             json.dump(doc, f, indent=1)
-    print(report(doc))
+    print(report(doc, held_out=args.held_out))
     if args.plot:
         try:
             plot(doc, args.plot)

@@ -91,6 +91,23 @@ def main():
           "split where the cluster kernel cannot serve")
     check("proposed with the cluster variant: cluster iff T*K <= 1024 (DeepSeek policies: 256)"
           in ars.report(split_or_cluster), "cluster proposal printed")
+    # Held out: E=64 and E=128 share one optimum (cluster up to T = 64), so
+    # a rule fitted on either one serves the other; when E=128's cluster
+    # wins only up to T = 8, the rule fitted on E=64 alone misses it.
+    def e_sweep(limit_of):
+        pts = []
+        for e in (64, 128):
+            for t in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+                p = point("Renormalize", e, 8, 1, t, False, "split")
+                p["cluster_us"] = p["split_us"] * (0.5 if t <= limit_of[e] else 2.0)
+                pts.append(p)
+        return pts
+    share, per = ars.held_out_score(e_sweep({64: 64, 128: 64}), lambda p: p["E"])
+    check(share == 1.0 and sorted(per) == [64, 128], f"held out, one optimum: {share} {per}")
+    share, per = ars.held_out_score(e_sweep({64: 64, 128: 8}), lambda p: p["E"])
+    check(per[128] < 1.0 and share < 1.0, f"held out, two optima: {share} {per}")
+    check("held out by E" in ars.report({"points": e_sweep({64: 64, 128: 64})}, held_out=True),
+          "held-out lines printed")
     print("analyze_routing_sweep: ok")
 
 
