@@ -45,7 +45,7 @@ def main():
         for k, v in ratios.items():
             logs[k].append(math.log(v))
         if p["time_us"] > peer:
-            slower.append(f"{key[0]} T={key[1]}")
+            slower.append(f"{key[0]} T={key[1]} (+{100 * (p['time_us'] / peer - 1):.1f}%)")
         if key[1] == 1:
             t1.append((key[0], p["time_us"], ratios["anchor"], T1_BOUND * a["floor_us"]))
         print(f"{key[0]:16} {key[1]:>6} {p['backend']:8} {p['time_us']:9.1f} {ratios['anchor']:8.2f} "
