@@ -26,10 +26,6 @@
 namespace unimoe {
 namespace {
 
-// The largest I at which the stream path overlaps GEMM2's first loads with
-// GEMM1's tail (measured in run_gemm1).
-constexpr int kOverlapMaxIntermediate = 4096;
-
 class TileScheduleBackend final : public ExpertsBackend {
  public:
   TileScheduleBackend(ExpertsPath path, const MoEConfig& config)
@@ -55,15 +51,9 @@ class TileScheduleBackend final : public ExpertsBackend {
     p.swiglu_alpha = config_.experts.swiglu_alpha;
     p.swiglu_limit = config_.experts.swiglu_limit;
     p.act_out = call.act;
-    // GEMM2 follows at once; when it streams too, its first weight loads
-    // overlap this kernel's tail. Session 5, one call, stream backend, on
-    // against off (UNIMOE_STREAM_OVERLAP=0): dsv3-tp8 (I = 256) T=1 33.0
-    // against 33.5 us, qwen3-30b-a3b (768) 29.2 against 29.5, gpt-oss-120b
-    // (2880) 58.3 against 59.0; mixtral-8x7b (14336) lost, 169 against 166
-    // at T=1 and 530 against 519 at T=8, where GEMM2 is long and its early
-    // CTAs only take slots from GEMM1's last wave.
-    p.trigger_dependents_early = plan.gemm1.stream && plan.gemm2.stream &&
-                                 config_.experts.intermediate <= kOverlapMaxIntermediate;
+    // GEMM2 follows at once; where the plan says so (the stream path at
+    // moderate I), its first weight loads overlap this kernel's tail.
+    p.trigger_dependents_early = plan.overlap_stream_gemms;
     launch_gemm1(p, plan.gemm1, stream);
   }
 

@@ -84,6 +84,15 @@ constexpr int kStreamMaxIntermediate = 256;
 constexpr double kStreamRowsPerExpert = 1;
 constexpr double kStreamAnyIRowsPerExpert = 0.5;
 
+// The stream path's GEMM1 -> GEMM2 overlap (LayerPlan::overlap_stream_gemms)
+// up to this I. Session 5, one call, stream backend, on against off
+// (UNIMOE_STREAM_OVERLAP=0): dsv3-tp8 (I = 256) T=1 33.0 against 33.5 us,
+// qwen3-30b-a3b (768) 29.2 against 29.5, gpt-oss-120b (2880) 58.3 against
+// 59.0; mixtral-8x7b (14336) lost, 169 against 166 at T=1 and 530 against
+// 519 at T=8: its GEMM2 is long, and its early CTAs only take slots from
+// GEMM1's last wave.
+constexpr int kOverlapMaxIntermediate = 4096;
+
 }  // namespace
 
 const char* path_name(ExpertsPath p) {
@@ -167,6 +176,8 @@ LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens,
     plan.tile_m = tile_m_for(per_expert);
     plan.gemm1 = plan.gemm2 = tiled_tactic(plan.tile_m);
   }
+  const bool overlap_allowed = config.experts.intermediate <= kOverlapMaxIntermediate;
+  plan.overlap_stream_gemms = plan.path == ExpertsPath::Stream && overlap_allowed;
   if (tuned == nullptr) return plan;
 
   // A cache entry is keyed with backend "auto" (plan/tuning.h), so a forced
@@ -177,6 +188,7 @@ LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens,
                                      backend + "'");
   check_choice_tactics(*tuned);
   plan.path = tuned->path;
+  plan.overlap_stream_gemms = plan.path == ExpertsPath::Stream && overlap_allowed;
   if (tuned->path == ExpertsPath::Cutlass) {
     plan.sm90 = tuned->sm90;
     return plan;

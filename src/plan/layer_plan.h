@@ -57,6 +57,10 @@ struct LayerPlan {
   GemmTactic gemm1;     // Mma path tactics; the stream tactic on the Stream path
   GemmTactic gemm2;
   Sm90GemmTactic sm90 = Sm90GemmTactic::Cooperative128x128;  // Cutlass path tactic
+  // Stream path: GEMM1 lets GEMM2 launch once its loads are done, and GEMM2
+  // issues its first weight loads before waiting for GEMM1 (a launch
+  // detail, not in to_string; layer_plan.cpp has the measurements).
+  bool overlap_stream_gemms = false;
 
   // What runs, one line: "path=cutlass sm90=coop_128x128x64",
   // "path=mma tile_m=16 gemm1=m16n64 gemm2=m16n64".
@@ -65,7 +69,8 @@ struct LayerPlan {
 
 // The rule: rows per local expert decide (crossover measured on the H200;
 // see layer_plan.cpp for every constant and the figures behind it): the
-// Stream path for small I at up to one row per expert; else up to 96 rows
+// Stream path up to half a row per expert, and for small I up to one row;
+// else up to 96 rows
 // the Mma path (16-row tiles 64 columns wide up to 8 rows per expert);
 // many rows: the Cutlass path's wgmma tiles. options.backend "mma",
 // "cutlass" or "stream" forces the path (Mma then never streams). The rule

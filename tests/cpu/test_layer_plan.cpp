@@ -68,6 +68,20 @@ TEST(LayerPlan, DecodeTakesNarrowTilesOrTheStreamBackend) {
   }
 }
 
+// The stream path overlaps GEMM1's tail with GEMM2's first loads up to
+// I = 4096 (measured: dsv3-tp8, qwen3-30b-a3b, gpt-oss-120b gained;
+// mixtral-8x7b, I = 14336, lost); other paths never.
+TEST(LayerPlan, StreamGemmOverlapUpToModerateIntermediate) {
+  EXPECT_TRUE(plan("dsv3-tp8", 1).overlap_stream_gemms);
+  EXPECT_TRUE(plan("gpt-oss-120b", 1).overlap_stream_gemms);
+  const LayerPlan mixtral = plan("mixtral-8x7b", 1);
+  EXPECT_EQ(mixtral.path, ExpertsPath::Stream);
+  EXPECT_FALSE(mixtral.overlap_stream_gemms);
+  EXPECT_FALSE(plan("qwen3-30b-a3b", 64).overlap_stream_gemms);  // the mma path
+  EXPECT_FALSE(plan("dsv3-tp8", 1, "mma").overlap_stream_gemms);
+  EXPECT_TRUE(plan("qwen3-30b-a3b", 64, "stream").overlap_stream_gemms);
+}
+
 TEST(LayerPlan, MTileChangesAtEachRowsPerExpertBoundary) {
   // mixtral-8x7b: E = 8, K = 2, so T / 4 rows per expert.
   struct Case {

@@ -327,6 +327,8 @@ TEST(TunedPlan, TakesTheTunedPathAndTactics) {
   EXPECT_EQ(tuned.tile_m, 64);
   EXPECT_EQ(tuned.gemm1, (GemmTactic{64, 128}));
   EXPECT_EQ(tuned.gemm2, (GemmTactic{64, 128}));
+  EXPECT_TRUE(rule.overlap_stream_gemms);    // the stream path at I = 256
+  EXPECT_FALSE(tuned.overlap_stream_gemms);  // not on the Mma path
   // The Mma path where the rule takes the Cutlass one.
   ASSERT_EQ(plan_for_tokens(c, 16384).path, ExpertsPath::Cutlass);
   mma = TuningChoice::parse("path=mma gemm1=m16n128 gemm2=m16n64 sm90=coop_128x128x64 time_us=3");
@@ -341,6 +343,7 @@ TEST(TunedPlan, TakesTheTunedPathAndTactics) {
   EXPECT_EQ(sp.path, ExpertsPath::Stream);
   EXPECT_EQ(sp.tile_m, 16);
   EXPECT_EQ(sp.gemm2.to_string(), "stream_m16");
+  EXPECT_TRUE(sp.overlap_stream_gemms);  // a tuned stream path overlaps too
 
   TuningChoice cutlass;
   cutlass.path = ExpertsPath::Cutlass;
