@@ -254,6 +254,17 @@ TEST(GroupedGemm, StreamOneTokenTilesAtEveryKSplit) {
       c.top_k = 4;
       run_case(c, stream, stream);
     }
+  // Biases and the clamped activation on one-row tiles (every tile at T=1).
+  Case b;
+  b.tokens = 1;
+  b.hidden = 1032;
+  b.intermediate = 520;
+  b.experts = 16;
+  b.top_k = 4;
+  b.activation = Activation::SwiGLUOai;
+  b.bias = true;
+  b.bias_scale = 8.0f;
+  run_case(b, stream, stream);
 }
 
 TEST(GroupedGemm, OddSizesEveryActivation) {
