@@ -26,7 +26,9 @@
 // memory); after a cluster barrier CTA 0 alone runs phases 2-4, unchanged.
 #include <cooperative_groups.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -62,6 +64,8 @@ static_assert(kMaxThreads / kWarpSize <= kWarpSize, "one warp scans the warp tot
 struct BlockPermuteParams {
   const int32_t* topk_ids;  // [rows], precomputed mode only
   int rows;                 // T * K
+  int top_k;                // K
+  bool distinct_per_token;  // a token's K ids are distinct (routing mode)
   int local_offset;
   int num_local;
   int32_t* expert_counts;
@@ -82,6 +86,7 @@ struct BlockShared {
   int16_t expert[kFusedMaxRows];               // local expert of each expanded row, -1 off rank
   int32_t offsets[kFusedMaxLocalExperts + 1];  // expert offsets
   int32_t scan[kWarpSize + 1];                 // block scan: warp bases, then the total
+  uint64_t scan64[kWarpSize + 1];              // the same for packed 64-bit sums
 };
 
 static_assert(sizeof(BlockShared) <= 48 * 1024, "fits static shared memory");
@@ -92,31 +97,39 @@ __device__ __forceinline__ int16_t local_expert(int id, const BlockPermuteParams
 }
 
 // Exclusive sum of one value per thread over the block; `total` gets the sum
-// of all. Every thread calls it.
-__device__ int block_exclusive_sum(int value, int* s_scan, int& total) {
+// of all. Every thread calls it; s_scan has kWarpSize + 1 entries. Only the
+// first `active_warps` warps may pass a nonzero value: the others skip the
+// shuffles and only meet the barriers (in a block of 32 warps whose first 4
+// hold the values, the idle warps' shuffles would cost more issue cycles
+// than the scan itself).
+template <typename V>
+__device__ V block_exclusive_sum(V value, V* s_scan, V& total,
+                                 int active_warps = kMaxThreads / kWarpSize) {
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  const int warps = blockDim.x / kWarpSize;
-  int inclusive = value;
-#pragma unroll
-  for (int d = 1; d < kWarpSize; d *= 2) {
-    const int other = __shfl_up_sync(kFullMask, inclusive, d);
-    if (lane >= d) inclusive += other;
-  }
-  if (lane == kWarpSize - 1) s_scan[warp] = inclusive;
-  __syncthreads();
-  if (warp == 0) {
-    const int w = lane < warps ? s_scan[lane] : 0;
-    int w_inclusive = w;
+  const int warps = min(static_cast<int>(blockDim.x / kWarpSize), active_warps);
+  V inclusive = value;
+  if (warp < warps) {
 #pragma unroll
     for (int d = 1; d < kWarpSize; d *= 2) {
-      const int other = __shfl_up_sync(kFullMask, w_inclusive, d);
+      const V other = __shfl_up_sync(kFullMask, inclusive, d);
+      if (lane >= d) inclusive += other;
+    }
+    if (lane == kWarpSize - 1) s_scan[warp] = inclusive;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const V w = lane < warps ? s_scan[lane] : V(0);
+    V w_inclusive = w;
+#pragma unroll
+    for (int d = 1; d < kWarpSize; d *= 2) {
+      const V other = __shfl_up_sync(kFullMask, w_inclusive, d);
       if (lane >= d) w_inclusive += other;
     }
     if (lane < warps) s_scan[lane] = w_inclusive - w;
     if (lane == kWarpSize - 1) s_scan[kWarpSize] = w_inclusive;
   }
   __syncthreads();
-  const int result = s_scan[warp] + inclusive - value;
+  const V result = warp < warps ? s_scan[warp] + inclusive - value : V(0);
   total = s_scan[kWarpSize];
   __syncthreads();  // s_scan may be reused by the next call
   return result;
@@ -207,10 +220,123 @@ __device__ void permute_one_piece(const BlockPermuteParams& p, const BlockShared
   }
 }
 
+// Packed per-expert sums for the token-mask path: the row count in the low
+// 16 bits, then the tiles of each tile size, 16 bits each (rows <=
+// kFusedMaxRows, so no field overflows into the next).
+constexpr int kFieldBits = 16;
+static_assert(kFusedMaxRows < (1 << kFieldBits), "a packed field holds every row count");
+static_assert((kMaxTileSizes + 1) * kFieldBits <= 64, "count and tiles pack into 64 bits");
+
+__device__ __forceinline__ int packed_field(uint64_t packed, int field) {
+  return static_cast<int>((packed >> (field * kFieldBits)) & ((1u << kFieldBits) - 1u));
+}
+
+// 32-bit words of one expert's token mask for T tokens.
+__host__ __device__ constexpr int mask_words(int num_tokens) { return (num_tokens + 31) / 32; }
+
+// Whether permute_by_token_masks serves p: routing mode (a token's ids are
+// distinct, so an expert has at most one row per token) and every expert's
+// token mask fits in the work area.
+__device__ __forceinline__ bool token_masks_fit(const BlockPermuteParams& p) {
+  return p.distinct_per_token && p.num_local * mask_words(p.rows / p.top_k) <= kWorkWords;
+}
+
+// Phases 2-4 by token masks: bit t of expert e's mask is set when token t
+// has a row at e. An expert's count is its mask's popcount, and a row's rank
+// among its expert's rows (in increasing expanded index, which for distinct
+// ids is increasing token) is the popcount of the bits below its token. One
+// block scan of the packed (count, tiles per size) gives every offset and
+// tile base. Four barriers and no serial pass over the rows: the rows of
+// decode batches (T * K of 33..4096) place in one step.
+__device__ void permute_by_token_masks(const BlockPermuteParams& p, BlockShared& s) {
+  const int tid = threadIdx.x, threads = blockDim.x;
+  const int num_local = p.num_local, rows = p.rows, top_k = p.top_k;
+  const int words = mask_words(rows / top_k);
+  uint32_t* masks = reinterpret_cast<uint32_t*>(s.work.words);  // [num_local][words]
+#pragma unroll 1
+  for (int i = tid; i < num_local * words; i += threads) masks[i] = 0;
+  __syncthreads();
+#pragma unroll 1
+  for (int row = tid; row < rows; row += threads) {
+    const int e = s.expert[row];
+    const int token = row / top_k;
+    if (e >= 0) atomicOr(&masks[e * words + token / 32], 1u << (token % 32));
+  }
+  __syncthreads();
+
+  // Each thread owns a run of consecutive experts.
+  const int per_thread = (num_local + threads - 1) / threads;
+  const int first = min(tid * per_thread, num_local);
+  const int last = min(first + per_thread, num_local);
+  auto expert_sums = [&](int e) {
+    int count = 0;
+#pragma unroll 1
+    for (int w = 0; w < words; ++w) count += __popc(masks[e * words + w]);
+    uint64_t packed = static_cast<uint64_t>(count);
+#pragma unroll 1
+    for (int t = 0; t < p.num_tile_sizes; ++t) {
+      const int tiles = count == 0 ? 0 : (count - 1) / p.tile_m[t] + 1;
+      packed |= static_cast<uint64_t>(tiles) << ((t + 1) * kFieldBits);
+    }
+    return packed;
+  };
+  uint64_t mine = 0;
+#pragma unroll 1
+  for (int e = first; e < last; ++e) mine += expert_sums(e);
+  uint64_t total = 0;
+  const int owner_warps = ((num_local + per_thread - 1) / per_thread + kWarpSize - 1) / kWarpSize;
+  uint64_t next = block_exclusive_sum(mine, s.scan64, total, owner_warps);
+#pragma unroll 1
+  for (int e = first; e < last; ++e) {
+    const uint64_t sums = expert_sums(e);
+    const int start = packed_field(next, 0), count = packed_field(sums, 0);
+    s.offsets[e] = start;
+    p.expert_offsets[e] = start;
+    p.expert_counts[e] = count;
+#pragma unroll 1
+    for (int t = 0; t < p.num_tile_sizes; ++t) {
+      const int base = packed_field(next, t + 1), tile_m = p.tile_m[t];
+#pragma unroll 1
+      for (int i = 0; i < packed_field(sums, t + 1); ++i) {
+        const int row_start = start + i * tile_m;
+        p.tiles[t][base + i] = DeviceTile{e, row_start, min(tile_m, start + count - row_start), 0};
+      }
+    }
+    next += sums;
+  }
+  if (tid == 0) {
+    p.expert_offsets[num_local] = packed_field(total, 0);
+#pragma unroll 1
+    for (int t = 0; t < p.num_tile_sizes; ++t) *p.num_tiles[t] = packed_field(total, t + 1);
+  }
+  __syncthreads();
+
+#pragma unroll 1
+  for (int row = tid; row < rows; row += threads) {
+    const int e = s.expert[row];
+    if (e < 0) {
+      p.expanded_to_permuted[row] = -1;
+      continue;
+    }
+    const int token = row / top_k;
+    const uint32_t* mask = masks + e * words;
+    int rank = __popc(mask[token / 32] & ((1u << (token % 32)) - 1u));
+#pragma unroll 1
+    for (int w = 0; w < token / 32; ++w) rank += __popc(mask[w]);
+    const int dst = s.offsets[e] + rank;
+    p.permuted_to_expanded[dst] = row;
+    p.expanded_to_permuted[row] = dst;
+  }
+}
+
 // Phases 2-4 over s.expert[0, rows); every thread of the block calls it.
 __device__ void permute_block(const BlockPermuteParams& p, BlockShared& s) {
   if (p.rows <= kWarpSize) {
     permute_one_piece(p, s);
+    return;
+  }
+  if (token_masks_fit(p)) {
+    permute_by_token_masks(p, s);
     return;
   }
   const int tid = threadIdx.x, threads = blockDim.x;
@@ -362,20 +488,61 @@ __device__ __forceinline__ void route_tokens(const RoutingKernelParams& r, const
 // DeepSeek's selection keys of tokens [begin, end), E a row, computed by the
 // whole block, an expert a thread: one exp each rather than E / 32 in a row
 // on one lane, and a short stretch of code (the lane-unrolled form is
-// several KB that a cold instruction cache fetches once per call).
+// several KB that a cold instruction cache fetches once per call). Each
+// thread loads kKeyBatch logits (and biases) before it computes any key, so
+// a thread with several keys waits for one load round trip, not one per key.
+constexpr int kKeyBatch = 4;
+
 template <typename LogitT>
 __device__ void stage_deepseek_keys(const RoutingKernelParams& r, int begin, int end, float* keys) {
-  const int num_experts = r.num_experts;
+  const int num_experts = r.num_experts, threads = blockDim.x;
   const LogitT* logits =
       static_cast<const LogitT*>(r.logits) + static_cast<size_t>(begin) * num_experts;
   const int n = (end - begin) * num_experts;
-  const int step = blockDim.x % num_experts;  // e = i % E, kept without dividing
+  const int step = threads % num_experts;  // e = i % E, kept without dividing
   int e = threadIdx.x % num_experts;
+  if (n <= threads) {  // one key a thread at most (decode): the short path
+    const int i = threadIdx.x;
+    if (i < n)
+      keys[i] = deepseek_key(nan_to_neg_inf(load_logit(logits, i)), r.bias != nullptr ? r.bias[e] : 0.0f);
+    return;
+  }
 #pragma unroll 1
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    keys[i] = deepseek_key(r, nan_to_neg_inf(load_logit(logits, i)), e);
-    e += step;
-    if (e >= num_experts) e -= num_experts;
+  for (int base = threadIdx.x; base < n; base += kKeyBatch * threads) {
+    float x[kKeyBatch], bias[kKeyBatch];
+#pragma unroll
+    for (int j = 0; j < kKeyBatch; ++j) {
+      const int i = base + j * threads;
+      x[j] = i < n ? load_logit(logits, i) : 0.0f;
+      bias[j] = i < n && r.bias != nullptr ? r.bias[e] : 0.0f;
+      e += step;
+      if (e >= num_experts) e -= num_experts;
+    }
+#pragma unroll
+    for (int j = 0; j < kKeyBatch; ++j) {
+      const int i = base + j * threads;
+      if (i < n) keys[i] = deepseek_key(nan_to_neg_inf(x[j]), bias[j]);
+    }
+  }
+}
+
+// Phase 1 for DeepSeek policies: this block routes tokens [begin, end), as
+// many at a time as the work area holds keys for (at least 8), the block
+// staging their keys first. Every thread calls it with the same range.
+template <typename LogitT, int kPerLane>
+__device__ void route_deepseek_tokens(const RoutingKernelParams& r, const BlockPermuteParams& p,
+                                      BlockShared& s, int16_t* staged, int begin, int end) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int warps = blockDim.x / kWarpSize;
+  const int chunk = kWorkWords / r.num_experts;
+#pragma unroll 1
+  for (int first = begin; first < end; first += chunk) {
+    const int last = min(first + chunk, end);
+    stage_deepseek_keys<LogitT>(r, first, last, s.work.keys);
+    __syncthreads();
+    route_tokens<LogitT, kPerLane, true, true>(r, p, s.work.keys, staged, lane, first, last, warp,
+                                               warps);
+    __syncthreads();  // the next chunk's keys overwrite these
   }
 }
 
@@ -388,16 +555,7 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int warps = blockDim.x / kWarpSize;
   if constexpr (kDeepSeek) {
-    // As many tokens' keys at a time as the work area holds (at least 8).
-    const int chunk = kWorkWords / r.num_experts;
-    for (int begin = 0; begin < r.num_tokens; begin += chunk) {
-      const int end = min(begin + chunk, r.num_tokens);
-      stage_deepseek_keys<LogitT>(r, begin, end, s.work.keys);
-      __syncthreads();
-      route_tokens<LogitT, kPerLane, true, true>(r, p, s.work.keys, s.expert, lane, begin, end,
-                                                 warp, warps);
-      __syncthreads();  // the next chunk's keys overwrite these
-    }
+    route_deepseek_tokens<LogitT, kPerLane>(r, p, s, s.expert, 0, r.num_tokens);
   } else {
     float* group_keys = s.work.keys + warp * kPerLane * kWarpSize;
     route_tokens<LogitT, kPerLane, false, false>(r, p, group_keys, s.expert, lane, 0, r.num_tokens,
@@ -421,9 +579,16 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int warps = blockDim.x / kWarpSize;
   int16_t* staged = cluster.map_shared_rank(s.expert, 0);  // CTA 0's rows
-  float* group_keys = s.work.keys + warp * kPerLane * kWarpSize;
-  route_tokens<LogitT, kPerLane, kDeepSeek, false>(r, p, group_keys, staged, lane, 0, r.num_tokens,
-                                                   rank * warps + warp, ctas * warps);
+  if constexpr (kDeepSeek) {
+    // A contiguous run of tokens a CTA, whose keys the CTA stages.
+    const int per_cta = (r.num_tokens + ctas - 1) / ctas;
+    const int begin = min(rank * per_cta, r.num_tokens);
+    route_deepseek_tokens<LogitT, kPerLane>(r, p, s, staged, begin, min(begin + per_cta, r.num_tokens));
+  } else {
+    float* group_keys = s.work.keys + warp * kPerLane * kWarpSize;
+    route_tokens<LogitT, kPerLane, false, false>(r, p, group_keys, staged, lane, 0, r.num_tokens,
+                                                 rank * warps + warp, ctas * warps);
+  }
   // Release every CTA's staged rows to CTA 0 (and keep CTA 0 resident while
   // the others write to it).
   cluster.sync();
@@ -442,37 +607,49 @@ __global__ void __launch_bounds__(kMaxThreads, 1) fused_permute_kernel(BlockPerm
   permute_block(p, s);
 }
 
-// Threads for a call: a warp per token and a thread per local expert (the
-// scan phases give each thread a run of experts), whole warps, at least 4,
-// at most what the kernel is built for. Small calls so get a small block,
-// whose barriers are cheaper.
-int block_threads(int max_threads, int num_tokens, int num_local) {
-  const int wanted = max(max(num_tokens * kWarpSize, num_local), 4 * kWarpSize);
+// Threads for a call: a warp per token, a thread per local expert (the scan
+// phases give each thread a run of experts) and, for DeepSeek policies, a
+// thread per staged key; whole warps, at least 4, at most what the kernel is
+// built for. Small calls so get a small block, whose barriers are cheaper.
+int block_threads(int max_threads, int num_tokens, int num_local, int num_keys) {
+  const int wanted = max(max(num_tokens * kWarpSize, num_local), max(num_keys, 4 * kWarpSize));
   return min(max_threads, (wanted + kWarpSize - 1) / kWarpSize * kWarpSize);
 }
 
-// CTAs of the cluster variant for T tokens: a warp per token, at most
-// kClusterMaxCtas (the portable cluster size).
-int cluster_ctas(int max_threads, int num_tokens) {
-  const int warps = max_threads / kWarpSize;
-  return min(kClusterMaxCtas, max(1, (num_tokens + warps - 1) / warps));
+// CTAs of the cluster variant for T tokens: the tokens spread over up to
+// kClusterMaxCtas CTAs (the portable cluster size), at least
+// min_tokens_per_cta a CTA, and at most a warp per token. Routing a token
+// costs its warp several hundred instructions; a CTA of many such warps is
+// bound by its SM's issue rate, so spreading the tokens over more SMs pays
+// while the cluster barrier costs less than that. UNIMOE_CLUSTER_MIN_TOKENS
+// overrides the minimum (for the sweep).
+int cluster_ctas(int max_threads, int num_tokens, bool deepseek) {
+  static const int forced = [] {
+    const char* v = std::getenv("UNIMOE_CLUSTER_MIN_TOKENS");
+    return v != nullptr ? std::max(1, std::atoi(v)) : 0;
+  }();
+  const int min_tokens = forced > 0 ? forced : (deepseek ? 2 : 4);
+  const int spread = (num_tokens + kClusterMaxCtas - 1) / kClusterMaxCtas;
+  const int per_cta = std::min(std::max(min_tokens, spread), max_threads / kWarpSize);
+  return min(kClusterMaxCtas, max(1, (num_tokens + per_cta - 1) / per_cta));
 }
 
 template <typename LogitT, int kPerLane, bool kDeepSeek>
 void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, bool cluster,
                   cudaStream_t stream) {
   constexpr int kMax = fused_threads(kPerLane);
-  const int ctas = cluster ? cluster_ctas(kMax, r.num_tokens) : 1;
-  if (ctas == 1) {
-    launch_pdl(fused_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>, 1,
-               block_threads(kMax, r.num_tokens, p.num_local), 0, stream, r, p);
-    return;
-  }
+  const int ctas = cluster ? cluster_ctas(kMax, r.num_tokens, kDeepSeek) : 1;
   // CTA 0 also runs phases 2-4: a thread per local expert where it can.
   const int tokens_per_cta = (r.num_tokens + ctas - 1) / ctas;
+  const int threads =
+      block_threads(kMax, tokens_per_cta, p.num_local, kDeepSeek ? tokens_per_cta * r.num_experts : 0);
+  if (ctas == 1) {
+    launch_pdl(fused_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>, 1, threads, 0, stream, r, p);
+    return;
+  }
   // One cluster of `ctas` CTAs.
-  launch_pdl_clustered(cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>, ctas,
-                       block_threads(kMax, tokens_per_cta, p.num_local), 0, ctas, stream, r, p);
+  launch_pdl_clustered(cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>, ctas, threads, 0,
+                       ctas, stream, r, p);
 }
 
 template <typename LogitT, bool kDeepSeek>
@@ -548,6 +725,8 @@ void launch_block_or_cluster(const RoutingParams& routing, const PermuteParams& 
   BlockPermuteParams p{};
   p.topk_ids = route ? nullptr : permute.topk_ids;
   p.rows = rows;
+  p.top_k = permute.top_k;
+  p.distinct_per_token = route;
   p.local_offset = permute.local_offset;
   p.num_local = permute.num_local;
   p.expert_counts = permute.expert_counts;

@@ -255,9 +255,11 @@ struct TokenChoice {
 
 // DeepSeek's selection key of one expert, c = sigmoid(x) + bias, NaN as
 // -inf; x is the logit with NaN already -inf.
-__device__ __forceinline__ float deepseek_key(const RoutingKernelParams& p, float x, int e) {
-  const float bias = p.bias != nullptr ? p.bias[e] : 0.0f;
+__device__ __forceinline__ float deepseek_key(float x, float bias) {
   return nan_to_neg_inf(deepseek_score(x) + bias);
+}
+__device__ __forceinline__ float deepseek_key(const RoutingKernelParams& p, float x, int e) {
+  return deepseek_key(x, p.bias != nullptr ? p.bias[e] : 0.0f);
 }
 
 // Routes `token` with the whole warp (every lane calls it). Lanes >= K get a
@@ -319,11 +321,11 @@ __device__ __forceinline__ TokenChoice route_token(const RoutingKernelParams& p,
       key[j] = lane + kWarpSize * j < num_experts ? order_key(x[j]) : kNoKey;
   }
 
-  // K rounds of argmax; lane k keeps the k-th choice and its logit. Where
-  // the key is the logit itself, the winning key gives the logit back;
-  // DeepSeek's winning lane hands its logit over.
+  // K rounds of argmax; lane k keeps the k-th choice. Where the key is the
+  // logit itself, the winning key gives the logit back; DeepSeek's chosen
+  // lanes load theirs afterwards.
   int chosen = 0;
-  float chosen_x = 0.0f;
+  uint32_t chosen_key = kNoKey;
   for (int k = 0; k < p.top_k; ++k) {
     uint32_t best = kNoKey;
     int best_j = 0;
@@ -336,24 +338,17 @@ __device__ __forceinline__ TokenChoice route_token(const RoutingKernelParams& p,
     }
     uint32_t top;
     const int winner = warp_argmax(best, lane + kWarpSize * best_j, top);
-    float winner_x;
-    if constexpr (kDeepSeek) {
-      float mine = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kPerLane; ++j)
-        if (lane + kWarpSize * j == winner) mine = x[j];
-      winner_x = __shfl_sync(kFullMask, mine, winner % kWarpSize);
-    } else {
-      winner_x = key_value(top);
-    }
     if (lane == k) {
       chosen = winner;
-      chosen_x = winner_x;
+      chosen_key = top;
     }
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j)
       if (lane + kWarpSize * j == winner) key[j] = kNoKey;
   }
+  float chosen_x = 0.0f;  // lanes >= K: 0, as the weight code expects
+  if (lane < p.top_k)
+    chosen_x = kDeepSeek ? nan_to_neg_inf(load_logit(row, chosen)) : key_value(chosen_key);
 
   const double weight = chosen_weight<kDeepSeek>(p, softmax, chosen_x, lane < p.top_k);
   return TokenChoice{chosen, static_cast<float>(weight)};

@@ -142,6 +142,39 @@ TEST(FusedRoutingGpu, OnePiecePathAtItsBound) {
     }
 }
 
+// Routed rows beyond 32 place by per-expert token masks while every local
+// expert's mask (ceil(T / 32) words) fits the 8192-word work area, and by
+// the general path beyond: both sides of that bound (E_local = 1024 at
+// T = 256 and 257), masks of many words with a hot expert whose rows fill
+// many tiles, an EP range, and DeepSeekV3 over several CTA splits of the
+// cluster variant (T = 5, 9, 57, 64: 3, 5, 8 and 8 CTAs at its default of
+// at least 2 tokens a CTA, the last CTA of T = 9 and 57 short).
+TEST(FusedRoutingGpu, TokenMaskPathAtItsBound) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const std::vector<int> tile_m = {1, 3, 16};
+  for (int t : {256, 257}) {
+    Problem pr{make_routing(RoutingPolicy::Renormalize, 1024, 4, LogitsType::F32, false), t, 0, 0,
+               tile_m};
+    check_fused_and_split(pr, random_inputs(pr, rng));
+    Problem ep{pr.config, t, 100, 200, tile_m};
+    check_fused_and_split(ep, random_inputs(ep, rng));
+  }
+  Problem hot{make_routing(RoutingPolicy::Renormalize, 256, 8, LogitsType::F32, false), 300, 0, 0,
+              tile_m};
+  Inputs in = random_inputs(hot, rng);
+  for (int t = 0; t < hot.num_tokens; ++t) in.logits[static_cast<std::size_t>(t) * 256 + 7] += 20.0f;
+  check_fused_and_split(hot, in);
+  for (int t : {5, 9, 57, 64}) {
+    Problem ds{make_routing(RoutingPolicy::DeepSeekV3, 256, 8, LogitsType::F32, true), t, 0, 0,
+               tile_m};
+    ASSERT_EQ(ds.config.n_group, 8);
+    check_fused_and_split(ds, random_inputs(ds, rng));
+  }
+}
+
 TEST(FusedRoutingGpu, OneHotExpert) {
   UNIMOE_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
