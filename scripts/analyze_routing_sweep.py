@@ -14,9 +14,11 @@ rule "fused iff T*K <= R, T <= Tm and T*E <= S" whose limits (a grid
 search) are within 5% of the best variant on the most points. Where the
 sweep timed the cluster variant (which runs the fused block itself when one
 CTA has a warp for every token), it also proposes "cluster iff T*K <= R
-(R_deepseek for the DeepSeek policies), T <= Tm and T*E <= S, else split";
---held-out also scores that fitting on points it did not see (refitted
-without each E value, and each policy, in turn). --plot draws time against
+(R_deepseek for the DeepSeek policies), T <= Tm and T*E <= S, else split",
+and the three-way rule "fused iff T <= Tf (per family), T*K <= Rf and
+T*E <= Sf; else cluster iff T*K <= R (per family), T <= Tm and T*E <= S;
+else split"; --held-out also scores the three-way fitting on points it
+did not see (refitted without each E value, and each policy, in turn). --plot draws time against
 T for the target configs (needs matplotlib).
 """
 import argparse
@@ -142,12 +144,104 @@ def cluster_rule_choice(p, limits):
     return "cluster" if take else "split"
 
 
+FUSED_TOKENS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+FUSED_ROWS = (32, 64, 128, 256, 10**9)
+FUSED_SCORES = (2048, 4096, 8192, 16384, 10**9)
+THREE_WAY_ROWS = (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+THREE_WAY_TOKENS = (128, 256, 512)
+THREE_WAY_SCORES = (32768, 65536, 131072)
+
+
+def _first_at_least(grid, value):
+    """Index of the first grid value >= value (len(grid) if none)."""
+    for i, g in enumerate(grid):
+        if g >= value:
+            return i
+    return len(grid)
+
+
+def propose_three_way_rule(points):
+    """The limits of 'fused iff T <= tokens[family], T*K <= rows and T*E <=
+    scores; else cluster iff T*K <= rows[family], T <= tokens and T*E <=
+    scores; else split' within 5% of the best variant on the most points,
+    and that share. The fused token limit and the cluster row limit are
+    fitted per policy family, the rest shared (grid search; a variant a
+    point lacks counts as split, as in the layer). Returns ((fused_tokens
+    per family, fused_rows, fused_scores, cluster_rows per family,
+    cluster_tokens, cluster_scores), share)."""
+    # Points that share (family, T, K, E) count together: for each, how
+    # many are within 5% when fused, cluster or split is taken.
+    groups = defaultdict(lambda: [0, 0, 0])
+    for p in points:
+        fastest = best(p)[1] * TOLERANCE
+        g = groups[(family(p), p["T"], p["K"], p["E"])]
+        for i, v in enumerate(("fused", "cluster", "split")):
+            g[i] += time_of(p, v) <= fastest
+    best_limits, best_hits = None, -1
+    n_t, n_r = len(FUSED_TOKENS), len(THREE_WAY_ROWS)
+    for f_rows in FUSED_ROWS:
+        for f_scores in FUSED_SCORES:
+            for c_tokens in THREE_WAY_TOKENS:
+                for c_scores in THREE_WAY_SCORES:
+                    hits, tokens_of, rows_of = 0, {}, {}
+                    for fam in ("deepseek", "other"):
+                        # hist[a][b]: the counts of the points that turn
+                        # fused from token limit index a and cluster from row
+                        # limit index b on (index len: never).
+                        hist = [[[0, 0, 0] for _ in range(n_r + 1)] for _ in range(n_t + 1)]
+                        for (gf, t, k, e), ok in groups.items():
+                            if gf != fam:
+                                continue
+                            a = _first_at_least(FUSED_TOKENS, t) if t * k <= f_rows and t * e <= f_scores else n_t
+                            b = _first_at_least(THREE_WAY_ROWS, t * k) if t <= c_tokens and t * e <= c_scores else n_r
+                            cell = hist[a][b]
+                            for i in range(3):
+                                cell[i] += ok[i]
+                        fam_best, fam_hits = None, -1
+                        for i in range(n_t):
+                            for j in range(n_r):
+                                h = 0
+                                for a in range(n_t + 1):
+                                    for b in range(n_r + 1):
+                                        cell = hist[a][b]
+                                        h += cell[0] if a <= i else (cell[1] if b <= j else cell[2])
+                                if h > fam_hits:
+                                    fam_best, fam_hits = (FUSED_TOKENS[i], THREE_WAY_ROWS[j]), h
+                        tokens_of[fam], rows_of[fam] = fam_best
+                        hits += fam_hits
+                    if hits > best_hits:
+                        best_limits = (tokens_of, f_rows, f_scores, rows_of, c_tokens, c_scores)
+                        best_hits = hits
+    return best_limits, best_hits / len(points)
+
+
+def three_way_choice(p, limits):
+    """The variant the three-way rule with `limits` (as
+    propose_three_way_rule returns them) takes at point p."""
+    tokens_of, f_rows, f_scores, rows_of, c_tokens, c_scores = limits
+    t, k, e = p["T"], p["K"], p["E"]
+    if t <= tokens_of[family(p)] and t * k <= f_rows and t * e <= f_scores:
+        return "fused"
+    if t * k <= rows_of[family(p)] and t <= c_tokens and t * e <= c_scores:
+        return "cluster"
+    return "split"
+
+
+def describe_three_way(limits):
+    tokens_of, f_rows, f_scores, rows_of, c_tokens, c_scores = limits
+    unlimited = lambda v: "any" if v >= 10**9 else str(v)
+    return (f"fused iff T <= {tokens_of['other']} (DeepSeek policies: {tokens_of['deepseek']}), "
+            f"T*K <= {unlimited(f_rows)} and T*E <= {unlimited(f_scores)}; else cluster iff "
+            f"T*K <= {rows_of['other']} (DeepSeek policies: {rows_of['deepseek']}), "
+            f"T <= {c_tokens} and T*E <= {c_scores}; else split")
+
+
 def held_out_score(points, key):
-    """The cluster rule's fitting judged on points it was not fitted to: for
-    each value v of key(p), fit propose_cluster_rule on the points with
-    another value and count the points with value v where the fitted rule's
-    choice is within 5% of the best variant. Returns the share over all
-    points and {v: share of v's points}; (None, {}) with fewer than two
+    """The three-way rule's fitting judged on points it was not fitted to:
+    for each value v of key(p), fit propose_three_way_rule on the points
+    with another value and count the points with value v where the fitted
+    rule's choice is within 5% of the best variant. Returns the share over
+    all points and {v: share of v's points}; (None, {}) with fewer than two
     values, where nothing is left to fit on."""
     by_value = defaultdict(list)
     for p in points:
@@ -156,8 +250,8 @@ def held_out_score(points, key):
         return None, {}
     hits, per_value = 0, {}
     for value, held in sorted(by_value.items()):
-        limits, _ = propose_cluster_rule([p for p in points if key(p) != value])
-        h = sum(time_of(p, cluster_rule_choice(p, limits)) <= TOLERANCE * best(p)[1] for p in held)
+        limits, _ = propose_three_way_rule([p for p in points if key(p) != value])
+        h = sum(time_of(p, three_way_choice(p, limits)) <= TOLERANCE * best(p)[1] for p in held)
         hits += h
         per_value[value] = h / len(held)
     return hits / len(points), per_value
@@ -244,6 +338,15 @@ def report(doc, held_out=False):
                      f"T*E <= {scores}, else split (within 5% of the best variant on "
                      f"{100 * share:.1f}% of points)")
         chosen = [time_of(p, cluster_rule_choice(p, (rows_of, tokens, scores))) for p in points]
+        over = {v: geomean(time_of(p, v) / c for p, c in zip(points, chosen))
+                for v in ("fused", "split", "cluster")}
+        lines.append(f"  its speedup, geometric mean: {over['fused']:.3f}x over always-fused, "
+                     f"{over['split']:.3f}x over always-split, {over['cluster']:.3f}x over "
+                     f"always-cluster")
+        limits, share = propose_three_way_rule(points)
+        lines.append(f"proposed three-way: {describe_three_way(limits)} (within 5% of the best "
+                     f"variant on {100 * share:.1f}% of points)")
+        chosen = [time_of(p, three_way_choice(p, limits)) for p in points]
         over = {v: geomean(time_of(p, v) / c for p, c in zip(points, chosen))
                 for v in ("fused", "split", "cluster")}
         lines.append(f"  its speedup, geometric mean: {over['fused']:.3f}x over always-fused, "

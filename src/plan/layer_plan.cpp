@@ -222,28 +222,35 @@ void check_choice_tactics(const TuningChoice& c) {
 namespace {
 
 // Measured on the H200 by the routing sweep (unimoe-bench --routing-sweep,
-// session 4: 17,980 points, every policy x E in 8..1024 x K in 1..32 x T in
-// 1..16384, split, fused and cluster each timed 8 calls to a graph replay;
-// JSON, analysis and plot in bench/results/h200-routing-sweep-session4.*).
-// The cluster variant runs the fused block itself while one CTA has a warp
-// for every token (T <= 32 for E <= 256), so below that it is the fused
-// kernel, and above it spreads the per-token work over up to 8 CTAs while
-// one CTA still places every row. It wins while that placing is small and
-// loses once the split chain's parallelism pays: by T*K (rows one CTA
-// places), by T and by T*E (scores read). The limits were fitted over the
-// whole sweep (grid search in scripts/analyze_routing_sweep.py): within 5%
-// of the best variant on 97.4% of points (one row limit for all policies:
-// 97.0%), 1.33x over always-fused, 1.41x over always-split and 1.05x over
-// always-cluster (geometric means; the session 3 rule, fused iff T*K <=
-// 384, T <= 32 and T*E <= 8192, is within 5% on 84.6% of this sweep).
-// The DeepSeek policies' per-token work is heavier, so the split chain
-// takes over sooner. Examples: Renormalize E=128 K=8 T=1 3.4 us (split
-// 9.4), T=64 cluster 9.8 vs split 11.3, T=512 20.9 vs 12.8 (split);
-// DeepSeekV3 E=256 K=8 T=1 5.0 (split 12.5), T=48 cluster 13.8 vs 14.6,
-// T=64 16.9 vs 14.6 (split).
-constexpr long long kClusterRows = 1024;
-constexpr long long kClusterRowsDeepSeek = 384;
-constexpr int kClusterTokens = 512;
+// session 6 run 4: 17,980 points, every policy x E in 8..1024 x K in 1..32
+// x T in 1..16384, split, fused and cluster each timed 8 calls to a graph
+// replay; JSON, analysis and plot in bench/results/h200-routing-sweep-
+// session6.*). Facts the limits encode:
+// - The fused block wins for the smallest calls: one CTA, no cluster
+//   barrier. Routing a token costs its warp several hundred instructions,
+//   so a block of many routing warps becomes bound by its SM's issue rate;
+//   the DeepSeek policies' tokens cost most (group stage, an fp64 exp per
+//   expert), and the fused block stops paying beyond T = 3 for them
+//   (DeepSeekV3 E=256 K=8: T=3 fused 5.9 us vs cluster 6.1; T=5 8.0 vs 6.5),
+//   at T = 16 for the others (Renormalize E=8 K=2 T=16: 3.65 vs 3.76; T=32
+//   5.0 vs 4.1), and also once T*K > 128 or T*E > 8192.
+// - The cluster variant spreads the tokens over up to 8 CTAs and places
+//   the rows in one CTA by token masks; it wins up to T*K = 3072, T = 256
+//   and T*E = 65536 (Renormalize E=128 K=8 T=64: 5.8 vs split 11.1; T=256
+//   10.8 vs 12.5; T=512 23.6 vs 12.7; DeepSeekV3 E=256 K=8 T=64: 9.1 vs
+//   14.7, T=256 19.0 vs 16.2).
+// - Beyond, the split chain's parallelism (a warp per token over the whole
+//   GPU, a multi-CTA permute) pays.
+// The limits were fitted over the whole sweep (grid search in
+// scripts/analyze_routing_sweep.py, "proposed three-way"): within 5% of the
+// best variant on 96.7% of points; 1.42x over always-fused, 1.64x over
+// always-split and 1.06x over always-cluster (geometric means).
+constexpr int kFusedTokens = 16;
+constexpr int kFusedTokensDeepSeek = 3;
+constexpr long long kFusedRows = 128;
+constexpr long long kFusedScores = 8192;
+constexpr long long kClusterRows = 3072;
+constexpr int kClusterTokens = 256;
 constexpr long long kClusterScores = 65536;
 
 }  // namespace
@@ -265,12 +272,15 @@ RoutingVariant parse_routing_variant(const std::string& s) {
 
 RoutingVariant routing_variant_for(const RoutingConfig& routing, int num_tokens) {
   const long long t = num_tokens;
+  const long long rows = t * routing.top_k, scores = t * routing.num_experts;
   const bool deepseek =
       routing.policy == RoutingPolicy::DeepSeekV3 || routing.policy == RoutingPolicy::MiniMax2;
-  const long long rows_limit = deepseek ? kClusterRowsDeepSeek : kClusterRows;
-  if (t * routing.top_k > rows_limit || t > kClusterTokens || t * routing.num_experts > kClusterScores)
-    return RoutingVariant::Split;
-  return RoutingVariant::Cluster;
+  if (t <= (deepseek ? kFusedTokensDeepSeek : kFusedTokens) && rows <= kFusedRows &&
+      scores <= kFusedScores)
+    return RoutingVariant::Fused;
+  if (rows <= kClusterRows && t <= kClusterTokens && scores <= kClusterScores)
+    return RoutingVariant::Cluster;
+  return RoutingVariant::Split;
 }
 
 std::string gpu_unsupported_reason(const MoEConfig& config) {

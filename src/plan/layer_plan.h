@@ -97,10 +97,9 @@ const char* routing_variant_name(RoutingVariant v);
 RoutingVariant parse_routing_variant(const std::string& s);
 
 // The rule between the variants for T tokens, fitted to the H200 routing
-// sweep (the constants and figures in layer_plan.cpp): Cluster (which is
-// the fused block while one CTA has a warp for every token) while T <= 512,
-// T*E <= 65536 and T*K <= 1024 (384 for the DeepSeek policies), else Split;
-// it never names Fused, which Cluster runs where it is the faster. A forced
+// sweep (the constants and figures in layer_plan.cpp): Fused while T <= 16
+// (3 for the DeepSeek policies), T*K <= 128 and T*E <= 8192; else Cluster
+// while T*K <= 3072, T <= 256 and T*E <= 65536; else Split. A forced
 // variant (the UNIMOE_ROUTING_VARIANT environment variable, read by the
 // layer) replaces it; the layer runs Split wherever the fused kernel cannot
 // serve.

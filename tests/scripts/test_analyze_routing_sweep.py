@@ -108,6 +108,27 @@ def main():
     check(per[128] < 1.0 and share < 1.0, f"held out, two optima: {share} {per}")
     check("held out by E" in ars.report({"points": e_sweep({64: 64, 128: 64})}, held_out=True),
           "held-out lines printed")
+    # The three-way rule: fused wins up to T = 2 for DeepSeekV3 and T = 8
+    # for Renormalize, cluster above that up to T*K = 512, split beyond.
+    # The first grid limits that get every point: fused T <= 2 and 8 (T*K
+    # and T*E unlimited from the first grid value that allows T*K = 64 and
+    # T*E = 1024), cluster T*K <= 512 for both, T <= 128, T*E <= 32768.
+    def three_way(p):
+        t, fused_max = p["T"], 2 if p["policy"] == "DeepSeekV3" else 8
+        times = {"fused": 1.0 if t <= fused_max else 4.0,
+                 "cluster": 2.0 if t * p["K"] <= 512 else 4.0,
+                 "split": 3.0}
+        return dict(p, fused_us=times["fused"], cluster_us=times["cluster"], split_us=times["split"])
+    pts = [three_way(p) for p in doc["points"] if p["T"] <= 128]
+    limits, share = ars.propose_three_way_rule(pts)
+    check(share == 1.0, f"three-way share {share} with {limits}")
+    tokens_of, _, _, rows_of, _, _ = limits
+    check(tokens_of == {"deepseek": 2, "other": 8}, f"three-way fused tokens {tokens_of}")
+    check(rows_of == {"deepseek": 512, "other": 512}, f"three-way cluster rows {rows_of}")
+    chosen = [ars.three_way_choice(p, limits) for p in pts]
+    check(chosen.count("fused") == 6 and chosen.count("split") == 2, f"three-way choices {chosen}")
+    check("proposed three-way: fused iff T <= 8 (DeepSeek policies: 2)" in ars.report({"points": pts}),
+          "three-way proposal printed")
     print("analyze_routing_sweep: ok")
 
 
