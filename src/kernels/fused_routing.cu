@@ -16,14 +16,19 @@
 // block's selection keys of as many tokens as fit, an expert a thread, which
 // the warps then read), the per-warp cursors and the tile bases. Up to 32
 // rows (decode), phases 2-4 take a short path without barriers
-// (permute_one_piece). The routing kernels let the next kernel launch at
-// once (pdl_launch_dependents): its CTAs wait for this one's end on the
+// (permute_one_piece); beyond, routed rows place by per-expert token masks
+// where they fit the work area (permute_by_token_masks), other inputs by
+// the general phases above. The routing kernels let the next kernel launch
+// at once (pdl_launch_dependents): its CTAs wait for this one's end on the
 // otherwise idle SMs.
 //
-// The cluster variant spreads phase 1 over a thread-block cluster: warp w
-// of CTA c routes tokens c * warps + w, + ctas * warps, ..., and stages each
-// row's expert straight into CTA 0's shared memory (distributed shared
-// memory); after a cluster barrier CTA 0 alone runs phases 2-4, unchanged.
+// The cluster variant spreads phase 1 over a thread-block cluster of up to
+// 8 CTAs (cluster_ctas: a few tokens a CTA, since a CTA of many routing
+// warps is bound by its SM's issue rate): warp w of CTA c routes tokens
+// c * warps + w, + ctas * warps, ... (DeepSeek policies: CTA c a contiguous
+// run, whose keys it stages), and stages each row's expert straight into
+// CTA 0's shared memory (distributed shared memory); after a cluster
+// barrier CTA 0 alone runs phases 2-4, unchanged.
 #include <cooperative_groups.h>
 
 #include <algorithm>
