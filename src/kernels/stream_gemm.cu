@@ -51,11 +51,13 @@
 
 #include <climits>
 #include <cstddef>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
 #include "kernels/common.cuh"
 #include "kernels/warp_mma.cuh"
+#include "plan/tactics.h"
 
 namespace unimoe {
 namespace {
@@ -64,7 +66,6 @@ constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kUnroll = 4;           // 32-wide K slabs in flight together (8 for 8-row tiles)
 constexpr int kSlab = 32;            // K per slab: 4 lanes x 8 values
-constexpr int kMinKPerWarp = 256;    // splits stop before a warp gets less K than this
 static_assert(kStreamTileM == 16, "two n8 token fragments per tile");
 
 struct StreamArgs {
@@ -367,10 +368,22 @@ __global__ void __launch_bounds__(kThreads, 2) stream_gemm_kernel(const StreamAr
 void launch_stream_gemm(GroupedGemmArgs args, int max_tiles, cudaStream_t stream) {
   if (max_tiles == 0) return;
   StreamArgs sa;
-  // Split K while each warp keeps at least kMinKPerWarp of it: long K
+  // Split K while each warp keeps at least 256 of it: long K
   // (GEMM1's H) spreads over all 8 warps, short K (GEMM2's I) keeps whole
-  // rows per warp and more row groups per CTA.
-  while (sa.splits < kWarps && args.k / (2 * sa.splits) >= kMinKPerWarp) sa.splits *= 2;
+  // rows per warp and more row groups per CTA; 8 splits become 4 where that
+  // fills the waves better (stream_k_splits, src/plan/tactics.h).
+  // UNIMOE_STREAM_MAX_SPLITS caps the splits and turns that rule off.
+  static const int max_splits = [] {
+    const char* v = std::getenv("UNIMOE_STREAM_MAX_SPLITS");
+    const int n = v != nullptr ? std::atoi(v) : 0;
+    return n >= 1 && n <= kWarps ? n : 0;
+  }();
+  int device = 0, sm_count = 0;
+  UNIMOE_CUDA_CHECK(cudaGetDevice(&device));
+  UNIMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+  sa.splits = max_splits > 0
+                  ? stream_k_splits(args.k, args.n_out, is_gated(args.epilogue), max_tiles, 0, max_splits)
+                  : stream_k_splits(args.k, args.n_out, is_gated(args.epilogue), max_tiles, sm_count);
   sa.k_chunk = ceil_div(ceil_div(args.k, sa.splits), kSlab) * kSlab;
   const int cols_per_cta = (kWarps / sa.splits) * (is_gated(args.epilogue) ? 8 : 16);
   args.n_blocks = ceil_div(args.n_out, cols_per_cta);

@@ -49,4 +49,18 @@ Sm90GemmTactic parse_sm90_gemm_tactic(const std::string& s) {
   throw Error("sm90_tactic", "unknown value '" + s + "'; allowed: " + allowed);
 }
 
+int stream_k_splits(int k, int n_out, bool gated, long long max_tiles, int sm_count,
+                    int max_splits) {
+  constexpr int kWarps = 8, kMinKPerWarp = 256, kCtasPerSm = 2;
+  int splits = 1;
+  while (splits < kWarps && splits < max_splits && k / (2 * splits) >= kMinKPerWarp) splits *= 2;
+  if (splits == kWarps && max_splits >= kWarps && sm_count > 0) {
+    const long long cols_per_cta = gated ? 8 : 16;  // one row group a CTA at 8 splits
+    const long long ctas = max_tiles * ((n_out + cols_per_cta - 1) / cols_per_cta);
+    const double waves = static_cast<double>(ctas) / (kCtasPerSm * sm_count);
+    if (waves >= 1.5 && waves <= 6.0) splits = kWarps / 2;
+  }
+  return splits;
+}
+
 }  // namespace unimoe

@@ -35,6 +35,24 @@ inline constexpr int kNumMmaTactics = sizeof(kMmaTactics) / sizeof(kMmaTactics[0
 // compiled tactics when `s` is not one of kMmaTactics.
 GemmTactic parse_gemm_tactic(const std::string& s);
 
+// K splits of the stream kernel (its 8 warps split K 1, 2, 4 or 8 ways;
+// a CTA covers 8 / splits row groups of 8 gated or 16 plain output
+// columns). The largest split that leaves each warp at least 256 of K,
+// except that 8 splits become 4 when the 8-split grid (max_tiles x column
+// blocks) would run 1.5 to 6 waves of 2 CTAs an SM: then half as many CTAs,
+// each warp with twice the pairs, waste less in partial waves. Measured on
+// the H200 (session 6 run 6, one call, stream-path GEMMs at T=1 and 8):
+// taken at 1.9-5.8 waves it was faster (qwen3-30b-a3b GEMM1 at 2.9 waves
+// 15.3 -> 14.1 us, gpt-oss-120b GEMM1 at 5.5 waves 34.3 -> 32.2 and GEMM2
+// at 2.7 waves 17.9 -> 16.7, mixtral-8x7b GEMM2 at 1.9 waves 53.3 -> 51.8,
+// qwen3-235b-a22b GEMM1 at 5.8 waves 48.4 -> 48.1); left alone below 1.5
+// waves (dsv3-tp8 GEMM1 at 0.97: 15.9 -> 16.3) and above 6 (dsv3-tp8 T=8
+// GEMM1 at 7.8: 96.0 -> 98.2; mixtral-8x7b GEMM1 at 13.6: 105.4 -> 108.6).
+// max_splits (1..8) caps the result (UNIMOE_STREAM_MAX_SPLITS, which also
+// turns the wave rule off, for A/B timing); sm_count <= 0 skips the rule.
+int stream_k_splits(int k, int n_out, bool gated, long long max_tiles, int sm_count,
+                    int max_splits = 8);
+
 // One compiled CUTLASS configuration (src/kernels/sm90_grouped_gemm*.cu):
 // kernel schedule and tile (BLK_M x BLK_N x BLK_K), cluster 1x1 for all.
 enum class Sm90GemmTactic : int {

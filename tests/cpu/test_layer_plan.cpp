@@ -7,6 +7,7 @@
 
 #include "plan/layer_plan.h"
 #include "plan/presets.h"
+#include "plan/tactics.h"
 
 namespace unimoe {
 namespace {
@@ -245,6 +246,43 @@ TEST(RoutingVariantRule, NamesParseAndBadValuesSayWhatIsAllowed) {
     EXPECT_NE(std::string(e.what()).find("allowed: split, fused, cluster"), std::string::npos);
   }
   EXPECT_STREQ(routing_variant_name(RoutingVariant::Cluster), "cluster");
+}
+
+
+// The stream kernel's K splits (stream_k_splits, src/plan/tactics.h) at the
+// shapes session 6 run 6 timed, on the H200's 132 SMs.
+TEST(StreamKSplits, LongestSplitThatLeavesEachWarp256OfK) {
+  EXPECT_EQ(stream_k_splits(256, 7168, false, 8, 0), 1);   // dsv3-tp8 GEMM2: K = I = 256
+  EXPECT_EQ(stream_k_splits(768, 2048, false, 8, 0), 2);   // qwen3-30b-a3b GEMM2
+  EXPECT_EQ(stream_k_splits(1536, 4096, false, 8, 0), 4);  // qwen3-235b-a22b GEMM2
+  EXPECT_EQ(stream_k_splits(2048, 768, true, 8, 0), 8);    // no SM count: no wave rule
+  EXPECT_EQ(stream_k_splits(8, 16, true, 1, 132), 1);
+}
+
+TEST(StreamKSplits, EightSplitsBecomeFourBetweenOneAndAHalfAndSixWaves) {
+  const int sms = 132;  // 264 CTA slots at 2 CTAs an SM
+  // Taken (measured faster): qwen3-30b-a3b GEMM1 T=1, 768 CTAs (2.9 waves);
+  // gpt-oss-120b GEMM1 T=1, 1440 (5.5) and GEMM2, 720 (2.7); mixtral-8x7b
+  // GEMM2 T=1, 512 (1.9); qwen3-235b-a22b GEMM1 T=1, 1536 (5.8).
+  EXPECT_EQ(stream_k_splits(2048, 768, true, 8, sms), 4);
+  EXPECT_EQ(stream_k_splits(2880, 2880, true, 4, sms), 4);
+  EXPECT_EQ(stream_k_splits(2880, 2880, false, 4, sms), 4);
+  EXPECT_EQ(stream_k_splits(14336, 4096, false, 2, sms), 4);
+  EXPECT_EQ(stream_k_splits(4096, 1536, true, 8, sms), 4);
+  // Left at 8 (measured slower with 4): dsv3-tp8 GEMM1 T=1, 256 CTAs (0.97
+  // waves) and T=8, 2048 (7.8; 64 tiles at most); mixtral-8x7b GEMM1 T=1,
+  // 3584 (13.6).
+  EXPECT_EQ(stream_k_splits(7168, 256, true, 8, sms), 8);
+  EXPECT_EQ(stream_k_splits(7168, 256, true, 64, sms), 8);
+  EXPECT_EQ(stream_k_splits(4096, 14336, true, 2, sms), 8);
+  // The edges: 396 CTAs is 1.5 waves, 1584 is 6.
+  EXPECT_EQ(stream_k_splits(2048, 8 * 396, true, 1, sms), 4);
+  EXPECT_EQ(stream_k_splits(2048, 8 * 395, true, 1, sms), 8);
+  EXPECT_EQ(stream_k_splits(2048, 8 * 1584, true, 1, sms), 4);
+  EXPECT_EQ(stream_k_splits(2048, 8 * 1585, true, 1, sms), 8);
+  // A cap (UNIMOE_STREAM_MAX_SPLITS) bounds the splits and skips the rule.
+  EXPECT_EQ(stream_k_splits(2048, 768, true, 8, 0, 8), 8);
+  EXPECT_EQ(stream_k_splits(2048, 768, true, 8, 0, 2), 2);
 }
 
 }  // namespace

@@ -243,7 +243,10 @@ TEST(GroupedGemm, StreamOneTokenTilesAtEveryKSplit) {
   UNIMOE_REQUIRE_GPU();
   const GemmTactic stream = all_tactics().back();
   ASSERT_TRUE(stream.stream);
-  const int sizes[][2] = {{2056, 1032}, {520, 776}, {1160, 264}};
+  // GEMM1's K splits (stream_k_splits, 132 SMs): {2056, 264} keeps 8 (half
+  // a wave), {2056, 1032} takes 4 (1.95 waves at T=1), {1160, 264} 4 by K,
+  // {520, 776} 2; GEMM2's: 4, 1, 2 and 1.
+  const int sizes[][2] = {{2056, 1032}, {2056, 264}, {520, 776}, {1160, 264}};
   for (const auto& hi : sizes)
     for (int tokens : {1, 3}) {
       Case c;
