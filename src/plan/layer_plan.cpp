@@ -221,30 +221,34 @@ void check_choice_tactics(const TuningChoice& c) {
 
 namespace {
 
-// Measured on the H200 by the routing sweep (unimoe-bench --routing-sweep,
-// session 6 run 4: 17,980 points, every policy x E in 8..1024 x K in 1..32
-// x T in 1..16384, split, fused and cluster each timed 8 calls to a graph
-// replay; JSON, analysis and plot in bench/results/h200-routing-sweep-
-// session6.*). Facts the limits encode:
+// Measured on the H200 by the routing sweep (unimoe-bench --routing-sweep:
+// 17,980 points, every policy x E in 8..1024 x K in 1..32 x T in 1..16384,
+// split, fused and cluster each timed 8 calls to a graph replay). The limits
+// were fitted on session 6 run 4's sweep (bench/results/h200-routing-sweep-
+// session6-run4.*) and scored on run 5's, made with the final routing
+// kernels (h200-routing-sweep-session6.*); figures below are run 5's.
+// Facts the limits encode:
 // - The fused block wins for the smallest calls: one CTA, no cluster
-//   barrier. Routing a token costs its warp several hundred instructions,
-//   so a block of many routing warps becomes bound by its SM's issue rate;
-//   the DeepSeek policies' tokens cost most (group stage, an fp64 exp per
-//   expert), and the fused block stops paying beyond T = 3 for them
-//   (DeepSeekV3 E=256 K=8: T=3 fused 5.9 us vs cluster 6.1; T=5 8.0 vs 6.5),
-//   at T = 16 for the others (Renormalize E=8 K=2 T=16: 3.65 vs 3.76; T=32
-//   5.0 vs 4.1), and also once T*K > 128 or T*E > 8192.
+//   barrier. A block of many routing warps gets slower with its size
+//   (Renormalize E=128 K=8: T=16, 512 threads, 4.9 us; T=32, 1024 threads,
+//   6.5), which we read as the SM's issue rate bounding the warps' routing
+//   code (inferred, not profiled). The DeepSeek policies' tokens cost most
+//   (group stage, an fp64 exp per expert), and the fused block stops
+//   paying beyond T = 3 for them (DeepSeekV3 E=256 K=8: T=3 fused 5.9 us
+//   vs cluster 6.1; T=5 8.0 vs 6.5), at T = 16 for the others (Renormalize
+//   E=8 K=2 T=16: 3.7 vs 3.8; T=32 5.1 vs 4.2), and also once T*K > 128 or
+//   T*E > 8192.
 // - The cluster variant spreads the tokens over up to 8 CTAs and places
 //   the rows in one CTA by token masks; it wins up to T*K = 3072, T = 256
 //   and T*E = 65536 (Renormalize E=128 K=8 T=64: 5.8 vs split 11.1; T=256
-//   10.8 vs 12.5; T=512 23.6 vs 12.7; DeepSeekV3 E=256 K=8 T=64: 9.1 vs
-//   14.7, T=256 19.0 vs 16.2).
+//   10.7 vs 12.5; T=512 23.6 vs 12.8; DeepSeekV3 E=256 K=8 T=64: 9.0 vs
+//   14.3, T=256 19.0 vs 15.9).
 // - Beyond, the split chain's parallelism (a warp per token over the whole
 //   GPU, a multi-CTA permute) pays.
-// The limits were fitted over the whole sweep (grid search in
-// scripts/analyze_routing_sweep.py, "proposed three-way"): within 5% of the
-// best variant on 96.7% of points; 1.42x over always-fused, 1.64x over
-// always-split and 1.06x over always-cluster (geometric means).
+// Grid search in scripts/analyze_routing_sweep.py ("proposed three-way"):
+// within 5% of the best variant on 96.7% of run 4's points and 96.6% of run
+// 5's (the rule each build recorded); 1.43x over always-fused, 1.64x over
+// always-split and 1.06x over always-cluster on run 5 (geometric means).
 constexpr int kFusedTokens = 16;
 constexpr int kFusedTokensDeepSeek = 3;
 constexpr long long kFusedRows = 128;

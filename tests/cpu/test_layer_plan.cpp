@@ -182,11 +182,11 @@ TEST(RoutingVariantRule, EachVariantAtItsMeasuredWins) {
   for (int t : {1, 8, 16}) EXPECT_EQ(variant("qwen3-30b-a3b", t), RoutingVariant::Fused) << t;
   EXPECT_EQ(variant("mixtral-8x7b", 16), RoutingVariant::Fused);
   // The cluster variant: DeepSeekV3 E=256 K=8 T=5 6.5 us vs fused 8.0;
-  // T=64 9.1 vs split 14.7; Renormalize E=128 K=8 T=64 5.8 vs split 11.1.
+  // T=64 9.0 vs split 14.3; Renormalize E=128 K=8 T=64 5.8 vs split 11.1.
   for (int t : {4, 5, 8, 64, 128, 256}) EXPECT_EQ(variant("dsv3-tp8", t), RoutingVariant::Cluster) << t;
   for (int t : {17, 64, 256}) EXPECT_EQ(variant("qwen3-30b-a3b", t), RoutingVariant::Cluster) << t;
   EXPECT_EQ(variant("mixtral-8x7b", 256), RoutingVariant::Cluster);
-  // Split: Renormalize E=128 K=8 T=512 12.7 vs cluster 23.6.
+  // Split: Renormalize E=128 K=8 T=512 12.8 vs cluster 23.6.
   EXPECT_EQ(variant("qwen3-30b-a3b", 512), RoutingVariant::Split);
   EXPECT_EQ(variant("dsv3-tp8", 512), RoutingVariant::Split);
   EXPECT_EQ(variant("mixtral-8x7b", 4096), RoutingVariant::Split);
