@@ -66,6 +66,13 @@ bool pdl_enabled();
 // A switch for A/B timing: on unless the environment variable `name` is "0".
 bool env_switch_on(const char* name);
 
+// A number for A/B timing: the environment variable `name` as an integer
+// (std::atoi), or `unset` when the variable is not set.
+int env_int(const char* name, int unset);
+
+// The current device's SM count.
+int current_device_sm_count();
+
 // As launch_pdl, with the grid launched as thread-block clusters of
 // `cluster_ctas` CTAs along x when cluster_ctas > 0.
 template <typename... Params, typename... Args>

@@ -32,8 +32,8 @@
 #include <cooperative_groups.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -631,8 +631,8 @@ int block_threads(int max_threads, int num_tokens, int num_local, int num_keys) 
 // overrides the minimum (for the sweep).
 int cluster_ctas(int max_threads, int num_tokens, bool deepseek) {
   static const int forced = [] {
-    const char* v = std::getenv("UNIMOE_CLUSTER_MIN_TOKENS");
-    return v != nullptr ? std::max(1, std::atoi(v)) : 0;
+    const int v = env_int("UNIMOE_CLUSTER_MIN_TOKENS", INT_MIN);
+    return v == INT_MIN ? 0 : std::max(1, v);
   }();
   const int min_tokens = forced > 0 ? forced : (deepseek ? 2 : 4);
   const int spread = (num_tokens + kClusterMaxCtas - 1) / kClusterMaxCtas;

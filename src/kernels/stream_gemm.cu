@@ -51,7 +51,6 @@
 
 #include <climits>
 #include <cstddef>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -374,16 +373,13 @@ void launch_stream_gemm(GroupedGemmArgs args, int max_tiles, cudaStream_t stream
   // fills the waves better (stream_k_splits, src/plan/tactics.h).
   // UNIMOE_STREAM_MAX_SPLITS caps the splits and turns that rule off.
   static const int max_splits = [] {
-    const char* v = std::getenv("UNIMOE_STREAM_MAX_SPLITS");
-    const int n = v != nullptr ? std::atoi(v) : 0;
+    const int n = env_int("UNIMOE_STREAM_MAX_SPLITS", 0);
     return n >= 1 && n <= kWarps ? n : 0;
   }();
-  int device = 0, sm_count = 0;
-  UNIMOE_CUDA_CHECK(cudaGetDevice(&device));
-  UNIMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+  const bool gated = is_gated(args.epilogue);
   sa.splits = max_splits > 0
-                  ? stream_k_splits(args.k, args.n_out, is_gated(args.epilogue), max_tiles, 0, max_splits)
-                  : stream_k_splits(args.k, args.n_out, is_gated(args.epilogue), max_tiles, sm_count);
+                  ? stream_k_splits(args.k, args.n_out, gated, max_tiles, 0, max_splits)
+                  : stream_k_splits(args.k, args.n_out, gated, max_tiles, current_device_sm_count());
   sa.k_chunk = ceil_div(ceil_div(args.k, sa.splits), kSlab) * kSlab;
   const int cols_per_cta = (kWarps / sa.splits) * (is_gated(args.epilogue) ? 8 : 16);
   args.n_blocks = ceil_div(args.n_out, cols_per_cta);

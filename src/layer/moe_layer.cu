@@ -58,9 +58,7 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens)
   if (max_tokens < 1) throw Error("max_tokens", "is " + std::to_string(max_tokens) + "; must be >= 1");
   if (const std::string why = gpu_unsupported_reason(config_); !why.empty())
     throw std::runtime_error(why);
-  int device = 0;
-  UNIMOE_CUDA_CHECK(cudaGetDevice(&device));
-  UNIMOE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
+  sm_count_ = current_device_sm_count();
   if (config_.options.backend != "auto") {
     const ExpertsPath forced = parse_experts_path(config_.options.backend);
     if (const std::string why = make_experts_backend(forced, config_, max_tokens_, sm_count_)
@@ -151,7 +149,7 @@ DeviceArch current_device_arch() {
   DeviceArch a;
   UNIMOE_CUDA_CHECK(cudaDeviceGetAttribute(&a.major, cudaDevAttrComputeCapabilityMajor, device));
   UNIMOE_CUDA_CHECK(cudaDeviceGetAttribute(&a.minor, cudaDevAttrComputeCapabilityMinor, device));
-  UNIMOE_CUDA_CHECK(cudaDeviceGetAttribute(&a.sm_count, cudaDevAttrMultiProcessorCount, device));
+  a.sm_count = current_device_sm_count();
   return a;
 }
 

@@ -12,22 +12,25 @@
 namespace unimoe {
 namespace {
 
-
 LayerPlan plan(const std::string& preset, int tokens, const std::string& backend = "auto") {
   MoEConfig c = find_preset(preset).config;
   c.options.backend = backend;
   return plan_for_tokens(c, tokens);
 }
 
+// The plan's path, tile rows and tactic (the same for both GEMMs).
+void expect_plan(const LayerPlan& p, ExpertsPath path, int tile_m, const std::string& tactic) {
+  EXPECT_EQ(p.path, path);
+  EXPECT_EQ(p.tile_m, tile_m);
+  EXPECT_EQ(p.gemm1.to_string(), tactic);
+  EXPECT_EQ(p.gemm2.to_string(), tactic);
+}
+
 TEST(LayerPlan, DecodeTakesNarrowTilesOrTheStreamBackend) {
   // dsv3-tp8 (I = 256) at up to one row per expert: the Stream backend.
   for (int t : {1, 8, 32}) {
-    const LayerPlan ds = plan("dsv3-tp8", t);
     SCOPED_TRACE("T=" + std::to_string(t));
-    EXPECT_EQ(ds.path, ExpertsPath::Stream);
-    EXPECT_EQ(ds.tile_m, 16);
-    EXPECT_EQ(ds.gemm1.to_string(), "stream_m16");
-    EXPECT_EQ(ds.gemm2.to_string(), "stream_m16");
+    expect_plan(plan("dsv3-tp8", t), ExpertsPath::Stream, 16, "stream_m16");
   }
   // dsv3-tp8 T=64: 2 rows per expert -> 16-row tiles, 64 columns.
   EXPECT_EQ(plan("dsv3-tp8", 64).gemm1.to_string(), "m16n64");
@@ -49,23 +52,15 @@ TEST(LayerPlan, DecodeTakesNarrowTilesOrTheStreamBackend) {
                                        {"gpt-oss-120b", 17},
                                        {"mixtral-8x7b", 3},
                                        {"mixtral-8x7b", 32}}) {  // 8 rows per expert
-    const LayerPlan p = plan(preset, tokens);
     SCOPED_TRACE(preset + " T=" + std::to_string(tokens));
-    EXPECT_EQ(p.path, ExpertsPath::Mma);
-    EXPECT_EQ(p.tile_m, 16);
-    EXPECT_EQ(p.gemm1.to_string(), "m16n64");
-    EXPECT_EQ(p.gemm2.to_string(), "m16n64");
+    expect_plan(plan(preset, tokens), ExpertsPath::Mma, 16, "m16n64");
   }
   // 16 rows per expert -> 32-row tiles, 64 columns (measured wins, session 4):
   // mixtral T=64 and dsv3-tp8 T=512.
   for (const auto& [preset, tokens] : {std::pair<std::string, int>{"mixtral-8x7b", 64},
                                        {"dsv3-tp8", 512}}) {
-    const LayerPlan p = plan(preset, tokens);
     SCOPED_TRACE(preset + " T=" + std::to_string(tokens));
-    EXPECT_EQ(p.path, ExpertsPath::Mma);
-    EXPECT_EQ(p.tile_m, 32);
-    EXPECT_EQ(p.gemm1.to_string(), "m32n64");
-    EXPECT_EQ(p.gemm2.to_string(), "m32n64");
+    expect_plan(plan(preset, tokens), ExpertsPath::Mma, 32, "m32n64");
   }
 }
 
