@@ -266,6 +266,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 // m32n64: for 9-16 rows per expert, where 16-row tiles stream an expert's
 // weights twice and 64-row tiles leave few CTAs (the rule's tile there,
 // plan/layer_plan.cpp; at 32 rows per expert m64n128 won).
+// m32n64x5: the same tile with a 3-stage pipeline, five CTAs an SM, for
+// GEMM2 (plan/layer_plan.cpp says where it won): a whole grid of few column
+// blocks (mixtral-8x7b T=64: 512 CTAs) fits in one wave instead of 1.3, and
+// short-K CTAs (dsv3-tp8, K = 256) overlap more prologues and epilogues.
 // m16n128, m16n64: for decode, where an expert has a few rows and the cost is
 // streaming its weights: deep pipelines of 16-byte copies and, with the
 // narrower tile, more CTAs to spread the weights over every SM.
@@ -276,6 +280,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 using TileM128N128 = TileConfig<128, 128, 2, 4, 3, 2>;
 using TileM64N128 = TileConfig<64, 128, 2, 2, 3, 3>;
 using TileM32N64 = TileConfig<32, 64, 1, 4, 6, 3>;
+using TileM32N64X5 = TileConfig<32, 64, 1, 4, 3, 5>;
 using TileM16N128 = TileConfig<16, 128, 1, 4, 6, 2>;
 using TileM16N64 = TileConfig<16, 64, 1, 4, 6, 3>;
 using TileM16N32 = TileConfig<16, 32, 1, 2, 6, 6>;
@@ -297,16 +302,20 @@ CompiledTactic compiled() {
 constexpr const GemmTactic* kTactics = kMmaTactics;
 constexpr int kNumTactics = kNumMmaTactics;
 
+// A tactic's ctas_per_sm of 0 names the tile's standard build; else it must
+// be the build's CTAs an SM.
 template <class Cfg>
 constexpr bool same_tile(int index) {
-  return !kMmaTactics[index].stream && kMmaTactics[index].tile_m == Cfg::kTileM &&
-         kMmaTactics[index].tile_n == Cfg::kTileN;
+  const GemmTactic& t = kMmaTactics[index];
+  return !t.stream && t.tile_m == Cfg::kTileM && t.tile_n == Cfg::kTileN &&
+         (t.ctas_per_sm == 0 || t.ctas_per_sm == Cfg::kMinBlocks);
 }
 // The tiled configs first, then the stream kernel (stream_gemm.cu).
-constexpr int kStreamIndex = 6;
-static_assert(kNumMmaTactics == 7 && same_tile<TileM128N128>(0) && same_tile<TileM64N128>(1) &&
-                  same_tile<TileM32N64>(2) && same_tile<TileM16N128>(3) &&
-                  same_tile<TileM16N64>(4) && same_tile<TileM16N32>(5) &&
+constexpr int kStreamIndex = 7;
+static_assert(kNumMmaTactics == 8 && same_tile<TileM128N128>(0) && same_tile<TileM64N128>(1) &&
+                  same_tile<TileM32N64>(2) && same_tile<TileM32N64X5>(3) &&
+                  kMmaTactics[3].ctas_per_sm != 0 && same_tile<TileM16N128>(4) &&
+                  same_tile<TileM16N64>(5) && same_tile<TileM16N32>(6) &&
                   kMmaTactics[kStreamIndex].stream &&
                   kMmaTactics[kStreamIndex].tile_m == kStreamTileM,
               "plan/tactics.h's kMmaTactics must list the compiled configs in order");
@@ -317,8 +326,9 @@ CompiledTactic compiled_tactic(int index) {
     case 0: return compiled<TileM128N128>();
     case 1: return compiled<TileM64N128>();
     case 2: return compiled<TileM32N64>();
-    case 3: return compiled<TileM16N128>();
-    case 4: return compiled<TileM16N64>();
+    case 3: return compiled<TileM32N64X5>();
+    case 4: return compiled<TileM16N128>();
+    case 5: return compiled<TileM16N64>();
     default: return compiled<TileM16N32>();
   }
 }

@@ -56,13 +56,26 @@ int tile_m_for(double rows_per_expert) {
 // gpt-oss-120b 335 vs 345, mixtral 493 vs 512; T=1 and T=64 likewise or
 // tied): more CTAs for the same weights. 32-row tiles take 64 (m32n64, the
 // only 32-row tactic compiled); larger M tiles take 128.
-GemmTactic tiled_tactic(int tile_m) {
+GemmTactic tiled_tactic(int tile_m, int ctas_per_sm = 0) {
   const int tile_n = tile_m <= 32 ? 64 : 128;
   for (const GemmTactic& t : kMmaTactics)
-    if (!t.stream && t.tile_m == tile_m && t.tile_n == tile_n) return t;
-  throw std::runtime_error("no GEMM tactic compiled for m" + std::to_string(tile_m) + "n" +
-                           std::to_string(tile_n));
+    if (!t.stream && t.tile_m == tile_m && t.tile_n == tile_n && t.ctas_per_sm == ctas_per_sm)
+      return t;
+  throw std::runtime_error("no GEMM tactic compiled for " +
+                           GemmTactic{tile_m, tile_n, false, ctas_per_sm}.to_string());
 }
+
+// GEMM2 over 32-row tiles takes m32n64x5 (3 pipeline stages, 5 CTAs an SM)
+// and GEMM1 the standard m32n64 (6 stages, 3 an SM). Measured on the H200
+// (session 7 run 1, one call, every 32-row point of the anchor shapes, both
+// builds of the tile for both GEMMs):
+// - GEMM2 gained at every point but one. mixtral-8x7b T=64 (N = 4096, 512
+//   CTAs: 1.3 waves at 3 an SM, one at 5): 284 -> 227 us, layer 730 -> 687.
+//   dsv3-tp8 T=512 (K = 256, four K steps a CTA): 291 -> 246. gpt-oss-120b
+//   T=512 (14.5 waves of long CTAs) lost 513 -> 522.
+// - GEMM1 lost at all three (mixtral 445 -> 458, dsv3-tp8 452 -> 484,
+//   gpt-oss-120b 999 -> 1025): with many waves the deeper pipeline pays.
+constexpr int kGemm2CtasPerSm32 = 5;
 
 // The stream (swap-AB) kernel for both GEMMs
 //  - where I <= 256 and experts have at most one row: there the tiled
@@ -174,7 +187,8 @@ LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens,
     plan.gemm1 = plan.gemm2 = kStream;
   } else {
     plan.tile_m = tile_m_for(per_expert);
-    plan.gemm1 = plan.gemm2 = tiled_tactic(plan.tile_m);
+    plan.gemm1 = tiled_tactic(plan.tile_m);
+    plan.gemm2 = tiled_tactic(plan.tile_m, plan.tile_m == 32 ? kGemm2CtasPerSm32 : 0);
   }
   const bool overlap_allowed = config.experts.intermediate <= kOverlapMaxIntermediate;
   plan.overlap_stream_gemms = plan.path == ExpertsPath::Stream && overlap_allowed;

@@ -17,21 +17,25 @@ struct GemmTactic {
   int tile_m = 64;   // rows of a tile (must equal the schedule's tile_m)
   int tile_n = 128;  // output columns of a tile (0: stream)
   bool stream = false;
-  std::string to_string() const;  // "m64n128", "stream_m16"
+  // 0: the tile's standard build. Else a second build of the same tile that
+  // keeps this many CTAs on an SM, with a shallower pipeline to fit them.
+  int ctas_per_sm = 0;
+  std::string to_string() const;  // "m64n128", "m32n64x5", "stream_m16"
 };
 
 constexpr bool operator==(const GemmTactic& a, const GemmTactic& b) {
-  return a.tile_m == b.tile_m && a.tile_n == b.tile_n && a.stream == b.stream;
+  return a.tile_m == b.tile_m && a.tile_n == b.tile_n && a.stream == b.stream &&
+         a.ctas_per_sm == b.ctas_per_sm;
 }
 constexpr bool operator!=(const GemmTactic& a, const GemmTactic& b) { return !(a == b); }
 
 // The compiled mma tactics, best first for large T (src/kernels/grouped_gemm.cu
 // instantiates one kernel for each and checks the list at compile time).
 inline constexpr GemmTactic kMmaTactics[] = {
-    {128, 128}, {64, 128}, {32, 64}, {16, 128}, {16, 64}, {16, 32}, {16, 0, true}};
+    {128, 128}, {64, 128}, {32, 64}, {32, 64, false, 5}, {16, 128}, {16, 64}, {16, 32}, {16, 0, true}};
 inline constexpr int kNumMmaTactics = sizeof(kMmaTactics) / sizeof(kMmaTactics[0]);
 
-// "m16n64" -> {16, 64}, "stream_m16" -> {16, 0, true}. Throws Error (field "mma_tactic") listing the
+// "m16n64" -> {16, 64}, "m32n64x5" -> {32, 64, false, 5}, "stream_m16" -> {16, 0, true}. Throws Error (field "mma_tactic") listing the
 // compiled tactics when `s` is not one of kMmaTactics.
 GemmTactic parse_gemm_tactic(const std::string& s);
 

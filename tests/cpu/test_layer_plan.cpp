@@ -18,12 +18,13 @@ LayerPlan plan(const std::string& preset, int tokens, const std::string& backend
   return plan_for_tokens(c, tokens);
 }
 
-// The plan's path, tile rows and tactic (the same for both GEMMs).
-void expect_plan(const LayerPlan& p, ExpertsPath path, int tile_m, const std::string& tactic) {
+// The plan's path, tile rows and tactics (GEMM2's defaults to GEMM1's).
+void expect_plan(const LayerPlan& p, ExpertsPath path, int tile_m, const std::string& gemm1,
+                 const std::string& gemm2 = "") {
   EXPECT_EQ(p.path, path);
   EXPECT_EQ(p.tile_m, tile_m);
-  EXPECT_EQ(p.gemm1.to_string(), tactic);
-  EXPECT_EQ(p.gemm2.to_string(), tactic);
+  EXPECT_EQ(p.gemm1.to_string(), gemm1);
+  EXPECT_EQ(p.gemm2.to_string(), gemm2.empty() ? gemm1 : gemm2);
 }
 
 TEST(LayerPlan, DecodeTakesNarrowTilesOrTheStreamBackend) {
@@ -56,11 +57,11 @@ TEST(LayerPlan, DecodeTakesNarrowTilesOrTheStreamBackend) {
     expect_plan(plan(preset, tokens), ExpertsPath::Mma, 16, "m16n64");
   }
   // 16 rows per expert -> 32-row tiles, 64 columns (measured wins, session 4):
-  // mixtral T=64 and dsv3-tp8 T=512.
+  // mixtral T=64 and dsv3-tp8 T=512; GEMM2 with five CTAs an SM (session 7).
   for (const auto& [preset, tokens] : {std::pair<std::string, int>{"mixtral-8x7b", 64},
                                        {"dsv3-tp8", 512}}) {
     SCOPED_TRACE(preset + " T=" + std::to_string(tokens));
-    expect_plan(plan(preset, tokens), ExpertsPath::Mma, 32, "m32n64");
+    expect_plan(plan(preset, tokens), ExpertsPath::Mma, 32, "m32n64", "m32n64x5");
   }
 }
 
@@ -87,9 +88,9 @@ TEST(LayerPlan, MTileChangesAtEachRowsPerExpertBoundary) {
   };
   const Case cases[] = {
       {32, 8, "path=mma tile_m=16 gemm1=m16n64 gemm2=m16n64"},
-      {34, 8.5, "path=mma tile_m=32 gemm1=m32n64 gemm2=m32n64"},
-      {36, 9, "path=mma tile_m=32 gemm1=m32n64 gemm2=m32n64"},
-      {64, 16, "path=mma tile_m=32 gemm1=m32n64 gemm2=m32n64"},
+      {34, 8.5, "path=mma tile_m=32 gemm1=m32n64 gemm2=m32n64x5"},
+      {36, 9, "path=mma tile_m=32 gemm1=m32n64 gemm2=m32n64x5"},
+      {64, 16, "path=mma tile_m=32 gemm1=m32n64 gemm2=m32n64x5"},
       {68, 17, "path=mma tile_m=64 gemm1=m64n128 gemm2=m64n128"},
       {256, 64, "path=mma tile_m=64 gemm1=m64n128 gemm2=m64n128"},
       {260, 65, "path=mma tile_m=128 gemm1=m128n128 gemm2=m128n128"},
