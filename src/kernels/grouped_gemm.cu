@@ -263,6 +263,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 // variants on an H200).
 // m128n128: 8 warps of 64x32, two CTAs per SM, for compute-bound sizes.
 // m64n128: 4 warps of 32x64, three CTAs per SM, for mid-size experts.
+// m48n128: 4 warps of 48x32, three CTAs an SM, for about 32 rows per
+// expert, which a 64-row tile pads to twice the MMA work and 32-row tiles
+// split in two for every expert above its mean.
 // m32n64: for 9-16 rows per expert, where 16-row tiles stream an expert's
 // weights twice and 64-row tiles leave few CTAs (the rule's tile there,
 // plan/layer_plan.cpp; at 32 rows per expert m64n128 won).
@@ -279,6 +282,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 // stream_m16 (stream_gemm.cu): swap-AB, weights straight into registers.
 using TileM128N128 = TileConfig<128, 128, 2, 4, 3, 2>;
 using TileM64N128 = TileConfig<64, 128, 2, 2, 3, 3>;
+using TileM48N128 = TileConfig<48, 128, 1, 4, 3, 3>;
 using TileM32N64 = TileConfig<32, 64, 1, 4, 6, 3>;
 using TileM32N64X5 = TileConfig<32, 64, 1, 4, 3, 5>;
 using TileM16N128 = TileConfig<16, 128, 1, 4, 6, 2>;
@@ -311,11 +315,12 @@ constexpr bool same_tile(int index) {
          (t.ctas_per_sm == 0 || t.ctas_per_sm == Cfg::kMinBlocks);
 }
 // The tiled configs first, then the stream kernel (stream_gemm.cu).
-constexpr int kStreamIndex = 7;
-static_assert(kNumMmaTactics == 8 && same_tile<TileM128N128>(0) && same_tile<TileM64N128>(1) &&
-                  same_tile<TileM32N64>(2) && same_tile<TileM32N64X5>(3) &&
-                  kMmaTactics[3].ctas_per_sm != 0 && same_tile<TileM16N128>(4) &&
-                  same_tile<TileM16N64>(5) && same_tile<TileM16N32>(6) &&
+constexpr int kStreamIndex = 8;
+static_assert(kNumMmaTactics == 9 && same_tile<TileM128N128>(0) && same_tile<TileM64N128>(1) &&
+                  same_tile<TileM48N128>(2) && same_tile<TileM32N64>(3) &&
+                  same_tile<TileM32N64X5>(4) && kMmaTactics[4].ctas_per_sm != 0 &&
+                  same_tile<TileM16N128>(5) && same_tile<TileM16N64>(6) &&
+                  same_tile<TileM16N32>(7) &&
                   kMmaTactics[kStreamIndex].stream &&
                   kMmaTactics[kStreamIndex].tile_m == kStreamTileM,
               "plan/tactics.h's kMmaTactics must list the compiled configs in order");
@@ -325,10 +330,11 @@ CompiledTactic compiled_tactic(int index) {
   switch (index) {
     case 0: return compiled<TileM128N128>();
     case 1: return compiled<TileM64N128>();
-    case 2: return compiled<TileM32N64>();
-    case 3: return compiled<TileM32N64X5>();
-    case 4: return compiled<TileM16N128>();
-    case 5: return compiled<TileM16N64>();
+    case 2: return compiled<TileM48N128>();
+    case 3: return compiled<TileM32N64>();
+    case 4: return compiled<TileM32N64X5>();
+    case 5: return compiled<TileM16N128>();
+    case 6: return compiled<TileM16N64>();
     default: return compiled<TileM16N32>();
   }
 }

@@ -37,16 +37,21 @@ constexpr Sm90GemmTactic kCutlassTactic = Sm90GemmTactic::Cooperative128x256;
 // m64n128 727 us against m16n64 829). 32-row tiles above 8 up to 16 rows
 // (16 rows: mixtral T=64 m32n64 742.2 us against m64n128 763.6; dsv3-tp8
 // T=512 781.7 against m64n128 848.2 and 809.0 for the best CUTLASS
-// tactic). 64-row tiles above 16 up to 64 rows (32 rows: qwen3-30b-a3b
-// T=512 m64n128 368.3 us against m32n64 377.2); 128-row tiles above 64
-// rows (not yet compared with 64 on the H200).
+// tactic). 48-row tiles above 16 up to 40 rows (32 rows, session 7 run 2,
+// --autotune over every pair: qwen3-30b-a3b T=512 m48n128 346.9 us against
+// m64n128 364.7, the best m32 pair 372.2 and the best CUTLASS tactic 364.1;
+// qwen3-235b-a22b T=512 1255.6 against m64n128 1288.3). 64-row tiles above
+// that up to 64 rows; 128-row tiles above 64 rows (not yet compared with 64
+// on the H200).
 constexpr double kTile16RowsPerExpert = 8;
 constexpr double kTile32RowsPerExpert = 16;
+constexpr double kTile48RowsPerExpert = 40;
 constexpr double kTile64RowsPerExpert = 64;
 
 int tile_m_for(double rows_per_expert) {
   if (rows_per_expert <= kTile16RowsPerExpert) return 16;
   if (rows_per_expert <= kTile32RowsPerExpert) return 32;
+  if (rows_per_expert <= kTile48RowsPerExpert) return 48;
   if (rows_per_expert <= kTile64RowsPerExpert) return 64;
   return 128;
 }

@@ -32,7 +32,8 @@ constexpr bool operator!=(const GemmTactic& a, const GemmTactic& b) { return !(a
 // The compiled mma tactics, best first for large T (src/kernels/grouped_gemm.cu
 // instantiates one kernel for each and checks the list at compile time).
 inline constexpr GemmTactic kMmaTactics[] = {
-    {128, 128}, {64, 128}, {32, 64}, {32, 64, false, 5}, {16, 128}, {16, 64}, {16, 32}, {16, 0, true}};
+    {128, 128}, {64, 128}, {48, 128}, {32, 64},     {32, 64, false, 5},
+    {16, 128},  {16, 64},  {16, 32},  {16, 0, true}};
 inline constexpr int kNumMmaTactics = sizeof(kMmaTactics) / sizeof(kMmaTactics[0]);
 
 // "m16n64" -> {16, 64}, "m32n64x5" -> {32, 64, false, 5}, "stream_m16" -> {16, 0, true}. Throws Error (field "mma_tactic") listing the

@@ -91,7 +91,9 @@ TEST(LayerPlan, MTileChangesAtEachRowsPerExpertBoundary) {
       {34, 8.5, "path=mma tile_m=32 gemm1=m32n64 gemm2=m32n64x5"},
       {36, 9, "path=mma tile_m=32 gemm1=m32n64 gemm2=m32n64x5"},
       {64, 16, "path=mma tile_m=32 gemm1=m32n64 gemm2=m32n64x5"},
-      {68, 17, "path=mma tile_m=64 gemm1=m64n128 gemm2=m64n128"},
+      {68, 17, "path=mma tile_m=48 gemm1=m48n128 gemm2=m48n128"},
+      {160, 40, "path=mma tile_m=48 gemm1=m48n128 gemm2=m48n128"},
+      {164, 41, "path=mma tile_m=64 gemm1=m64n128 gemm2=m64n128"},
       {256, 64, "path=mma tile_m=64 gemm1=m64n128 gemm2=m64n128"},
       {260, 65, "path=mma tile_m=128 gemm1=m128n128 gemm2=m128n128"},
       {384, 96, "path=mma tile_m=128 gemm1=m128n128 gemm2=m128n128"},
@@ -105,13 +107,13 @@ TEST(LayerPlan, MTileChangesAtEachRowsPerExpertBoundary) {
 
 TEST(LayerPlan, PrintsWhatRuns) {
   EXPECT_EQ(plan("dsv3-tp8", 1).to_string(), "path=stream tile_m=16 gemm1=stream_m16 gemm2=stream_m16");
-  EXPECT_EQ(plan("qwen3-30b-a3b", 512).to_string(), "path=mma tile_m=64 gemm1=m64n128 gemm2=m64n128");
+  EXPECT_EQ(plan("qwen3-30b-a3b", 512).to_string(), "path=mma tile_m=48 gemm1=m48n128 gemm2=m48n128");
   EXPECT_EQ(plan("qwen3-30b-a3b", 16384).to_string(), "path=cutlass sm90=coop_128x256x64");
 }
 
 TEST(LayerPlan, CutlassAboveTheMeasuredCrossover) {
   EXPECT_EQ(plan("qwen3-30b-a3b", 512).path, ExpertsPath::Mma);       // 32 rows per expert
-  EXPECT_EQ(plan("qwen3-30b-a3b", 512).tile_m, 64);
+  EXPECT_EQ(plan("qwen3-30b-a3b", 512).tile_m, 48);  // m48n128 won (session 7)
   EXPECT_EQ(plan("qwen3-30b-a3b", 4096).path, ExpertsPath::Cutlass);  // 256 rows per expert
   EXPECT_EQ(plan("mixtral-8x7b", 64).path, ExpertsPath::Mma);         // 16 rows per expert
   EXPECT_EQ(plan("dsv3-tp8", 512).path, ExpertsPath::Mma);            // 16 rows: m32n64 won

@@ -78,7 +78,7 @@ TEST(Tactics, NamesRoundTripAndErrorsListTheCompiledOnes) {
   EXPECT_THROW(parse_gemm_tactic("m32n64x4"), Error);  // no such build
   const Error mma = error_of([] { parse_gemm_tactic("m32n128"); });
   EXPECT_EQ(mma.field(), "mma_tactic");
-  EXPECT_TRUE(contains(mma.what(), "allowed: m128n128, m64n128, m32n64, m32n64x5, m16n128, m16n64, m16n32")) << mma.what();
+  EXPECT_TRUE(contains(mma.what(), "allowed: m128n128, m64n128, m48n128, m32n64, m32n64x5, m16n128, m16n64, m16n32")) << mma.what();
 
   EXPECT_EQ(to_string(Sm90GemmTactic::Cooperative128x128), "coop_128x128x64");
   EXPECT_EQ(to_string(Sm90GemmTactic::Cooperative128x256), "coop_128x256x64");
@@ -159,7 +159,7 @@ TEST(Candidates, EveryBackendWithEveryCompiledTactic) {
   std::size_t pairs = 0;
   for (const GemmTactic& a : kMmaTactics)
     for (const GemmTactic& b : kMmaTactics) pairs += !a.stream && !b.stream && a.tile_m == b.tile_m;
-  EXPECT_EQ(pairs, 15u);  // m128: 1, m64: 1, m32: 2 x 2 (m32n64, m32n64x5), m16: 3 x 3
+  EXPECT_EQ(pairs, 16u);  // m128, m64, m48: 1 each; m32: 2 x 2 (m32n64, m32n64x5); m16: 3 x 3
   ASSERT_EQ(all.size(), pairs + 1 + kNumSm90GemmTactics);  // + the stream tactic
   std::vector<Sm90GemmTactic> sm90;
   for (std::size_t i = 0; i < all.size(); ++i) {
