@@ -37,15 +37,20 @@ constexpr Sm90GemmTactic kCutlassTactic = Sm90GemmTactic::Cooperative128x256;
 // m64n128 727 us against m16n64 829). 32-row tiles above 8 up to 16 rows
 // (16 rows: mixtral T=64 m32n64 742.2 us against m64n128 763.6; dsv3-tp8
 // T=512 781.7 against m64n128 848.2 and 809.0 for the best CUTLASS
-// tactic). 48-row tiles above 16 up to 40 rows (32 rows, session 7 run 2,
-// --autotune over every pair: qwen3-30b-a3b T=512 m48n128 346.9 us against
-// m64n128 364.7, the best m32 pair 372.2 and the best CUTLASS tactic 364.1;
-// qwen3-235b-a22b T=512 1255.6 against m64n128 1288.3). 64-row tiles above
-// that up to 64 rows; 128-row tiles above 64 rows (not yet compared with 64
-// on the H200).
+// tactic). 48-row tiles above 16 up to 36 rows, 64-row tiles above 36 up
+// to 64. Session 7: run 2, --autotune over every pair at 32 rows:
+// qwen3-30b-a3b T=512 m48n128 346.9 us against m64n128 364.7, the best m32
+// pair 372.2 and the best CUTLASS tactic 364.1; qwen3-235b-a22b T=512
+// 1255.6 against m64n128 1288.3. Run 3, one call, m48n128 against m64n128
+// at 24, 32, 40, 48 and 56 rows: qwen3-30b-a3b 340.9/361.3, 345.5/364.5,
+// 360.7/369.6, 391.4/374.0, 451.0/396.1; mixtral-8x7b 735.0/785.6,
+// 741.5/783.6, 812.6/797.8, 904.0/801.4, 1230.5/885.8. The 48-row tile wins
+// while few experts pass 48 rows (each such expert takes a second tile);
+// the bound lies between the split point (40) and the last common win (32).
+// 128-row tiles above 64 rows (not yet compared with 64 on the H200).
 constexpr double kTile16RowsPerExpert = 8;
 constexpr double kTile32RowsPerExpert = 16;
-constexpr double kTile48RowsPerExpert = 40;
+constexpr double kTile48RowsPerExpert = 36;
 constexpr double kTile64RowsPerExpert = 64;
 
 int tile_m_for(double rows_per_expert) {
