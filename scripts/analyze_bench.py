@@ -7,8 +7,10 @@ For each (preset, T) in both files: unimoe's time (best backend when several
 ran), three floors (the anchor file's; one from this run's measured ceilings;
 a strict one with the higher of the two bandwidths and matmul rates), and the
 ratio to the best peer. Ends with the geometric means the BF16 issue's
-targets are stated in, the points slower than the best peer, the T=1 points
-against 1.6x the anchor floor, and each point's stage times.
+targets are stated in, the points slower than the best peer (with the
+active-expert counts where this run's routing hit more experts than the
+peer's, which then read fewer weight bytes), the T=1 points against 1.6x
+the anchor floor, and each point's stage times.
 """
 import json
 import math
@@ -16,6 +18,14 @@ import sys
 
 T1_BOUND = 1.6  # the BF16 issue: T=1 at most 1.6x the floor on every shape
 STAGES = ["routing", "permute", "gemm1", "gemm2", "finalize"]  # the launch chain's order
+
+
+def slower_note(name, t, us, peer_us, active, peer_active):
+    """'mixtral-8x7b T=8 (+3.1%)', with the active experts of both runs when they differ."""
+    note = f"{name} T={t} (+{100 * (us / peer_us - 1):.1f}%"
+    if active is not None and peer_active is not None and round(active) != round(peer_active):
+        note += f"; {active:g} active experts here, {peer_active:g} in the peer's run"
+    return note + ")"
 
 
 def main():
@@ -45,7 +55,8 @@ def main():
         for k, v in ratios.items():
             logs[k].append(math.log(v))
         if p["time_us"] > peer:
-            slower.append(f"{key[0]} T={key[1]} (+{100 * (p['time_us'] / peer - 1):.1f}%)")
+            slower.append(slower_note(key[0], key[1], p["time_us"], peer, p.get("active_experts"),
+                                      a.get("active_experts")))
         if key[1] == 1:
             t1.append((key[0], p["time_us"], ratios["anchor"], T1_BOUND * a["floor_us"]))
         print(f"{key[0]:16} {key[1]:>6} {p['backend']:8} {p['time_us']:9.1f} {ratios['anchor']:8.2f} "

@@ -173,8 +173,10 @@ TEST(PermuteGpu, ChunkBoundaries) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   // T*K just below, at and above whole chunks, and many chunks with a partial last one.
-  const std::pair<int, int> shapes[] = {{1023, 1}, {1024, 1}, {1025, 1}, {128, 8},
-                                        {129, 8},  {1000, 6}, {5000, 22}, {16383, 32}};
+  const std::pair<int, int> shapes[] = {{255, 1},  {256, 1},  {257, 1},   {1023, 1},
+                                        {1024, 1}, {1025, 1}, {128, 8},   {129, 8},
+                                        {1000, 6}, {5000, 22}, {16383, 32},
+                                        {2048, 8}, {2049, 8}};  // 16384 rows: the small-call rule's edge
   for (auto [t, k] : shapes)
     check_permute(random_ids(t, k, 64, rng), t, k, 0, 64, {1, 64, 128});
 }
