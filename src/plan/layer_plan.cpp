@@ -64,8 +64,9 @@ int tile_m_for(double rows_per_expert) {
 // Column tile: with 16-row tiles, 64 columns won every measured point over
 // 128 (T=8: qwen3-30b-a3b 129 vs 137 us, qwen3-235b-a22b 455 vs 466,
 // gpt-oss-120b 335 vs 345, mixtral 493 vs 512; T=1 and T=64 likewise or
-// tied): more CTAs for the same weights. 32-row tiles take 64 (m32n64, the
-// only 32-row tactic compiled); larger M tiles take 128.
+// tied): more CTAs for the same weights. 32-row tiles take 64 (the only
+// 32-row tile compiled, in two builds: m32n64 and m32n64x5); larger M tiles
+// (48, 64, 128) take 128.
 GemmTactic tiled_tactic(int tile_m, int ctas_per_sm = 0) {
   const int tile_n = tile_m <= 32 ? 64 : 128;
   for (const GemmTactic& t : kMmaTactics)
