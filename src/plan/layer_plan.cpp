@@ -81,11 +81,13 @@ GemmTactic tiled_tactic(int tile_m, int ctas_per_sm = 0) {
 // (session 7 run 1, one call, every 32-row point of the anchor shapes, both
 // builds of the tile for both GEMMs):
 // - GEMM2 gained at every point but one. mixtral-8x7b T=64 (N = 4096, 512
-//   CTAs: 1.3 waves at 3 an SM, one at 5): 284 -> 227 us, layer 730 -> 687.
-//   dsv3-tp8 T=512 (K = 256, four K steps a CTA): 291 -> 246. gpt-oss-120b
-//   T=512 (14.5 waves of long CTAs) lost 513 -> 522.
+//   CTAs: 1.3 waves at 3 an SM, one at 5): 284 -> 227 us. dsv3-tp8 T=512
+//   (K = 256, four K steps a CTA): 291 -> 246. gpt-oss-120b T=512 (14.5
+//   waves of long CTAs) lost 513 -> 522.
 // - GEMM1 lost at all three (mixtral 445 -> 458, dsv3-tp8 452 -> 484,
 //   gpt-oss-120b 999 -> 1025): with many waves the deeper pipeline pays.
+// The pair as the rule takes it (run 2, another H200): mixtral-8x7b T=64
+// 680.7 us against 729-730 for m32n64 on both GEMMs in run 1.
 constexpr int kGemm2CtasPerSm32 = 5;
 
 // The stream (swap-AB) kernel for both GEMMs

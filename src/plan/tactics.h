@@ -36,8 +36,9 @@ inline constexpr GemmTactic kMmaTactics[] = {
     {16, 128},  {16, 64},  {16, 32},  {16, 0, true}};
 inline constexpr int kNumMmaTactics = sizeof(kMmaTactics) / sizeof(kMmaTactics[0]);
 
-// "m16n64" -> {16, 64}, "m32n64x5" -> {32, 64, false, 5}, "stream_m16" -> {16, 0, true}. Throws Error (field "mma_tactic") listing the
-// compiled tactics when `s` is not one of kMmaTactics.
+// "m16n64" -> {16, 64}, "m32n64x5" -> {32, 64, false, 5}, "stream_m16" ->
+// {16, 0, true}. Throws Error (field "mma_tactic") listing the compiled
+// tactics when `s` is not one of kMmaTactics.
 GemmTactic parse_gemm_tactic(const std::string& s);
 
 // K splits of the stream kernel (its 8 warps split K 1, 2, 4 or 8 ways;
