@@ -1,6 +1,7 @@
 // unimoe-bench: shared types of the command-line tool.
 #pragma once
 
+#include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
@@ -55,6 +56,14 @@ struct RunResult {
 // Runs every (preset, T) on the GPU; returns false (and a reason) when no
 // usable GPU or no CUDA build.
 bool gpu_available(std::string* reason);
+// For a GPU-only mode: true with a usable GPU; else prints "unimoe-bench
+// <flag> needs a GPU: <reason>" and returns false.
+inline bool gpu_or_explain(const char* flag) {
+  std::string why;
+  if (gpu_available(&why)) return true;
+  std::fprintf(stderr, "unimoe-bench %s needs a GPU: %s\n", flag, why.c_str());
+  return false;
+}
 RunResult run_gpu(const Options& opt);
 // The CPU reference at a reduced size, for machines without a GPU.
 RunResult run_cpu_reference(const Options& opt, const std::string& why);

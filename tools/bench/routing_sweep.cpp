@@ -102,11 +102,7 @@ void poison(const SweepBuffers& b, int rows, int e, cudaStream_t stream) {
 }  // namespace
 
 int run_routing_sweep(const SweepOptions& opt) {
-  std::string why;
-  if (!gpu_available(&why)) {
-    std::fprintf(stderr, "unimoe-bench --routing-sweep needs a GPU: %s\n", why.c_str());
-    return 2;
-  }
+  if (!gpu_or_explain("--routing-sweep")) return 2;
   const std::vector<RoutingSweepPoint> points = routing_sweep_points(opt.grid);
   if (points.empty()) throw Error("routing-sweep", "the grid has no legal point");
   int max_t = 1, max_e = 1, max_rows = 1;

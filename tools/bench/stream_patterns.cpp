@@ -43,11 +43,7 @@ constexpr int kWarmup = 2;
 }  // namespace
 
 int run_stream_patterns(const StreamPatternOptions& opt) {
-  std::string why;
-  if (!gpu_available(&why)) {
-    std::fprintf(stderr, "unimoe-bench --stream-patterns needs a GPU: %s\n", why.c_str());
-    return 2;
-  }
+  if (!gpu_or_explain("--stream-patterns")) return 2;
   cudaStream_t stream;
   UNIMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaEvent_t start, stop;
