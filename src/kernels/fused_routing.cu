@@ -173,24 +173,49 @@ __device__ __forceinline__ RowsBelow rows_below(const BlockShared& s, int rows, 
 }
 
 // Phases 2-4 for at most 32 rows, with no barrier: each thread counts the
-// rows below and at its experts straight from s.expert, and warp 0, a lane
-// per row, places the rows (rank among the lanes of the same expert) and
-// writes the tiles, each expert's first lane its expert's. The same outputs
-// as the general path; small inputs (decode) so run a short stretch of code.
-__device__ void permute_one_piece(const BlockPermuteParams& p, const BlockShared& s) {
-  const int tid = threadIdx.x, lane = tid % kWarpSize;
+// rows below and at its experts straight from s.expert, and the first warp,
+// a lane per row, places the rows (rank among the lanes of the same expert)
+// and writes the tiles, each expert's first lane its expert's. The same
+// outputs as the general path; small inputs (decode) so run a short stretch
+// of code. Only the threads from `first_thread` on (a multiple of 32) take
+// part; the warps below may be busy with something else.
+__device__ void permute_one_piece(const BlockPermuteParams& p, const BlockShared& s,
+                                  int first_thread = 0) {
+  const int tid = threadIdx.x - first_thread, lane = threadIdx.x % kWarpSize;
   const int num_local = p.num_local, rows = p.rows;
+  if (tid < 0) return;
+  // Two experts a thread in one pass over the rows, so that a block
+  // narrower than E_local (by the warps busy elsewhere) takes no second
+  // serial pass.
+  const int stride = blockDim.x - first_thread;
 #pragma unroll 1
-  for (int e = tid; e <= num_local; e += blockDim.x) {
-    const RowsBelow c = rows_below(s, rows, e);
-    p.expert_offsets[e] = c.below;  // e = num_local: every local row
-    if (e < num_local) p.expert_counts[e] = c.equal;
+  for (int e = tid; e < num_local; e += 2 * stride) {
+    const int e2 = e + stride;
+    RowsBelow c{0, 0}, c2{0, 0};
+#pragma unroll 4
+    for (int row = 0; row < rows; ++row) {
+      const int v = s.expert[row];  // a broadcast
+      c.below += v >= 0 && v < e;
+      c.equal += v == e;
+      c2.below += v >= 0 && v < e2;
+      c2.equal += v == e2;
+    }
+    p.expert_offsets[e] = c.below;
+    p.expert_counts[e] = c.equal;
+    if (e2 < num_local) {
+      p.expert_offsets[e2] = c2.below;
+      p.expert_counts[e2] = c2.equal;
+    }
   }
   if (tid >= kWarpSize) return;
 
   const unsigned lanes_below = (1u << lane) - 1u;
   const int row = lane;
   const int e = row < rows ? s.expert[row] : -1;
+  // The last offset, every local row, from the warp rather than a second
+  // pass over the rows by thread 0 (the block is often exactly E_local wide).
+  const unsigned local_rows = __ballot_sync(kFullMask, e >= 0);
+  if (lane == 0) p.expert_offsets[num_local] = __popc(local_rows);
   const unsigned same = __match_any_sync(kFullMask, e);
   const int count = __popc(same);
   const int start = e >= 0 ? rows_below(s, rows, e).below : 0;
@@ -207,14 +232,21 @@ __device__ void permute_one_piece(const BlockPermuteParams& p, const BlockShared
     if (t >= p.num_tile_sizes) break;
     const int tile_m = p.tile_m[t];
     const int tiles = first_of_expert ? (count - 1) / tile_m + 1 : 0;
-    // This expert's first tile: the tiles of the lower experts.
+    // This expert's first tile: the tiles of the lower experts. Lanes from
+    // `rows` on hold no row, so only the first `rows`, rounded up to 8, are
+    // read (measured, session 8: the loop over all 32 lanes took about 1000
+    // of a one-token call's 4000-9000 cycles).
     int base = 0, num_tiles = 0;
-#pragma unroll 8
-    for (int l = 0; l < kWarpSize; ++l) {
-      const int other_e = __shfl_sync(kFullMask, e, l);
-      const int other_tiles = __shfl_sync(kFullMask, tiles, l);
-      num_tiles += other_tiles;
-      if (other_e < e) base += other_tiles;
+    const int lanes_read = (rows + 7) & ~7;
+#pragma unroll 1
+    for (int first = 0; first < lanes_read; first += 8) {
+#pragma unroll
+      for (int l = first; l < first + 8; ++l) {
+        const int other_e = __shfl_sync(kFullMask, e, l);
+        const int other_tiles = __shfl_sync(kFullMask, tiles, l);
+        num_tiles += other_tiles;
+        if (other_e < e) base += other_tiles;
+      }
     }
 #pragma unroll 1
     for (int i = 0; i < tiles; ++i) {
@@ -551,6 +583,49 @@ __device__ void route_deepseek_tokens(const RoutingKernelParams& r, const BlockP
   }
 }
 
+// Whether route_then_permute serves this call: at most 32 rows (the
+// one-piece permutation), a warp for each token and at least one to spare,
+// and for DeepSeek every token's keys staged at once.
+__device__ __forceinline__ bool weights_beside_permute(const RoutingKernelParams& r,
+                                                       const BlockPermuteParams& p, bool deepseek) {
+  return p.rows <= kWarpSize && r.num_tokens < static_cast<int>(blockDim.x / kWarpSize) &&
+         (!deepseek || r.num_tokens * r.num_experts <= kWorkWords);
+}
+
+// Decode calls (weights_beside_permute): warp t < T chooses token t's
+// experts and stages them; after one barrier it weighs them while the other
+// warps build the permutation, which needs only the experts. The weights
+// (fp64 exp, sums and divisions: about 1200 of a one-token call's cycles,
+// measured with clock64 stamps in session 8) then no longer run before the
+// permutation.
+template <typename LogitT, int kPerLane, bool kDeepSeek>
+__device__ void route_then_permute(const RoutingKernelParams& r, const BlockPermuteParams& p,
+                                   BlockShared& s, int lane, int warp) {
+  if constexpr (kDeepSeek) {
+    stage_deepseek_keys<LogitT>(r, 0, r.num_tokens, s.work.keys);
+    __syncthreads();
+  }
+  const int token = warp, top_k = r.top_k;
+  const bool routes = token < r.num_tokens;  // uniform per warp
+  TokenExperts chosen{};
+  if (routes) {
+    float* keys = kDeepSeek ? s.work.keys + token * r.num_experts
+                            : s.work.keys + warp * kPerLane * kWarpSize;
+    chosen = choose_experts<LogitT, kPerLane, kDeepSeek, kDeepSeek>(r, token, lane, keys);
+    if (lane < top_k) {
+      r.topk_ids[token * top_k + lane] = chosen.expert;
+      s.expert[token * top_k + lane] = local_expert(chosen.expert, p);
+    }
+  }
+  __syncthreads();
+  if (routes) {
+    const float weight = weigh_experts<LogitT, kDeepSeek>(r, chosen, token, lane);
+    if (lane < top_k) r.topk_weights[token * top_k + lane] = weight;
+  } else {
+    permute_one_piece(p, s, r.num_tokens * kWarpSize);
+  }
+}
+
 template <typename LogitT, int kPerLane, bool kDeepSeek>
 __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     fused_routing_permute_kernel(RoutingKernelParams r, BlockPermuteParams p) {
@@ -559,6 +634,10 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   __shared__ BlockShared s;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int warps = blockDim.x / kWarpSize;
+  if (weights_beside_permute(r, p, kDeepSeek)) {  // uniform
+    route_then_permute<LogitT, kPerLane, kDeepSeek>(r, p, s, lane, warp);
+    return;
+  }
   if constexpr (kDeepSeek) {
     route_deepseek_tokens<LogitT, kPerLane>(r, p, s, s.expert, 0, r.num_tokens);
   } else {

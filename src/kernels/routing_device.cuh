@@ -45,6 +45,7 @@ struct RoutingKernelParams {
   int num_tokens;
   int num_experts;
   int top_k;
+  int chosen_width;  // the smallest power of two >= top_k (chosen_sum)
   RoutingPolicy policy;
   int n_group;  // 1: no group stage
   int topk_group;
@@ -89,6 +90,16 @@ __device__ __forceinline__ int warp_argmax(uint32_t key, int index, uint32_t& to
 __device__ __forceinline__ double warp_sum(double v) {
 #pragma unroll
   for (int d = kWarpSize / 2; d > 0; d /= 2) v += __shfl_xor_sync(kFullMask, v, d);
+  return v;
+}
+
+// The sum of the chosen lanes' v, on each of them: lanes 0..K-1 hold the
+// values and the others 0. Only the butterfly levels below `width` (the
+// smallest power of two >= K) run: the levels above add exact zeros to these
+// lanes, so the sum is warp_sum's bit for bit, in fewer steps (a one-token
+// call waits on each level's shuffle; K = 8 skips 2 of 5, K = 1 all).
+__device__ __forceinline__ double chosen_sum(double v, int width) {
+  for (int d = width / 2; d > 0; d /= 2) v += __shfl_xor_sync(kFullMask, v, d);
   return v;
 }
 
@@ -193,8 +204,8 @@ __device__ inline uint32_t kept_groups(const RoutingKernelParams& p, int lane, c
 }
 
 // w / sum(w) over the chosen lanes; an all-zero w stays zero.
-__device__ __forceinline__ double renormalize(double w) {
-  const double sum = warp_sum(w);
+__device__ __forceinline__ double renormalize(double w, int width) {
+  const double sum = chosen_sum(w, width);
   return sum == 0 ? w : w / sum;
 }
 
@@ -208,7 +219,7 @@ __device__ inline double chosen_weight(const RoutingKernelParams& p, const RowSo
                                        float x, bool active) {
   if constexpr (kDeepSeek) {
     const double s = active ? sigmoid(x) : 0.0;
-    return s / (warp_sum(s) + kDeepSeekEpsilon) * p.routed_scaling_factor;
+    return s / (chosen_sum(s, p.chosen_width) + kDeepSeekEpsilon) * p.routed_scaling_factor;
   } else {
     switch (p.policy) {
       case RoutingPolicy::Default:
@@ -218,7 +229,7 @@ __device__ inline double chosen_weight(const RoutingKernelParams& p, const RowSo
           w = isinf(row.max) ? (x == row.max ? 1.0 / row.ties : 0.0)
                              : exp(static_cast<double>(x) - row.max) / row.sum;
         }
-        return p.policy == RoutingPolicy::RenormalizeNaive ? renormalize(w) : w;
+        return p.policy == RoutingPolicy::RenormalizeNaive ? renormalize(w, p.chosen_width) : w;
       }
       case RoutingPolicy::Renormalize: {
         // Softmax over the chosen logits; lane 0 holds the largest.
@@ -228,7 +239,7 @@ __device__ inline double chosen_weight(const RoutingKernelParams& p, const RowSo
           return active && x == m ? 1.0 / ties : 0.0;
         }
         const double v = active ? exp(static_cast<double>(x) - m) : 0.0;
-        return v / warp_sum(v);
+        return v / chosen_sum(v, p.chosen_width);
       }
       case RoutingPolicy::TopK:
         return x;
@@ -237,7 +248,7 @@ __device__ inline double chosen_weight(const RoutingKernelParams& p, const RowSo
       case RoutingPolicy::Llama4:
         return sigmoid(x);
       case RoutingPolicy::SigmoidRenorm:
-        return renormalize(active ? sigmoid(x) : 0.0);
+        return renormalize(active ? sigmoid(x) : 0.0, p.chosen_width);
       case RoutingPolicy::DeepSeekV3:
       case RoutingPolicy::MiniMax2:
         break;  // kDeepSeek kernels
@@ -253,6 +264,16 @@ struct TokenChoice {
   float weight;
 };
 
+// What lane k < K holds between choosing a token's experts and weighing
+// them: its k-th expert, that expert's logit where the selection key gave it
+// back (the other policies load it when weighing), and the row's softmax
+// (Default, RenormalizeNaive).
+struct TokenExperts {
+  int expert;
+  float x;
+  RowSoftmax softmax;
+};
+
 // DeepSeek's selection key of one expert, c = sigmoid(x) + bias, NaN as
 // -inf; x is the logit with NaN already -inf.
 __device__ __forceinline__ float deepseek_key(float x, float bias) {
@@ -262,16 +283,17 @@ __device__ __forceinline__ float deepseek_key(const RoutingKernelParams& p, floa
   return deepseek_key(x, p.bias != nullptr ? p.bias[e] : 0.0f);
 }
 
-// Routes `token` with the whole warp (every lane calls it). Lanes >= K get a
-// value that means nothing. DeepSeek policies only:
+// The experts of `token`, chosen by the whole warp (every lane calls it):
+// route_token's first part, no weights. Lanes >= K get a value that means
+// nothing. DeepSeek policies only:
 //   - kStagedKeys false: `keys` is this warp's kPerLane * 32 floats of
 //     shared memory, where the group stage (n_group > 1) puts the keys that
 //     the warp computes;
 //   - kStagedKeys true: `keys` holds the token's E keys already, computed by
 //     the block (deepseek_key), visible to the warp.
 template <typename LogitT, int kPerLane, bool kDeepSeek, bool kStagedKeys = false>
-__device__ __forceinline__ TokenChoice route_token(const RoutingKernelParams& p, int token,
-                                                   int lane, float* keys) {
+__device__ __forceinline__ TokenExperts choose_experts(const RoutingKernelParams& p, int token,
+                                                       int lane, float* keys) {
   const int num_experts = p.num_experts;
   const LogitT* row = static_cast<const LogitT*>(p.logits) + static_cast<size_t>(token) * num_experts;
 
@@ -346,12 +368,32 @@ __device__ __forceinline__ TokenChoice route_token(const RoutingKernelParams& p,
     for (int j = 0; j < kPerLane; ++j)
       if (lane + kWarpSize * j == winner) key[j] = kNoKey;
   }
-  float chosen_x = 0.0f;  // lanes >= K: 0, as the weight code expects
-  if (lane < p.top_k)
-    chosen_x = kDeepSeek ? nan_to_neg_inf(load_logit(row, chosen)) : key_value(chosen_key);
+  // Lanes >= K: 0, as the weight code expects. DeepSeek's logit is loaded
+  // by weigh_experts.
+  const float chosen_x = !kDeepSeek && lane < p.top_k ? key_value(chosen_key) : 0.0f;
+  return TokenExperts{chosen, chosen_x, softmax};
+}
 
-  const double weight = chosen_weight<kDeepSeek>(p, softmax, chosen_x, lane < p.top_k);
-  return TokenChoice{chosen, static_cast<float>(weight)};
+// route_token's second part: lane k < K's weight of its expert. Every lane
+// of the warp calls it.
+template <typename LogitT, bool kDeepSeek>
+__device__ __forceinline__ float weigh_experts(const RoutingKernelParams& p, const TokenExperts& t,
+                                               int token, int lane) {
+  float x = t.x;
+  if (kDeepSeek && lane < p.top_k) {
+    const LogitT* row = static_cast<const LogitT*>(p.logits) + static_cast<size_t>(token) * p.num_experts;
+    x = nan_to_neg_inf(load_logit(row, t.expert));
+  }
+  return static_cast<float>(chosen_weight<kDeepSeek>(p, t.softmax, x, lane < p.top_k));
+}
+
+// Routes `token` with the whole warp (every lane calls it); `keys` as
+// choose_experts'.
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kStagedKeys = false>
+__device__ __forceinline__ TokenChoice route_token(const RoutingKernelParams& p, int token,
+                                                   int lane, float* keys) {
+  const TokenExperts t = choose_experts<LogitT, kPerLane, kDeepSeek, kStagedKeys>(p, token, lane, keys);
+  return TokenChoice{t.expert, weigh_experts<LogitT, kDeepSeek>(p, t, token, lane)};
 }
 
 // ------------------------------------------------------------------ host ----
@@ -404,6 +446,8 @@ inline RoutingKernelParams make_routing_kernel_params(const RoutingParams& param
   p.num_tokens = params.num_tokens;
   p.num_experts = c.num_experts;
   p.top_k = c.top_k;
+  p.chosen_width = 1;
+  while (p.chosen_width < c.top_k) p.chosen_width *= 2;
   p.policy = c.policy;
   p.n_group = n_group;
   p.topk_group = n_group > 1 ? c.topk_group : 1;

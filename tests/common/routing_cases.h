@@ -2,9 +2,13 @@
 // weight tolerance, and row slices of a Routing.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
 
 #include "plan/routing_sweep.h"
 #include "ref/ref.h"
@@ -44,5 +48,45 @@ V row_of(const V& v, int row, int k) {
 }
 
 using unimoe::legal_routing;  // plan/routing_sweep.h
+
+// `v` moved up by n fp32 ulps (finite, positive n).
+inline float ulps_above(float v, int n) {
+  for (int i = 0; i < n; ++i) v = std::nextafter(v, std::numeric_limits<float>::infinity());
+  return v;
+}
+
+// [T, E] fp32 logits whose DeepSeek keys (without bias, or with one bias for
+// every expert) tie or differ in their last few ulps, so that any error in a
+// kernel's keys or tie-break shows as a wrong id. By kind
+// (token % 3): every logit within 255 ulps of one value near 0, where the
+// keys spread over a few 1e-6; random logits where 16 experts lie 1-40 ulps
+// above another expert's; random logits whose K + 1 best lie within 100
+// ulps of 3.
+inline std::vector<float> near_tie_logits(int num_tokens, int num_experts, int top_k,
+                                          std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> any(-4.0f, 2.0f), base(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> expert(0, num_experts - 1), wide(0, 255), near(1, 40),
+      close(0, 100);
+  std::vector<float> out(static_cast<std::size_t>(num_tokens) * num_experts);
+  std::vector<int> order(num_experts);
+  for (int t = 0; t < num_tokens; ++t) {
+    float* row = &out[static_cast<std::size_t>(t) * num_experts];
+    if (t % 3 == 0) {
+      const float b = base(rng);
+      for (int e = 0; e < num_experts; ++e) row[e] = ulps_above(b, wide(rng));
+      continue;
+    }
+    for (int e = 0; e < num_experts; ++e) row[e] = any(rng);
+    if (t % 3 == 1) {
+      for (int i = 0; i < 16; ++i) row[expert(rng)] = ulps_above(row[expert(rng)], near(rng));
+    } else {
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), rng);
+      for (int i = 0; i <= std::min(top_k, num_experts - 1); ++i)
+        row[order[i]] = ulps_above(3.0f, close(rng));
+    }
+  }
+  return out;
+}
 
 }  // namespace unimoe::test

@@ -96,6 +96,32 @@ TEST(FusedRoutingGpu, GroupedDeepSeekV3WithBias) {
   EXPECT_GT(cases, 50);
 }
 
+// DeepSeek keys that tie or differ in the last few ulps
+// (test::near_tie_logits), routed from the block-staged keys of the fused
+// and cluster kernels.
+TEST(FusedRoutingGpu, DeepSeekNearTies) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  int cases = 0;
+  for (int e : {64, 256})
+    for (int k : {1, 8})
+      for (int t : {1, 7, 100}) {
+        RoutingConfig c = make_routing(RoutingPolicy::DeepSeekV3, e, k, LogitsType::F32, true);
+        if (e == 256) {
+          c.n_group = 8;
+          c.topk_group = 4;
+        }
+        if (!legal_routing(c)) continue;
+        Problem pr{c, t};
+        check_fused_and_split(pr, test::logits_inputs(pr, test::near_tie_logits(t, e, k, rng),
+                                                      std::vector<float>(e, 0.125f)));
+        ++cases;
+      }
+  EXPECT_EQ(cases, 12);
+}
+
 TEST(FusedRoutingGpu, ExpertParallelRangeWithOffRankRows) {
   UNIMOE_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();

@@ -348,6 +348,36 @@ TEST(RoutingGpu, HandComputedSigmoidSaturation) {
   }
 }
 
+// DeepSeek keys that tie or differ in the last few ulps
+// (test::near_tie_logits): the ids must still be the reference's, ties to
+// the lower expert.
+TEST(RoutingGpu, DeepSeekNearTiesTakeTheExactKeys) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  int cases = 0;
+  for (int e : {64, 256, 384})
+    for (int k : {1, 8, 22})
+      for (bool bias : {false, true}) {
+        RoutingConfig c;
+        c.policy = RoutingPolicy::DeepSeekV3;
+        c.num_experts = e;
+        c.top_k = k;
+        c.has_bias = bias;
+        c.routed_scaling_factor = 2.5f;
+        c = with_groups(c);
+        if (!test::legal_routing(c)) continue;
+        const int t = 301;
+        SCOPED_TRACE(describe(c, t));
+        const Logits l = make_logits(test::near_tie_logits(t, e, k, rng), c);
+        // One bias for every expert keeps the ties.
+        expect_matches_reference(c, l, t, std::vector<float>(e, 0.125f));
+        ++cases;
+      }
+  EXPECT_GT(cases, 10);
+}
+
 TEST(RoutingGpu, NoTokensLaunchesNothing) {
   UNIMOE_REQUIRE_GPU();
   RoutingConfig c;
