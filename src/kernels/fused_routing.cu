@@ -184,27 +184,35 @@ __device__ void permute_one_piece(const BlockPermuteParams& p, const BlockShared
   const int tid = threadIdx.x - first_thread, lane = threadIdx.x % kWarpSize;
   const int num_local = p.num_local, rows = p.rows;
   if (tid < 0) return;
-  // Two experts a thread in one pass over the rows, so that a block
-  // narrower than E_local (by the warps busy elsewhere) takes no second
-  // serial pass.
+  // An expert a thread; where the threads are fewer than E_local (the
+  // warps busy elsewhere), two a thread in one pass over the rows rather
+  // than a second serial pass.
   const int stride = blockDim.x - first_thread;
-#pragma unroll 1
-  for (int e = tid; e < num_local; e += 2 * stride) {
-    const int e2 = e + stride;
-    RowsBelow c{0, 0}, c2{0, 0};
-#pragma unroll 4
-    for (int row = 0; row < rows; ++row) {
-      const int v = s.expert[row];  // a broadcast
-      c.below += v >= 0 && v < e;
-      c.equal += v == e;
-      c2.below += v >= 0 && v < e2;
-      c2.equal += v == e2;
+  if (stride >= num_local) {
+    if (tid < num_local) {
+      const RowsBelow c = rows_below(s, rows, tid);
+      p.expert_offsets[tid] = c.below;
+      p.expert_counts[tid] = c.equal;
     }
-    p.expert_offsets[e] = c.below;
-    p.expert_counts[e] = c.equal;
-    if (e2 < num_local) {
-      p.expert_offsets[e2] = c2.below;
-      p.expert_counts[e2] = c2.equal;
+  } else {
+#pragma unroll 1
+    for (int e = tid; e < num_local; e += 2 * stride) {
+      const int e2 = e + stride;
+      RowsBelow c{0, 0}, c2{0, 0};
+#pragma unroll 4
+      for (int row = 0; row < rows; ++row) {
+        const int v = s.expert[row];  // a broadcast
+        c.below += v >= 0 && v < e;
+        c.equal += v == e;
+        c2.below += v >= 0 && v < e2;
+        c2.equal += v == e2;
+      }
+      p.expert_offsets[e] = c.below;
+      p.expert_counts[e] = c.equal;
+      if (e2 < num_local) {
+        p.expert_offsets[e2] = c2.below;
+        p.expert_counts[e2] = c2.equal;
+      }
     }
   }
   if (tid >= kWarpSize) return;

@@ -251,36 +251,37 @@ namespace {
 // Measured on the H200 by the routing sweep (unimoe-bench --routing-sweep:
 // 17,980 points, every policy x E in 8..1024 x K in 1..32 x T in 1..16384,
 // split, fused and cluster each timed 8 calls to a graph replay). The limits
-// were fitted on session 6 run 4's sweep (bench/results/h200-routing-sweep-
-// session6-run4.*) and scored on run 5's, made with the final routing
-// kernels (h200-routing-sweep-session6.*); figures below are run 5's.
-// Facts the limits encode:
+// were fitted by scripts/analyze_routing_sweep.py ("proposed three-way") on
+// session 8 run 9's sweep (bench/results/h200-routing-sweep-session8.*),
+// made with the decode changes of that session (the fused block weighs
+// beside the permutation) and session 7's 256-row permute chunks, which
+// made the split chain faster from T*K = 1536 on. Facts the limits encode
+// (run 9 figures):
 // - The fused block wins for the smallest calls: one CTA, no cluster
-//   barrier. A block of many routing warps gets slower with its size
-//   (Renormalize E=128 K=8: T=16, 512 threads, 4.9 us; T=32, 1024 threads,
-//   6.5), which we read as the SM's issue rate bounding the warps' routing
-//   code (inferred, not profiled). The DeepSeek policies' tokens cost most
-//   (group stage, an fp64 exp per expert), and the fused block stops
-//   paying beyond T = 3 for them (DeepSeekV3 E=256 K=8: T=3 fused 5.9 us
-//   vs cluster 6.1; T=5 8.0 vs 6.5), at T = 16 for the others (Renormalize
-//   E=8 K=2 T=16: 3.7 vs 3.8; T=32 5.1 vs 4.2), and also once T*K > 128 or
-//   T*E > 8192.
+//   barrier. A block of many routing warps gets slower with its size,
+//   which we read as the SM's issue rate bounding the warps' routing code
+//   (inferred, not profiled). The DeepSeek policies' tokens cost most
+//   (group stage, an fp64 exp per expert): DeepSeekV3 E=256 K=8 T=4 fused
+//   6.28 us vs cluster 6.35, T=5 7.92 vs 6.31. The others up to T = 16 and
+//   T*K = 256: fused / cluster over the points with T <= 16 and T*E <= 8192,
+//   geometric mean 0.972 up to T*K = 128, 0.981 to 256, 1.010 beyond.
 // - The cluster variant spreads the tokens over up to 8 CTAs and places
-//   the rows in one CTA by token masks; it wins up to T*K = 3072, T = 256
-//   and T*E = 65536 (Renormalize E=128 K=8 T=64: 5.8 vs split 11.1; T=256
-//   10.7 vs 12.5; T=512 23.6 vs 12.8; DeepSeekV3 E=256 K=8 T=64: 9.0 vs
-//   14.3, T=256 19.0 vs 15.9).
+//   the rows in one CTA by token masks; against split, over T <= 256 and
+//   T*E <= 65536: cluster / split 0.872 (0.878 for DeepSeek) for T*K in
+//   (768, 1536], 1.091 (1.137) in (1536, 3072].
 // - Beyond, the split chain's parallelism (a warp per token over the whole
 //   GPU, a multi-CTA permute) pays.
-// Grid search in scripts/analyze_routing_sweep.py ("proposed three-way"):
-// within 5% of the best variant on 96.7% of run 4's points and 96.6% of run
-// 5's (the rule each build recorded); 1.43x over always-fused, 1.64x over
-// always-split and 1.06x over always-cluster on run 5 (geometric means).
+// Within 5% of the best variant on 95.4% of run 9's points (in sample;
+// refitted without each E value and scored on it, 93.1%, worst E=512 at
+// 86.7%; without each policy, 95.4%); 1.45x over always-fused, 1.53x over
+// always-split and 1.08x over always-cluster (geometric means). The rule
+// of session 6 (fused T*K <= 128, DeepSeek T <= 3; cluster T*K <= 3072)
+// scored 93.6% on the same points.
 constexpr int kFusedTokens = 16;
-constexpr int kFusedTokensDeepSeek = 3;
-constexpr long long kFusedRows = 128;
+constexpr int kFusedTokensDeepSeek = 4;
+constexpr long long kFusedRows = 256;
 constexpr long long kFusedScores = 8192;
-constexpr long long kClusterRows = 3072;
+constexpr long long kClusterRows = 1536;
 constexpr int kClusterTokens = 256;
 constexpr long long kClusterScores = 65536;
 

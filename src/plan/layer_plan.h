@@ -98,8 +98,8 @@ RoutingVariant parse_routing_variant(const std::string& s);
 
 // The rule between the variants for T tokens, fitted to the H200 routing
 // sweep (the constants and figures in layer_plan.cpp): Fused while T <= 16
-// (3 for the DeepSeek policies), T*K <= 128 and T*E <= 8192; else Cluster
-// while T*K <= 3072, T <= 256 and T*E <= 65536; else Split. A forced
+// (4 for the DeepSeek policies), T*K <= 256 and T*E <= 8192; else Cluster
+// while T*K <= 1536, T <= 256 and T*E <= 65536; else Split. A forced
 // variant (the UNIMOE_ROUTING_VARIANT environment variable, read by the
 // layer) replaces it; the layer runs Split wherever the fused kernel cannot
 // serve.
