@@ -519,7 +519,7 @@ __device__ __forceinline__ void route_tokens(const RoutingKernelParams& r, const
   for (int token = begin + first_warp; token < end; token += warp_stride) {  // uniform per warp
     float* token_keys = kStagedKeys ? keys + (token - begin) * r.num_experts : keys;
     const TokenChoice choice =
-        route_token<LogitT, kPerLane, kDeepSeek, kStagedKeys>(r, token, lane, token_keys);
+        route_token<LogitT, kPerLane, kDeepSeek, kStagedKeys, kDeepSeek>(r, token, lane, token_keys);
     if (lane < r.top_k) {
       const int row = token * r.top_k + lane;
       r.topk_ids[row] = choice.expert;
@@ -619,7 +619,7 @@ __device__ void route_then_permute(const RoutingKernelParams& r, const BlockPerm
   if (routes) {
     float* keys = kDeepSeek ? s.work.keys + token * r.num_experts
                             : s.work.keys + warp * kPerLane * kWarpSize;
-    chosen = choose_experts<LogitT, kPerLane, kDeepSeek, kDeepSeek>(r, token, lane, keys);
+    chosen = choose_experts<LogitT, kPerLane, kDeepSeek, kDeepSeek, kDeepSeek>(r, token, lane, keys);
     if (lane < top_k) {
       r.topk_ids[token * top_k + lane] = chosen.expert;
       s.expert[token * top_k + lane] = local_expert(chosen.expert, p);

@@ -16,7 +16,7 @@ using namespace routing_detail;
 constexpr int kWarpsPerBlock = 4;
 constexpr int kThreads = kWarpsPerBlock * kWarpSize;
 
-template <typename LogitT, int kPerLane, bool kDeepSeek>
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kSortedRuns>
 __global__ void __launch_bounds__(kThreads) routing_kernel(RoutingKernelParams p) {
   pdl_begin();
   // Group keys of each warp; only DeepSeek's group stage uses them.
@@ -24,7 +24,8 @@ __global__ void __launch_bounds__(kThreads) routing_kernel(RoutingKernelParams p
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int token = blockIdx.x * kWarpsPerBlock + warp;
   if (token >= p.num_tokens) return;  // the whole warp leaves together
-  const TokenChoice choice = route_token<LogitT, kPerLane, kDeepSeek>(p, token, lane, s_keys[warp]);
+  const TokenChoice choice =
+      route_token<LogitT, kPerLane, kDeepSeek, false, true, kSortedRuns, true>(p, token, lane, s_keys[warp]);
   if (lane < p.top_k) {
     const size_t out = static_cast<size_t>(token) * p.top_k + lane;
     p.topk_ids[out] = choice.expert;
@@ -32,15 +33,28 @@ __global__ void __launch_bounds__(kThreads) routing_kernel(RoutingKernelParams p
   }
 }
 
+// kSortedRuns where the runs are short enough and K large enough
+// (sorts_runs); widths above kSortMaxSlots keep the tree.
+template <typename LogitT, int kPerLane, bool kDeepSeek>
+void launch_width(const RoutingKernelParams& p, int blocks, cudaStream_t stream) {
+  if constexpr (kPerLane <= kSortMaxSlots) {
+    if (sorts_runs(kPerLane, p.top_k)) {
+      launch_pdl(routing_kernel<LogitT, kPerLane, kDeepSeek, true>, blocks, kThreads, 0, stream, p);
+      return;
+    }
+  }
+  launch_pdl(routing_kernel<LogitT, kPerLane, kDeepSeek, false>, blocks, kThreads, 0, stream, p);
+}
+
 template <typename LogitT, bool kDeepSeek>
 void launch_for_width(const RoutingKernelParams& p, int blocks, cudaStream_t stream) {
   switch (slots_per_lane(p.num_experts)) {
-    case 1: launch_pdl(routing_kernel<LogitT, 1, kDeepSeek>, blocks, kThreads, 0, stream, p); break;
-    case 2: launch_pdl(routing_kernel<LogitT, 2, kDeepSeek>, blocks, kThreads, 0, stream, p); break;
-    case 4: launch_pdl(routing_kernel<LogitT, 4, kDeepSeek>, blocks, kThreads, 0, stream, p); break;
-    case 8: launch_pdl(routing_kernel<LogitT, 8, kDeepSeek>, blocks, kThreads, 0, stream, p); break;
-    case 16: launch_pdl(routing_kernel<LogitT, 16, kDeepSeek>, blocks, kThreads, 0, stream, p); break;
-    default: launch_pdl(routing_kernel<LogitT, 32, kDeepSeek>, blocks, kThreads, 0, stream, p); break;
+    case 1: launch_width<LogitT, 1, kDeepSeek>(p, blocks, stream); break;
+    case 2: launch_width<LogitT, 2, kDeepSeek>(p, blocks, stream); break;
+    case 4: launch_width<LogitT, 4, kDeepSeek>(p, blocks, stream); break;
+    case 8: launch_width<LogitT, 8, kDeepSeek>(p, blocks, stream); break;
+    case 16: launch_width<LogitT, 16, kDeepSeek>(p, blocks, stream); break;
+    default: launch_width<LogitT, 32, kDeepSeek>(p, blocks, stream); break;
   }
   UNIMOE_LAUNCH_CHECK();
 }

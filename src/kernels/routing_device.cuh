@@ -3,13 +3,13 @@
 // that both give the same ids and weights bit for bit. Formulas:
 // docs/routing.md; contract: routing.cuh.
 //
-// One warp routes one token: lane l holds experts l, l + 32, l + 64, ... in
-// registers (kPerLane of them), and K rounds of a warp argmax pick the
+// One warp routes one token: each lane holds kPerLane experts in registers
+// (Slots: strided or in runs), and K rounds of a warp argmax pick the
 // experts, best first. Keys are floats mapped to order-preserving uint32, so
-// one max-reduce finds the best key and one min-reduce over the lanes that
-// hold it finds the lowest index: ties go to the lower expert, as in the
-// reference. Key 0 lies below every float (-inf included) and marks experts
-// already chosen, masked by the group stage, or past E.
+// one max-reduce finds the best key, and among the slots that hold it the
+// lowest expert wins: ties go to the lower expert, as in the reference. Key 0
+// lies below every float (-inf included) and marks experts already chosen,
+// masked by the group stage, or past E.
 // Weights are computed in double from the fp32 logits, as the reference does
 // (only the all-expert softmax sum of Default and RenormalizeNaive adds fp32
 // terms), so they agree with it within a few fp32 ulps.
@@ -23,6 +23,7 @@
 #include <string>
 
 #include "core/group_index.h"
+#include "core/sigmoid_fp32.h"
 #include "kernels/routing.cuh"
 
 namespace unimoe::routing_detail {
@@ -116,14 +117,30 @@ __device__ __forceinline__ double sigmoid(double x) {
   return e / (1.0 + e);
 }
 
-// DeepSeek's fp32 score, formed as the reference forms it. exp runs in double
-// and is rounded to fp32 once: a correctly rounded expf, which is what the
-// host's expf gives in all but very rare cases (CUDA's expf may be 2 ulp off,
-// which would swap near-tied experts).
-__device__ __forceinline__ float deepseek_score(float x) {
-  const float e = static_cast<float>(exp(-static_cast<double>(x)));
-  return 1.0f / (1.0f + e);
-}
+// DeepSeek's fp32 score, formed as the reference forms it: the fixed fp32
+// operation sequence of core/sigmoid_fp32.h, bit for bit the host's.
+__device__ __forceinline__ float deepseek_score(float x) { return sigmoid_fp32(x); }
+
+// The experts a lane holds in its kPerLane slots.
+//   - kRuns: lane l holds l * kPerLane .. l * kPerLane + kPerLane - 1. A
+//     lower lane holds lower experts (rounds_by_sorted_runs relies on it), a
+//     DeepSeek group is a run of lanes, and a lane's values can come in
+//     16-byte loads; but each single load instruction of the warp spreads
+//     over kPerLane times the lines.
+//   - strided: lane l holds l, l + 32, l + 64, ...: each load instruction of
+//     the warp reads 32 consecutive values.
+// Measured (session 9 run 3, against the strided layout everywhere): runs
+// with single loads cost up to 11% at E = 256 for Renormalize and TopK in
+// the cluster variant at T > 8, and gained 3-9% for DeepSeek at T <= 8. So
+// the split kernel and the DeepSeek fused kernels use runs, the other fused
+// kernels strided slots.
+template <int kPerLane, bool kRuns>
+struct Slots {
+  int lane;
+  __device__ __forceinline__ int expert(int j) const {
+    return kRuns ? lane * kPerLane + j : lane + kWarpSize * j;
+  }
+};
 
 // Softmax of the whole row (Default, RenormalizeNaive): its maximum, and
 // either the sum of exp(x - max) (finite max) or how many values equal an
@@ -134,8 +151,9 @@ struct RowSoftmax {
   int ties;
 };
 
-template <int kPerLane>
-__device__ RowSoftmax row_softmax(const float (&x)[kPerLane], int num_experts, int lane) {
+template <int kPerLane, bool kRuns>
+__device__ RowSoftmax row_softmax(const float (&x)[kPerLane], int num_experts,
+                                  Slots<kPerLane, kRuns> slots) {
   float m = -INFINITY;
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) m = fmaxf(m, x[j]);  // padding holds -inf
@@ -143,7 +161,7 @@ __device__ RowSoftmax row_softmax(const float (&x)[kPerLane], int num_experts, i
   if (isinf(r.max)) {
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j)
-      r.ties += __popc(__ballot_sync(kFullMask, lane + kWarpSize * j < num_experts && x[j] == r.max));
+      r.ties += __popc(__ballot_sync(kFullMask, slots.expert(j) < num_experts && x[j] == r.max));
   } else {
     double sum = 0;  // fp32 terms, double sum: rounding stays near 1e-7 for E = 1024
 #pragma unroll
@@ -283,80 +301,67 @@ struct TokenExperts {
 __device__ __forceinline__ float deepseek_key(float x, float bias) {
   return nan_to_neg_inf(deepseek_score(x) + bias);
 }
-__device__ __forceinline__ float deepseek_key(const RoutingKernelParams& p, float x, int e) {
-  return deepseek_key(x, p.bias != nullptr ? p.bias[e] : 0.0f);
-}
 
-// The experts of `token`, chosen by the whole warp (every lane calls it):
-// route_token's first part, no weights. Lanes >= K get a value that means
-// nothing. DeepSeek policies only:
-//   - kStagedKeys false: `keys` is this warp's kPerLane * 32 floats of
-//     shared memory, where the group stage (n_group > 1) puts the keys that
-//     the warp computes;
-//   - kStagedKeys true: `keys` holds the token's E keys already, computed by
-//     the block (deepseek_key), visible to the warp.
-template <typename LogitT, int kPerLane, bool kDeepSeek, bool kStagedKeys = false>
-__device__ __forceinline__ TokenExperts choose_experts(const RoutingKernelParams& p, int token,
-                                                       int lane, float* keys) {
-  const int num_experts = p.num_experts;
-  const LogitT* row = static_cast<const LogitT*>(p.logits) + static_cast<size_t>(token) * num_experts;
+// The values of a lane's slots from a row of E (global or shared memory),
+// as fp32 (bf16 widened exactly); slots at or past E get `past`.
+// kWideLoads, with runs (the split kernel, throughput-bound at large T; and
+// staged DeepSeek keys in shared memory): where the row is 16-byte aligned
+// and E a multiple of a 16-byte load, a lane's run comes in whole 16-byte
+// loads. Otherwise one load a slot.
+__device__ __forceinline__ float widen(float v) { return v; }
+__device__ __forceinline__ float widen(uint16_t v) { return __uint_as_float(static_cast<uint32_t>(v) << 16); }
 
-  // The row, NaN as -inf; slots past E hold -inf and get kNoKey below.
-  float x[kPerLane];
+template <bool kWideLoads, typename T, int kPerLane, bool kRuns>
+__device__ __forceinline__ void load_slots(const T* row, int num_experts, Slots<kPerLane, kRuns> slots,
+                                           float past, float (&out)[kPerLane]) {
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));  // values in one 16-byte load
+  if constexpr (kRuns && kWideLoads && kPerLane % kVec == 0) {
+    if (num_experts % kVec == 0 && (reinterpret_cast<uintptr_t>(row) & 15u) == 0) {
+#pragma unroll
+      for (int v = 0; v < kPerLane / kVec; ++v) {
+        const int e = slots.expert(v * kVec);  // the whole load lies before E or past it
+        uint4 u = make_uint4(0, 0, 0, 0);
+        if (e < num_experts) u = *reinterpret_cast<const uint4*>(row + e);
+        const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) {
+          float value;
+          if constexpr (sizeof(T) == 4) {
+            value = __uint_as_float(words[i]);
+          } else {  // two bf16 a word, the lower one first
+            value = __uint_as_float(i % 2 == 0 ? words[i / 2] << 16 : words[i / 2] & 0xffff0000u);
+          }
+          out[v * kVec + i] = e < num_experts ? value : past;
+        }
+      }
+      return;
+    }
+  }
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
-    const int e = lane + kWarpSize * j;
-    x[j] = e < num_experts ? nan_to_neg_inf(load_logit(row, e)) : -INFINITY;
+    const int e = slots.expert(j);
+    out[j] = e < num_experts ? widen(row[e]) : past;
   }
+}
 
-  RowSoftmax softmax{0.0f, 0.0, 0};
-  if (!kDeepSeek &&
-      (p.policy == RoutingPolicy::Default || p.policy == RoutingPolicy::RenormalizeNaive))
-    softmax = row_softmax(x, num_experts, lane);
+// The K rounds of choose_experts, two ways; both leave lane k < K with the
+// k-th best (expert, key), ties to the lower expert.
+struct Chosen {
+  int expert;
+  uint32_t key;
+};
 
-  uint32_t key[kPerLane];
-  if constexpr (kDeepSeek) {
-    float c[kPerLane];
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      const int e = lane + kWarpSize * j;
-      if constexpr (kStagedKeys) {
-        c[j] = e < num_experts ? keys[e] : 0.0f;  // past E: never a candidate
-      } else {
-        c[j] = e < num_experts ? deepseek_key(p, x[j], e) : 0.0f;
-      }
-    }
-    uint32_t kept = 1u;
-    if (p.n_group > 1) {
-      if constexpr (!kStagedKeys) {
-#pragma unroll
-        for (int j = 0; j < kPerLane; ++j) keys[lane + kWarpSize * j] = c[j];
-        __syncwarp();
-      }
-      kept = kept_groups(p, lane, keys);
-    }
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      const int e = lane + kWarpSize * j;
-      const bool candidate = e < num_experts && ((kept >> group_of(p, e)) & 1u);
-      key[j] = candidate ? order_key(c[j]) : kNoKey;
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j)
-      key[j] = lane + kWarpSize * j < num_experts ? order_key(x[j]) : kNoKey;
-  }
-
-  // K rounds of argmax; lane k keeps the k-th choice. Where the key is the
-  // logit itself, the winning key gives the logit back; DeepSeek's chosen
-  // lanes load theirs afterwards.
-  int chosen = 0;
-  uint32_t chosen_key = kNoKey;
-  for (int k = 0; k < p.top_k; ++k) {
-    // This lane's best slot, by a tree of adjacent pairs (depth log2 of the
-    // slots rather than a chain through all of them; each round waits on
-    // it). Strict compares and left-lower pairs: the lower slot (lower
-    // expert) keeps a tie.
+// Each round: every lane's best slot by a tree of adjacent pairs (depth log2
+// of the slots; strict compares and left-lower pairs, so the lower slot, the
+// lower expert in either layout, keeps a tie), one warp argmax (the lowest
+// expert among the lanes' equal bests), and the winner's slot cleared. About
+// 45 instructions a round at 8 slots.
+template <int kPerLane, bool kRuns>
+__device__ __forceinline__ Chosen rounds_by_tree(uint32_t (&key)[kPerLane], int top_k,
+                                                 Slots<kPerLane, kRuns> slots) {
+  const int lane = slots.lane;
+  Chosen c{0, kNoKey};
+  for (int k = 0; k < top_k; ++k) {
     uint32_t best[kPerLane];
     int best_j[kPerLane];
 #pragma unroll
@@ -375,19 +380,163 @@ __device__ __forceinline__ TokenExperts choose_experts(const RoutingKernelParams
       }
     }
     uint32_t top;
-    const int winner = warp_argmax(best[0], lane + kWarpSize * best_j[0], top);
-    if (lane == k) {
-      chosen = winner;
-      chosen_key = top;
-    }
+    const int winner = warp_argmax(best[0], slots.expert(best_j[0]), top);
+    if (lane == k) c = Chosen{winner, top};
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j)
-      if (lane + kWarpSize * j == winner) key[j] = kNoKey;
+      if (slots.expert(j) == winner) key[j] = kNoKey;
+  }
+  return c;
+}
+
+// Each lane sorts its slots once (a bitonic network on (key, slot), best
+// first, the lower slot first among equal keys); then each round is one
+// max-reduce over the lanes' heads, the lowest lane that holds it wins (it
+// holds the lowest expert of that key), and the winner drops its head.
+// About 150 instructions to sort 8 slots, then about 18 a round: cheaper
+// than the tree from K = 4 at 8 slots a lane, and shorter a round for a
+// one-token call, which waits on each round.
+template <int kPerLane>
+__device__ __forceinline__ Chosen rounds_by_sorted_runs(const uint32_t (&key)[kPerLane], int top_k,
+                                                        Slots<kPerLane, true> slots) {
+  const int lane = slots.lane;
+  uint64_t run[kPerLane];  // key above, (kPerLane - 1 - slot) below: unique, best first when larger
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j)
+    run[j] = (static_cast<uint64_t>(key[j]) << 32) | static_cast<uint32_t>(kPerLane - 1 - j);
+#pragma unroll
+  for (int size = 2; size <= kPerLane; size *= 2) {
+#pragma unroll
+    for (int stride = size / 2; stride > 0; stride /= 2) {
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int l = i ^ stride;
+        if (l > i) {
+          const bool descending = (i & size) == 0;  // the last merge sorts all of it so
+          const uint64_t hi = run[i] > run[l] ? run[i] : run[l];
+          const uint64_t lo = run[i] > run[l] ? run[l] : run[i];
+          run[i] = descending ? hi : lo;
+          run[l] = descending ? lo : hi;
+        }
+      }
+    }
+  }
+  Chosen c{0, kNoKey};
+  for (int k = 0; k < top_k; ++k) {
+    const uint32_t head = static_cast<uint32_t>(run[0] >> 32);
+    const uint32_t top = __reduce_max_sync(kFullMask, head);
+    const int winner = __ffs(__ballot_sync(kFullMask, head == top)) - 1;
+    const uint32_t winner_slot = __shfl_sync(kFullMask, static_cast<uint32_t>(run[0]), winner);
+    if (lane == k) c = Chosen{winner * kPerLane + (kPerLane - 1) - static_cast<int>(winner_slot), top};
+    if (lane == winner) {
+#pragma unroll
+      for (int j = 0; j + 1 < kPerLane; ++j) run[j] = run[j + 1];
+      run[kPerLane - 1] = 0;  // key 0: never wins (every real key is above it)
+    }
+  }
+  return c;
+}
+
+// Where the split routing kernel sorts the runs (rounds_by_sorted_runs): up
+// to 8 slots a lane, from K = 4. A kernel holds one of the two ways only: a
+// one-token call fetches its code from a cold instruction cache, and the
+// fused kernels, which serve those calls, keep the tree.
+constexpr int kSortMaxSlots = 8;
+constexpr int kSortFromTopK = 4;
+inline bool sorts_runs(int slots, int top_k) {
+  return slots <= kSortMaxSlots && top_k >= kSortFromTopK;
+}
+
+// The experts of `token`, chosen by the whole warp (every lane calls it):
+// route_token's first part, no weights. Lanes >= K get a value that means
+// nothing. DeepSeek policies only:
+//   - kStagedKeys false: `keys` is this warp's kPerLane * 32 floats of
+//     shared memory, where the group stage (n_group > 1) puts the keys that
+//     the warp computes;
+//   - kStagedKeys true: `keys` holds the token's E keys already, computed by
+//     the block (deepseek_key), visible to the warp.
+// kRuns: the slots' layout (Slots). kSortedRuns (runs only): the K rounds
+// by rounds_by_sorted_runs, else by rounds_by_tree. kWideLoads: as
+// load_slots'.
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kStagedKeys = false,
+          bool kRuns = false, bool kSortedRuns = false, bool kWideLoads = false>
+__device__ __forceinline__ TokenExperts choose_experts(const RoutingKernelParams& p, int token,
+                                                       int lane, float* keys) {
+  static_assert(kRuns || !kSortedRuns, "sorted rounds need runs");
+  const int num_experts = p.num_experts;
+  const Slots<kPerLane, kRuns> slots{lane};
+  const LogitT* row = static_cast<const LogitT*>(p.logits) + static_cast<size_t>(token) * num_experts;
+
+  // The slots' logits, NaN as -inf; slots past E hold -inf and get kNoKey
+  // below. (With staged keys DeepSeek never reads them: the loads go.)
+  float x[kPerLane];
+  if constexpr (!(kDeepSeek && kStagedKeys)) {
+    load_slots<kWideLoads>(row, num_experts, slots, -INFINITY, x);
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) x[j] = nan_to_neg_inf(x[j]);
+  }
+
+  RowSoftmax softmax{0.0f, 0.0, 0};
+  if (!kDeepSeek &&
+      (p.policy == RoutingPolicy::Default || p.policy == RoutingPolicy::RenormalizeNaive))
+    softmax = row_softmax(x, num_experts, slots);
+
+  uint32_t key[kPerLane];
+  if constexpr (kDeepSeek) {
+    float c[kPerLane];
+    if constexpr (kStagedKeys) {
+      load_slots<true>(keys, num_experts, slots, 0.0f, c);  // past E: never a candidate
+    } else {
+      float bias[kPerLane];
+      if (p.bias != nullptr) {
+        load_slots<kWideLoads>(p.bias, num_experts, slots, 0.0f, bias);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) bias[j] = 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) c[j] = deepseek_key(x[j], bias[j]);  // past E: never a candidate
+    }
+    uint32_t kept = 1u;
+    if (p.n_group > 1) {
+      if constexpr (!kStagedKeys) {
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) keys[slots.expert(j)] = c[j];
+        __syncwarp();
+      }
+      kept = kept_groups(p, lane, keys);
+    }
+    // Candidates: before E and, with groups, in a kept group. Formed
+    // without a branch a slot (c is never NaN, so order_key is defined).
+    bool candidate[kPerLane];
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) candidate[j] = slots.expert(j) < num_experts;
+    if (p.n_group > 1) {
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j)
+        candidate[j] = candidate[j] & (((kept >> group_of(p, slots.expert(j))) & 1u) != 0u);
+    }
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) key[j] = candidate[j] ? order_key(c[j]) : kNoKey;
+  } else {
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j)
+      key[j] = slots.expert(j) < num_experts ? order_key(x[j]) : kNoKey;
+  }
+
+  // K rounds; lane k keeps the k-th choice. Where the key is the logit
+  // itself, the winning key gives the logit back; DeepSeek's chosen lanes
+  // load theirs afterwards.
+  Chosen chosen;
+  if constexpr (kSortedRuns) {
+    chosen = rounds_by_sorted_runs(key, p.top_k, slots);
+  } else {
+    chosen = rounds_by_tree(key, p.top_k, slots);
   }
   // Lanes >= K: 0, as the weight code expects. DeepSeek's logit is loaded
   // by weigh_experts.
-  const float chosen_x = !kDeepSeek && lane < p.top_k ? key_value(chosen_key) : 0.0f;
-  return TokenExperts{chosen, chosen_x, softmax};
+  const float chosen_x = !kDeepSeek && lane < p.top_k ? key_value(chosen.key) : 0.0f;
+  return TokenExperts{chosen.expert, chosen_x, softmax};
 }
 
 // route_token's second part: lane k < K's weight of its expert. Every lane
@@ -405,10 +554,12 @@ __device__ __forceinline__ float weigh_experts(const RoutingKernelParams& p, con
 
 // Routes `token` with the whole warp (every lane calls it); `keys` as
 // choose_experts'.
-template <typename LogitT, int kPerLane, bool kDeepSeek, bool kStagedKeys = false>
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kStagedKeys = false,
+          bool kRuns = false, bool kSortedRuns = false, bool kWideLoads = false>
 __device__ __forceinline__ TokenChoice route_token(const RoutingKernelParams& p, int token,
                                                    int lane, float* keys) {
-  const TokenExperts t = choose_experts<LogitT, kPerLane, kDeepSeek, kStagedKeys>(p, token, lane, keys);
+  const TokenExperts t = choose_experts<LogitT, kPerLane, kDeepSeek, kStagedKeys, kRuns, kSortedRuns,
+                                        kWideLoads>(p, token, lane, keys);
   return TokenChoice{t.expert, weigh_experts<LogitT, kDeepSeek>(p, t, token, lane)};
 }
 

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/sigmoid_fp32.h"
 #include "ref/ref.h"
 
 namespace unimoe::ref {
@@ -155,10 +156,9 @@ void route_deepseek(const RoutingConfig& c, const float* x, const float* bias, S
   const int e = c.num_experts, k = c.top_k;
   const int n_group = c.policy == RoutingPolicy::DeepSeekV3 ? c.n_group : 1;
   for (int i = 0; i < e; ++i) {
-    // exp in double, rounded to fp32 once (a correctly rounded expf), as
-    // the device kernel does: glibc's expf differs by an ulp on ~1e-4 of inputs.
-    const float ex = static_cast<float>(std::exp(-static_cast<double>(nan_to_neg_inf(x[i]))));
-    const float score = 1.0f / (1.0f + ex);
+    // The fp32 score by the fixed operation sequence the kernels share
+    // (core/sigmoid_fp32.h), so that both see the same ties.
+    const float score = sigmoid_fp32(nan_to_neg_inf(x[i]));
     s.keys[i] = nan_to_neg_inf(score + (bias ? bias[i] : 0.0f));
   }
   s.candidates.clear();

@@ -5,6 +5,7 @@
 // poisoned before every launch, so a weight or id never written fails.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -16,6 +17,7 @@
 
 #include "common/routing_cases.h"
 #include "common/test_util.h"
+#include "core/sigmoid_fp32.h"
 #include "gpu/gpu_test_util.h"
 #include "kernels/routing.cuh"
 #include "ref/ref.h"
@@ -58,27 +60,6 @@ struct Logits {
   std::vector<uint16_t> bf16;   // [T, E] bits, BF16 only
 };
 
-// DeepSeek keys use an fp32 exp. The kernel's is correctly rounded; glibc's
-// expf is not on ~0.06% of inputs, and a one-ulp difference there can swap two
-// near-tied experts. Such logits are moved to the next representable value,
-// so the test asserts exact ids wherever host and device agree on exp.
-void avoid_host_expf_misrounding(Logits& l, LogitsType type) {
-  for (std::size_t i = 0; i < l.values.size(); ++i) {
-    float& v = l.values[i];
-    while (std::isfinite(v) && std::exp(-v) != static_cast<float>(std::exp(-static_cast<double>(v)))) {
-      if (type == LogitsType::BF16) {
-        ++l.bf16[i];  // next magnitude up, same sign
-        v = ref::bf16_to_f32(l.bf16[i]);
-      } else {
-        uint32_t bits;
-        std::memcpy(&bits, &v, 4);
-        ++bits;
-        std::memcpy(&v, &bits, 4);
-      }
-    }
-  }
-}
-
 Logits make_logits(std::vector<float> values, const RoutingConfig& c) {
   Logits l;
   l.values = std::move(values);
@@ -89,7 +70,6 @@ Logits make_logits(std::vector<float> values, const RoutingConfig& c) {
       l.values[i] = ref::bf16_to_f32(l.bf16[i]);
     }
   }
-  if (is_deepseek(c.policy)) avoid_host_expf_misrounding(l, c.logits_type);
   return l;
 }
 
@@ -376,6 +356,45 @@ TEST(RoutingGpu, DeepSeekNearTiesMatchTheReference) {
         ++cases;
       }
   EXPECT_GT(cases, 10);
+}
+
+// Every 61st fp32 bit pattern from `first` on: sigmoid_fp32 on the device.
+__global__ void sigmoid_fp32_kernel(uint32_t first, int n, float* out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = sigmoid_fp32(__uint_as_float(first + 61u * static_cast<uint32_t>(i)));
+}
+
+// DeepSeek's score is the same fixed fp32 sequence on both sides
+// (core/sigmoid_fp32.h): the device's bits must be the host's, for about 70
+// million inputs over the whole float range (NaN, infinities and subnormals
+// included). A contracted multiply-add or a different division would show.
+TEST(RoutingGpu, DeepSeekScoreIsTheHostsBitForBit) {
+  UNIMOE_REQUIRE_GPU();
+  constexpr int kPerLaunch = 1 << 24;
+  DeviceBuffer<float> out(kPerLaunch);
+  int64_t checked = 0, mismatches = 0;
+  std::string first;
+  for (uint64_t start = 0; start < (1ull << 32); start += 61ull * kPerLaunch) {
+    const int n = static_cast<int>(std::min<uint64_t>(kPerLaunch, ((1ull << 32) - start + 60) / 61));
+    out.poison();
+    sigmoid_fp32_kernel<<<(n + 255) / 256, 256>>>(static_cast<uint32_t>(start), n, out.get());
+    UNIMOE_CUDA_CHECK(cudaGetLastError());
+    const std::vector<float> got = out.download();
+    for (int i = 0; i < n; ++i) {
+      const uint32_t x_bits = static_cast<uint32_t>(start) + 61u * static_cast<uint32_t>(i);
+      float x, want = 0;
+      std::memcpy(&x, &x_bits, sizeof x);
+      want = sigmoid_fp32(x);
+      ++checked;
+      if (std::memcmp(&got[i], &want, sizeof want) != 0) {
+        if (mismatches++ == 0)
+          first = "x = " + std::to_string(x) + " (bits " + std::to_string(x_bits) + "): device " +
+                  std::to_string(got[i]) + ", host " + std::to_string(want);
+      }
+    }
+  }
+  EXPECT_GT(checked, 70000000);
+  EXPECT_EQ(mismatches, 0) << first;
 }
 
 TEST(RoutingGpu, NoTokensLaunchesNothing) {
