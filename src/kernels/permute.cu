@@ -1,12 +1,20 @@
 // Sort/permute: topk_ids -> expert counts and offsets, the two row maps and
-// the tile schedules (contract: permute.cuh). Three fixed launches for a
-// given T, so the chain captures once in a CUDA graph:
+// the tile schedules (contract: permute.cuh). Fixed launches for a given T
+// (three, or two up to kCountScanRows expanded rows), so the chain captures once
+// in a CUDA graph:
 //   1. count:   each block counts one chunk of expanded rows per expert;
-//   2. scan:    one block turns the counts into expert offsets, per-chunk
-//               base rows, and the first tile of each expert per tile size;
-//   3. scatter: each block re-reads its chunk and places every row at its
-//               stable rank (rows of an expert in increasing expanded index),
-//               and writes its share of the tile schedules.
+//   2. scan:    each block takes 32 experts and turns their counts into
+//               per-chunk base rows (a scan over the chunks) and totals;
+//               up to kCountScanRows rows, one kernel does 1 and 2 (each
+//               block reads every row and counts its 32 experts);
+//   3. scatter: each block scans the totals into expert offsets and tile
+//               bases itself (block 0 writes them out), re-reads its chunk
+//               and places every row at its stable rank (rows of an expert
+//               in increasing expanded index), and writes its share of the
+//               tile schedules.
+// Measured on the H200 (session 9 run 1, ncu, T = 16384, K = 8, E = 256):
+// a one-block scan of the 128 x 256 counts took 11.5 us of the chain's 23,
+// the count kernel 3.2 and the scatter 8.3.
 // Expanded rows are split into chunks of whole warp pieces, and each chunk
 // into one contiguous span per warp, so that ranks come from warp votes and
 // per-warp counters in shared memory: no global atomics, the same result on
@@ -25,8 +33,10 @@ constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kCountThreads = 256;
 constexpr int kScatterWarps = 8;
 constexpr int kScatterThreads = kScatterWarps * kWarpSize;
-constexpr int kScanThreads = 1024;
-constexpr int kScanBatch = 12;  // chunks a scan thread loads at once (no spills at 64 registers)
+constexpr int kScanWarps = 32;  // a scan block: 32 experts (a lane each) x 32 spans of chunks
+constexpr int kScanThreads = kScanWarps * kWarpSize;
+constexpr int kScanBatch = 8;  // chunks a scan thread loads at once
+constexpr int kExpertsPerScatterThread = kMaxLocalExperts / kScatterThreads;
 // Chunk sizes: enough chunks to fill the GPU (about kTargetChunks), each
 // within [kMinChunkRows, kMaxChunkRows] so that the scatter kernel can stage a
 // chunk's experts in shared memory. Up to kSmallRows expanded rows the
@@ -47,8 +57,8 @@ constexpr int kTargetChunks = 128;
 static_assert(kSmallChunkRows % kScatterThreads == 0, "a chunk is whole pieces for every warp");
 static_assert(kMinChunkRows % kScatterThreads == 0, "a chunk is whole pieces for every warp");
 static_assert(kMaxChunkRows % kScatterThreads == 0, "a chunk is whole pieces for every warp");
-static_assert(kScanThreads >= kMaxLocalExperts, "the scan gives every expert a thread");
-static_assert(kScanThreads % kWarpSize == 0, "the scan works in whole warps");
+static_assert(kMaxLocalExperts % kScatterThreads == 0, "a scatter thread owns whole experts");
+static_assert(kMaxChunkRows / kScatterWarps <= 32767, "a warp's rows of one expert fit int16");
 static_assert(kMaxLocalExperts <= 32767, "staged experts are int16");
 
 // How the expanded rows are cut into chunks, and where things lie in the
@@ -57,25 +67,40 @@ struct Layout {
   int rows = 0;        // T * K
   int chunk_rows = 0;  // a multiple of kScatterThreads
   int num_chunks = 0;
-  // Scratch, in int32: tile bases [kMaxTileSizes][E_local + 1], then chunk
-  // counts [num_chunks][E_local].
-  std::size_t tile_bases = 0;
+  // Scratch, in int32: expert totals [E_local], then chunk counts
+  // [num_chunks][E_local].
+  std::size_t totals = 0;
   std::size_t chunk_counts = 0;
   std::size_t total = 0;
 };
 
+int chunk_rows_for(int rows) {
+  const int wanted = rows <= kSmallRows
+                         ? kSmallChunkRows
+                         : std::clamp(ceil_div(rows, kTargetChunks), kMinChunkRows, kMaxChunkRows);
+  return ceil_div(wanted, kScatterThreads) * kScatterThreads;
+}
+
 Layout layout(int num_tokens, int top_k, int num_local) {
   Layout l;
   l.rows = num_tokens * top_k;
-  const int wanted = l.rows <= kSmallRows
-                         ? kSmallChunkRows
-                         : std::clamp(ceil_div(l.rows, kTargetChunks), kMinChunkRows, kMaxChunkRows);
-  l.chunk_rows = ceil_div(wanted, kScatterThreads) * kScatterThreads;
+  l.chunk_rows = chunk_rows_for(l.rows);
   l.num_chunks = ceil_div(l.rows, l.chunk_rows);
-  l.tile_bases = 0;
-  l.chunk_counts = static_cast<std::size_t>(kMaxTileSizes) * (num_local + 1);
+  l.totals = 0;
+  l.chunk_counts = static_cast<std::size_t>(num_local);
   l.total = l.chunk_counts + static_cast<std::size_t>(l.num_chunks) * num_local;
   return l;
+}
+
+// The most chunks any call of at most `rows` expanded rows cuts: the chunk
+// count is not monotone in the rows (it drops where the chunks grow, past
+// kSmallRows and past kTargetChunks * kMinChunkRows), and a workspace sized
+// for a layer's largest T must hold every smaller call's counts.
+int max_chunks(int rows) {
+  int most = ceil_div(rows, chunk_rows_for(rows));
+  for (int edge : {kSmallRows, kTargetChunks * kMinChunkRows})
+    if (rows > edge) most = std::max(most, ceil_div(edge, chunk_rows_for(edge)));
+  return most;
 }
 
 // Local expert of an expanded row, or -1 when it is routed off this rank.
@@ -141,98 +166,112 @@ __device__ int block_exclusive_scan(int value, int* total, int* s_warp) {
   return result;
 }
 
-struct ScanParams {
-  int num_chunks;
-  int num_local;
-  int threads_per_expert;  // power of two <= 32, times num_local <= kScanThreads
-  int32_t* chunk_counts;   // [num_chunks][E_local] in: counts; out: rows of earlier chunks
-  int32_t* tile_bases;     // [kMaxTileSizes][E_local + 1] out: first tile of each expert
-  int32_t* expert_counts;
-  int32_t* expert_offsets;
-  int num_tile_sizes;
-  int tile_m[kMaxTileSizes];
-  int32_t* num_tiles[kMaxTileSizes];
-};
+// The scan over chunks of 32 experts' counts, for the block that owns
+// local experts 32b .. 32b + 31 (lane = expert): warp w owns the w-th span of
+// ceil(num_chunks / 32) chunks. Pass 1 sums each (span, expert); the spans'
+// sums are scanned in shared memory; pass 2 rewrites the counts as rows of
+// earlier chunks (count(c) reads chunk c's count of this lane's expert,
+// set_base(c, n) writes its base), and the block writes its experts' totals.
+// A thread keeps its first kScanBatch counts in registers for pass 2 (every
+// chunk up to 256 chunks). Every thread of the block calls this.
+template <typename Count, typename SetBase>
+__device__ void scan_chunk_columns(int num_chunks, int num_local, Count count, SetBase set_base,
+                                   int32_t* totals) {
+  __shared__ int s_part[kScanWarps][kWarpSize + 1];  // per (span, expert): sum, then base
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const bool owns = static_cast<int>(blockIdx.x) * kWarpSize + lane < num_local;
+  const int span = (num_chunks + kScanWarps - 1) / kScanWarps;
+  const int begin = min(warp * span, num_chunks), end = min(begin + span, num_chunks);
 
-// Per expert: exclusive scan of its counts over the chunks, in place; returns
-// the expert's total. Each expert has threads_per_expert threads (aligned
-// within a warp); each takes kScanBatch consecutive chunks per pass and loads
-// them all before adding, so that a pass costs one memory round trip. Every
-// thread of the block calls this (the shuffles need them all).
-__device__ int scan_over_chunks(const ScanParams& p) {
-  const int expert = threadIdx.x / p.threads_per_expert;
-  const int part = threadIdx.x % p.threads_per_expert;
-  const bool owns = expert < p.num_local;
-  int32_t* column = p.chunk_counts + expert;
-  int total = 0;  // the expert's rows in earlier passes
-  for (int pass = 0; pass < p.num_chunks; pass += kScanBatch * p.threads_per_expert) {
-    const int first_chunk = pass + part * kScanBatch;
-    int n[kScanBatch];
-    int sum = 0;
+  int kept[kScanBatch];
+  int sum = 0;
 #pragma unroll
-    for (int u = 0; u < kScanBatch; ++u) {
-      const int c = first_chunk + u;
-      n[u] = owns && c < p.num_chunks ? column[c * p.num_local] : 0;
-      sum += n[u];
-    }
-    // Inclusive scan of the parts' sums within the expert's threads.
-    int inclusive = sum;
-    for (int d = 1; d < p.threads_per_expert; d *= 2) {
-      const int other = __shfl_up_sync(kFullMask, inclusive, d, p.threads_per_expert);
-      if (part >= d) inclusive += other;
-    }
-    int next = total + inclusive - sum;
-#pragma unroll
-    for (int u = 0; u < kScanBatch; ++u) {
-      const int c = first_chunk + u;
-      if (owns && c < p.num_chunks) column[c * p.num_local] = next;
-      next += n[u];
-    }
-    total += __shfl_sync(kFullMask, inclusive, p.threads_per_expert - 1, p.threads_per_expert);
+  for (int u = 0; u < kScanBatch; ++u) {
+    kept[u] = owns && begin + u < end ? count(begin + u) : 0;
+    sum += kept[u];
   }
-  return total;
-}
+  for (int c = begin + kScanBatch; c < end; ++c)
+    if (owns) sum += count(c);
+  s_part[warp][lane] = sum;
+  __syncthreads();
 
-// One block of kScanThreads. After the scan over chunks, thread e owns local
-// expert e.
-__global__ void __launch_bounds__(kScanThreads, 1) permute_scan_kernel(ScanParams p) {
-  pdl_begin();
-  __shared__ int s_warp[kWarpSize + 1];
-  __shared__ int s_count[kMaxLocalExperts];
+  // Warp w scans expert 32b + w over the spans (lane = span).
   {
-    const int expert_total = scan_over_chunks(p);
-    const int expert = threadIdx.x / p.threads_per_expert;
-    if (threadIdx.x % p.threads_per_expert == 0 && expert < p.num_local)
-      s_count[expert] = expert_total;
+    const int part = s_part[lane][warp];
+    int inclusive = part;
+#pragma unroll
+    for (int d = 1; d < kWarpSize; d *= 2) {
+      const int other = __shfl_up_sync(kFullMask, inclusive, d);
+      if (lane >= d) inclusive += other;
+    }
+    s_part[lane][warp] = inclusive - part;
+    const int expert = blockIdx.x * kWarpSize + warp;
+    if (lane == kWarpSize - 1 && expert < num_local) totals[expert] = inclusive;
   }
   __syncthreads();
-  const int e = threadIdx.x;
-  const bool owns = e < p.num_local;
-  const int count = owns ? s_count[e] : 0;
 
-  int total = 0;
-  const int offset = block_exclusive_scan(count, &total, s_warp);
-  if (owns) {
-    p.expert_counts[e] = count;
-    p.expert_offsets[e] = offset;
-  }
-  if (e == 0) p.expert_offsets[p.num_local] = total;
-
-  // Unrolled so that the parameter arrays are indexed by constants (no local copy).
+  int next = s_part[warp][lane];
 #pragma unroll
-  for (int s = 0; s < kMaxTileSizes; ++s) {
-    if (s >= p.num_tile_sizes) break;
-    const int tile_m = p.tile_m[s];
-    const int my_tiles = owns ? (count + tile_m - 1) / tile_m : 0;
-    int num_tiles = 0;
-    const int tile_base = block_exclusive_scan(my_tiles, &num_tiles, s_warp);
-    int32_t* bases = p.tile_bases + s * (p.num_local + 1);
-    if (owns) bases[e] = tile_base;
-    if (e == 0) {
-      bases[p.num_local] = num_tiles;
-      *p.num_tiles[s] = num_tiles;
-    }
+  for (int u = 0; u < kScanBatch; ++u) {
+    if (owns && begin + u < end) set_base(begin + u, next);
+    next += kept[u];
   }
+  for (int c = begin + kScanBatch; c < end; ++c) {
+    if (!owns) break;
+    const int n = count(c);
+    set_base(c, next);
+    next += n;
+  }
+}
+
+// After permute_count_kernel: the counts in global memory become bases in
+// place.
+__global__ void __launch_bounds__(kScanThreads)
+    permute_scan_kernel(int num_chunks, int num_local, int32_t* chunk_counts, int32_t* totals) {
+  pdl_begin();
+  int32_t* column = chunk_counts + blockIdx.x * kWarpSize + threadIdx.x % kWarpSize;
+  scan_chunk_columns(
+      num_chunks, num_local,
+      [column, num_local](int c) { return column[static_cast<size_t>(c) * num_local]; },
+      [column, num_local](int c, int n) { column[static_cast<size_t>(c) * num_local] = n; },
+      totals);
+}
+
+// Calls of at most kCountScanRows expanded rows: count and scan in one
+// launch. The block that owns 32 experts reads every expanded row, counts
+// its experts' rows per chunk in shared memory, and scans them; the bases go
+// to global memory. One launch fewer where the chain's fixed cost weighs
+// most. Measured (session 9 run 3, split chain, K = 8, E = 128 and 256): 0.4
+// to 0.7 us faster up to T = 256 (2048 rows), but 1.0-1.1 us slower at T =
+// 1024 (8192 rows), where E / 32 blocks read all the ids while the count
+// kernel spreads them over 32 blocks.
+constexpr int kCountScanRows = 2048;
+constexpr int kSmallChunks = kCountScanRows / kSmallChunkRows;
+static_assert(kCountScanRows <= kSmallRows && kCountScanRows % kSmallChunkRows == 0,
+              "count + scan calls cut whole small chunks");
+
+__global__ void __launch_bounds__(kScanThreads)
+    permute_count_scan_kernel(const int32_t* topk_ids, int rows, int num_chunks, int local_offset,
+                              int num_local, int32_t* chunk_counts, int32_t* totals) {
+  pdl_begin();
+  __shared__ int s_count[kSmallChunks][kWarpSize];
+  for (int i = threadIdx.x; i < kSmallChunks * kWarpSize; i += blockDim.x)
+    s_count[i / kWarpSize][i % kWarpSize] = 0;
+  __syncthreads();
+  const int first = blockIdx.x * kWarpSize;
+#pragma unroll 4
+  for (int row = threadIdx.x; row < rows; row += blockDim.x) {
+    const int e = local_expert(topk_ids, row, rows, local_offset, num_local) - first;
+    if (e >= 0 && e < kWarpSize) atomicAdd(&s_count[row / kSmallChunkRows][e], 1);
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % kWarpSize;
+  int32_t* column = chunk_counts + first + lane;
+  const int* my_counts = &s_count[0][lane];
+  scan_chunk_columns(
+      num_chunks, num_local, [my_counts](int c) { return my_counts[c * kWarpSize]; },
+      [column, num_local](int c, int n) { column[static_cast<size_t>(c) * num_local] = n; },
+      totals);
 }
 
 // -------------------------------------------------------------- scatter ----
@@ -240,110 +279,172 @@ struct ScatterParams {
   const int32_t* topk_ids;
   int rows;
   int chunk_rows;
+  int num_chunks;
   int local_offset;
   int num_local;
-  const int32_t* chunk_base;      // [num_chunks][E_local] rows of earlier chunks
-  const int32_t* expert_offsets;  // [E_local + 1]
+  const int32_t* chunk_base;  // [num_chunks][E_local] rows of earlier chunks
+  const int32_t* totals;      // [E_local] rows of each expert
+  int32_t* expert_counts;     // written by block 0
+  int32_t* expert_offsets;    // written by block 0
   int32_t* permuted_to_expanded;
   int32_t* expanded_to_permuted;
-  const int32_t* tile_bases;  // [kMaxTileSizes][E_local + 1]
   int num_tile_sizes;
   int tile_m[kMaxTileSizes];
   DeviceTile* tiles[kMaxTileSizes];
+  int32_t* num_tiles[kMaxTileSizes];  // written by block 0
 };
+
+// Exclusive scan of value(count[e]) over e < n into out[0..n) and the total
+// into out[n]; every thread of the block calls this, and a __syncthreads()
+// must follow before out is read.
+template <typename Value>
+__device__ void scan_experts(const int* count, int n, Value value, int* out, int* s_warp) {
+  const int first = threadIdx.x * kExpertsPerScatterThread;
+  int v[kExpertsPerScatterThread];
+  int sum = 0;
+#pragma unroll
+  for (int u = 0; u < kExpertsPerScatterThread; ++u) {
+    v[u] = first + u < n ? value(count[first + u]) : 0;
+    sum += v[u];
+  }
+  int total = 0;
+  int next = block_exclusive_scan(sum, &total, s_warp);
+#pragma unroll
+  for (int u = 0; u < kExpertsPerScatterThread; ++u) {
+    if (first + u < n) out[first + u] = next;
+    next += v[u];
+  }
+  if (threadIdx.x == 0) out[n] = total;
+}
 
 // Tile i of every schedule, spread over the whole grid so that one hot
 // expert's many tiles do not serialize: tile i belongs to the last expert
 // whose first tile is <= i (empty experts share their successor's base).
-// The bases are staged in shared memory for the binary search; every thread
-// of the block calls this.
-__device__ void write_tiles(const ScatterParams& p, int* s_bases) {
+// Each block scans the tile bases into shared memory for the binary search;
+// every thread of the block calls this.
+__device__ void write_tiles(const ScatterParams& p, const int* s_count, const int* s_offset,
+                            int* s_bases, int* s_warp) {
   const int stride = gridDim.x * blockDim.x;
 #pragma unroll
   for (int s = 0; s < kMaxTileSizes; ++s) {
     if (s >= p.num_tile_sizes) break;
+    const int tile_m = p.tile_m[s];
     __syncthreads();  // the previous schedule's searches are done with s_bases
-    const int32_t* bases = p.tile_bases + s * (p.num_local + 1);
-    for (int e = threadIdx.x; e <= p.num_local; e += blockDim.x) s_bases[e] = bases[e];
+    scan_experts(s_count, p.num_local, [tile_m](int c) { return (c + tile_m - 1) / tile_m; }, s_bases,
+                 s_warp);
     __syncthreads();
     const int num_tiles = s_bases[p.num_local];
+    if (blockIdx.x == 0 && threadIdx.x == 0) *p.num_tiles[s] = num_tiles;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < num_tiles; i += stride) {
       int lo = 0, hi = p.num_local - 1;
       while (lo < hi) {
         const int mid = (lo + hi + 1) / 2;
         if (s_bases[mid] <= i) lo = mid; else hi = mid - 1;
       }
-      const int row_start = p.expert_offsets[lo] + (i - s_bases[lo]) * p.tile_m[s];
-      const int rows = min(p.tile_m[s], p.expert_offsets[lo + 1] - row_start);
+      const int row_start = s_offset[lo] + (i - s_bases[lo]) * tile_m;
+      const int rows = min(tile_m, s_offset[lo + 1] - row_start);
       p.tiles[s][i] = DeviceTile{lo, row_start, rows, 0};
     }
   }
 }
 
 // The chunk's local experts are staged in shared memory first (one coalesced
-// read, all loads in flight). Warp w then handles the w-th contiguous span of
-// the chunk, 32 rows a piece, in order: pass 1 counts each warp's rows per
-// expert; a scan over warps turns the counts into first rows; pass 2 places
-// each row at its warp's cursor plus its rank among the piece's lanes of the
-// same expert.
+// read, all loads in flight), with the experts' totals and this chunk's base
+// rows; the totals are scanned into expert offsets. Warp w then handles the
+// w-th contiguous span of the chunk, 32 rows a piece, in order: pass 1 counts
+// each warp's rows per expert; a scan over warps turns the counts into each
+// warp's first row within the chunk's rows of that expert; pass 2 places each
+// row at the chunk's first row of its expert plus its warp's cursor plus its
+// rank among the piece's lanes of the same expert. A block past the rows
+// (T = 0 launches one) writes only its share of the offsets and schedules.
 __global__ void __launch_bounds__(kScatterThreads) permute_scatter_kernel(ScatterParams p) {
   pdl_begin();
-  __shared__ int s_cursor[kScatterWarps][kMaxLocalExperts];
+  __shared__ int16_t s_cursor[kScatterWarps][kMaxLocalExperts];  // within the chunk's rows
   __shared__ int16_t s_expert[kMaxChunkRows];  // -1: off rank or past the end
+  __shared__ int s_count[kMaxLocalExperts];    // rows of each expert
+  __shared__ int s_offset[kMaxLocalExperts + 1];
+  __shared__ int s_first[kMaxLocalExperts];    // the chunk's first row of each expert
   __shared__ int s_bases[kMaxLocalExperts + 1];  // one tile schedule's expert bases
+  __shared__ int s_warp[kWarpSize + 1];
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const unsigned lanes_below = (1u << lane) - 1u;
   const int chunk_begin = blockIdx.x * p.chunk_rows;
   const int span = p.chunk_rows / kScatterWarps;
+  const bool has_rows = blockIdx.x < p.num_chunks;
 
-  for (int i = threadIdx.x; i < kScatterWarps * p.num_local; i += blockDim.x)
-    s_cursor[i / p.num_local][i % p.num_local] = 0;
+  // Loads first, all in flight: the chunk's experts, the totals, the bases.
+  int base[kExpertsPerScatterThread];
+#pragma unroll
+  for (int u = 0; u < kExpertsPerScatterThread; ++u) {
+    const int e = threadIdx.x + u * kScatterThreads;
+    base[u] = has_rows && e < p.num_local
+                  ? p.chunk_base[static_cast<size_t>(blockIdx.x) * p.num_local + e] : 0;
+    if (e < p.num_local) s_count[e] = p.totals[e];
+  }
 #pragma unroll 4
   for (int i = threadIdx.x; i < p.chunk_rows; i += blockDim.x)
     s_expert[i] = static_cast<int16_t>(
         local_expert(p.topk_ids, chunk_begin + i, p.rows, p.local_offset, p.num_local));
+  for (int i = threadIdx.x; i < kScatterWarps * p.num_local; i += blockDim.x)
+    s_cursor[i / p.num_local][i % p.num_local] = 0;
   __syncthreads();
 
-  // Pass 1: rows per (warp, expert). Only the lowest lane of each group of
-  // equal experts writes, so the warp's counters need no atomics.
-  for (int piece = warp * span; piece < (warp + 1) * span; piece += kWarpSize) {
-    const int e = s_expert[piece + lane];
-    const unsigned same = __match_any_sync(kFullMask, e);
-    if (e >= 0 && (same & lanes_below) == 0) s_cursor[warp][e] += __popc(same);
-    __syncwarp();
+  scan_experts(s_count, p.num_local, [](int c) { return c; }, s_offset, s_warp);
+  __syncthreads();
+#pragma unroll
+  for (int u = 0; u < kExpertsPerScatterThread; ++u) {
+    const int e = threadIdx.x + u * kScatterThreads;
+    if (e < p.num_local) s_first[e] = s_offset[e] + base[u];
   }
-  __syncthreads();
+  if (blockIdx.x == 0) {
+    for (int e = threadIdx.x; e < p.num_local; e += blockDim.x) {
+      p.expert_counts[e] = s_count[e];
+      p.expert_offsets[e] = s_offset[e];
+    }
+    if (threadIdx.x == 0) p.expert_offsets[p.num_local] = s_offset[p.num_local];
+  }
 
-  // Counts -> first permuted row of each (warp, expert).
-  const int32_t* base = p.chunk_base + static_cast<size_t>(blockIdx.x) * p.num_local;
-  for (int e = threadIdx.x; e < p.num_local; e += blockDim.x) {
-    int next = p.expert_offsets[e] + base[e];
-    for (int w = 0; w < kScatterWarps; ++w) {
-      const int n = s_cursor[w][e];
-      s_cursor[w][e] = next;
-      next += n;
+  if (has_rows) {
+    // Pass 1: rows per (warp, expert). Only the lowest lane of each group of
+    // equal experts writes, so the warp's counters need no atomics.
+    for (int piece = warp * span; piece < (warp + 1) * span; piece += kWarpSize) {
+      const int e = s_expert[piece + lane];
+      const unsigned same = __match_any_sync(kFullMask, e);
+      if (e >= 0 && (same & lanes_below) == 0) s_cursor[warp][e] += __popc(same);
+      __syncwarp();
+    }
+    __syncthreads();
+
+    // Counts -> each warp's first row within the chunk's rows of the expert.
+    for (int e = threadIdx.x; e < p.num_local; e += blockDim.x) {
+      int next = 0;
+      for (int w = 0; w < kScatterWarps; ++w) {
+        const int n = s_cursor[w][e];
+        s_cursor[w][e] = static_cast<int16_t>(next);
+        next += n;
+      }
+    }
+    __syncthreads();
+
+    // Pass 2: place the rows.
+    for (int piece = warp * span; piece < (warp + 1) * span; piece += kWarpSize) {
+      const int row = chunk_begin + piece + lane;
+      const int e = s_expert[piece + lane];
+      const unsigned same = __match_any_sync(kFullMask, e);
+      if (e >= 0) {
+        const int dst = s_first[e] + s_cursor[warp][e] + __popc(same & lanes_below);
+        p.permuted_to_expanded[dst] = row;
+        p.expanded_to_permuted[row] = dst;
+      } else if (row < p.rows) {
+        p.expanded_to_permuted[row] = -1;
+      }
+      __syncwarp();  // every lane has read its cursor before the leader moves it
+      if (e >= 0 && (same & lanes_below) == 0) s_cursor[warp][e] += __popc(same);
+      __syncwarp();
     }
   }
-  __syncthreads();
 
-  // Pass 2: place the rows.
-  for (int piece = warp * span; piece < (warp + 1) * span; piece += kWarpSize) {
-    const int row = chunk_begin + piece + lane;
-    const int e = s_expert[piece + lane];
-    const unsigned same = __match_any_sync(kFullMask, e);
-    if (e >= 0) {
-      const int dst = s_cursor[warp][e] + __popc(same & lanes_below);
-      p.permuted_to_expanded[dst] = row;
-      p.expanded_to_permuted[row] = dst;
-    } else if (row < p.rows) {
-      p.expanded_to_permuted[row] = -1;
-    }
-    __syncwarp();  // every lane has read its cursor before the leader moves it
-    if (e >= 0 && (same & lanes_below) == 0) s_cursor[warp][e] += __popc(same);
-    __syncwarp();
-  }
-
-  write_tiles(p, s_bases);
+  write_tiles(p, s_count, s_offset, s_bases, s_warp);
 }
 
 void require(bool ok, const std::string& message) {
@@ -353,7 +454,8 @@ void require(bool ok, const std::string& message) {
 }  // namespace
 
 std::size_t permute_scratch_bytes(int num_tokens, int top_k, int num_local) {
-  return layout(num_tokens, top_k, num_local).total * sizeof(int32_t);
+  const std::size_t chunks = max_chunks(num_tokens * top_k);
+  return (static_cast<std::size_t>(num_local) + chunks * num_local) * sizeof(int32_t);
 }
 
 void launch_permute(const PermuteParams& params, cudaStream_t stream) {
@@ -374,53 +476,45 @@ void launch_permute(const PermuteParams& params, cudaStream_t stream) {
   const Layout l = layout(params.num_tokens, params.top_k, params.num_local);
   int32_t* scratch = static_cast<int32_t*>(params.scratch);
   int32_t* chunk_counts = scratch + l.chunk_counts;
-  int32_t* tile_bases = scratch + l.tile_bases;
+  int32_t* totals = scratch + l.totals;
 
-  if (l.num_chunks > 0) {
-    launch_pdl(permute_count_kernel, l.num_chunks, kCountThreads, 0, stream,
-        params.topk_ids, l.rows, l.chunk_rows, params.local_offset, params.num_local,
-        chunk_counts);
+  // The scan and the scatter run for T = 0 too: totals, counts, offsets and
+  // tile counts are still written (the scatter with one block and no rows).
+  const int scan_blocks = ceil_div(params.num_local, kWarpSize);
+  if (l.rows <= kCountScanRows) {
+    launch_pdl(permute_count_scan_kernel, scan_blocks, kScanThreads, 0, stream, params.topk_ids,
+               l.rows, l.num_chunks, params.local_offset, params.num_local, chunk_counts, totals);
+    UNIMOE_LAUNCH_CHECK();
+  } else {
+    launch_pdl(permute_count_kernel, l.num_chunks, kCountThreads, 0, stream, params.topk_ids,
+               l.rows, l.chunk_rows, params.local_offset, params.num_local, chunk_counts);
+    UNIMOE_LAUNCH_CHECK();
+    launch_pdl(permute_scan_kernel, scan_blocks, kScanThreads, 0, stream, l.num_chunks,
+               params.num_local, chunk_counts, totals);
     UNIMOE_LAUNCH_CHECK();
   }
 
-  // Runs for T = 0 too: counts, offsets and tile counts are still written.
-  ScanParams scan{};
-  scan.num_chunks = l.num_chunks;
-  scan.num_local = params.num_local;
-  scan.threads_per_expert = kWarpSize;
-  while (scan.threads_per_expert * params.num_local > kScanThreads) scan.threads_per_expert /= 2;
-  scan.chunk_counts = chunk_counts;
-  scan.tile_bases = tile_bases;
-  scan.expert_counts = params.expert_counts;
-  scan.expert_offsets = params.expert_offsets;
-  scan.num_tile_sizes = params.num_tile_sizes;
+  ScatterParams scatter{};
+  scatter.topk_ids = params.topk_ids;
+  scatter.rows = l.rows;
+  scatter.chunk_rows = l.chunk_rows;
+  scatter.num_chunks = l.num_chunks;
+  scatter.local_offset = params.local_offset;
+  scatter.num_local = params.num_local;
+  scatter.chunk_base = chunk_counts;
+  scatter.totals = totals;
+  scatter.expert_counts = params.expert_counts;
+  scatter.expert_offsets = params.expert_offsets;
+  scatter.permuted_to_expanded = params.permuted_to_expanded;
+  scatter.expanded_to_permuted = params.expanded_to_permuted;
+  scatter.num_tile_sizes = params.num_tile_sizes;
   for (int s = 0; s < params.num_tile_sizes; ++s) {
-    scan.tile_m[s] = params.tile_m[s];
-    scan.num_tiles[s] = params.num_tiles[s];
+    scatter.tile_m[s] = params.tile_m[s];
+    scatter.tiles[s] = params.tiles[s];
+    scatter.num_tiles[s] = params.num_tiles[s];
   }
-  launch_pdl(permute_scan_kernel, 1, kScanThreads, 0, stream, scan);
+  launch_pdl(permute_scatter_kernel, std::max(l.num_chunks, 1), kScatterThreads, 0, stream, scatter);
   UNIMOE_LAUNCH_CHECK();
-
-  if (l.num_chunks > 0) {
-    ScatterParams scatter{};
-    scatter.topk_ids = params.topk_ids;
-    scatter.rows = l.rows;
-    scatter.chunk_rows = l.chunk_rows;
-    scatter.local_offset = params.local_offset;
-    scatter.num_local = params.num_local;
-    scatter.chunk_base = chunk_counts;
-    scatter.expert_offsets = params.expert_offsets;
-    scatter.permuted_to_expanded = params.permuted_to_expanded;
-    scatter.expanded_to_permuted = params.expanded_to_permuted;
-    scatter.tile_bases = tile_bases;
-    scatter.num_tile_sizes = params.num_tile_sizes;
-    for (int s = 0; s < params.num_tile_sizes; ++s) {
-      scatter.tile_m[s] = params.tile_m[s];
-      scatter.tiles[s] = params.tiles[s];
-    }
-    launch_pdl(permute_scatter_kernel, l.num_chunks, kScatterThreads, 0, stream, scatter);
-    UNIMOE_LAUNCH_CHECK();
-  }
 }
 
 }  // namespace unimoe

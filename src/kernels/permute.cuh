@@ -50,6 +50,8 @@ inline int max_tiles(int rows, int num_local, int tile_m) {
   return at_least_one < rounded ? at_least_one : rounded;
 }
 
+// Scratch for any call of at most num_tokens tokens (so a workspace sized
+// for a layer's largest T serves every smaller one).
 std::size_t permute_scratch_bytes(int num_tokens, int top_k, int num_local);
 void launch_permute(const PermuteParams& params, cudaStream_t stream);
 
