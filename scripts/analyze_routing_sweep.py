@@ -5,6 +5,7 @@ the rule's score and a proposed rule.
     scripts/analyze_routing_sweep.py SWEEP.json [MORE.json ...] [--plot OUT.png] [--merged ALL.json]
                                      [--held-out]
 
+(a SWEEP.json.gz is read as it is.)
 Prints, for each point class, where the fused single-block kernel beats the
 split chain; how often the layer's rule (the `rule` field the sweep records
 from routing_variant_for) is within 5% of the best variant, and its
@@ -17,11 +18,14 @@ CTA has a warp for every token), it also proposes "cluster iff T*K <= R
 (R_deepseek for the DeepSeek policies), T <= Tm and T*E <= S, else split",
 and the three-way rule "fused iff T <= Tf (per family), T*K <= Rf and
 T*E <= Sf; else cluster iff T*K <= R (per family), T <= Tm and T*E <= S;
-else split"; --held-out also scores the three-way fitting on points it
-did not see (refitted without each E value, and each policy, in turn). --plot draws time against
-T for the target configs (needs matplotlib).
+else split"; and that rule with every limit fitted per family ("proposed
+per family", the form routing_variant_for takes). --held-out also scores
+both fittings on points they did not see (refitted without each E value,
+and each policy, in turn). --plot draws time against T for the target
+configs (needs matplotlib).
 """
 import argparse
+import gzip
 import json
 import math
 import sys
@@ -146,10 +150,10 @@ def cluster_rule_choice(p, limits):
 
 FUSED_TOKENS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 FUSED_ROWS = (32, 64, 128, 256, 10**9)
-FUSED_SCORES = (2048, 4096, 8192, 16384, 10**9)
+FUSED_SCORES = (512, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 16384, 10**9)
 THREE_WAY_ROWS = (256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
-THREE_WAY_TOKENS = (128, 256, 512)
-THREE_WAY_SCORES = (32768, 65536, 131072)
+THREE_WAY_TOKENS = (64, 96, 128, 192, 256, 512)
+THREE_WAY_SCORES = (8192, 16384, 24576, 32768, 49152, 65536, 131072)
 
 
 def _first_at_least(grid, value):
@@ -236,13 +240,44 @@ def describe_three_way(limits):
             f"T <= {c_tokens} and T*E <= {c_scores}; else split")
 
 
-def held_out_score(points, key):
-    """The three-way rule's fitting judged on points it was not fitted to:
-    for each value v of key(p), fit propose_three_way_rule on the points
-    with another value and count the points with value v where the fitted
-    rule's choice is within 5% of the best variant. Returns the share over
-    all points and {v: share of v's points}; (None, {}) with fewer than two
-    values, where nothing is left to fit on."""
+def propose_family_rule(points):
+    """The three-way rule with every limit fitted per policy family: each
+    family's limits are propose_three_way_rule's on that family's points
+    alone. Returns ({family: limits}, share of all points within 5%)."""
+    by_family = {}
+    for fam in ("deepseek", "other"):
+        sub = [p for p in points if family(p) == fam]
+        if sub:
+            by_family[fam] = propose_three_way_rule(sub)[0]
+    hits = sum(time_of(p, family_rule_choice(p, by_family)) <= TOLERANCE * best(p)[1] for p in points)
+    return by_family, hits / len(points)
+
+
+def family_rule_choice(p, by_family):
+    """The variant the per-family rule takes at point p."""
+    return three_way_choice(p, by_family[family(p)])
+
+
+def describe_family_rule(by_family):
+    unlimited = lambda v: "any" if v >= 10**9 else str(v)
+    parts = []
+    for fam, (tokens_of, f_rows, f_scores, rows_of, c_tokens, c_scores) in sorted(by_family.items()):
+        parts.append(f"{fam}: fused iff T <= {tokens_of[fam]}, T*K <= {unlimited(f_rows)} and "
+                     f"T*E <= {unlimited(f_scores)}; else cluster iff T*K <= {rows_of[fam]}, "
+                     f"T <= {c_tokens} and T*E <= {c_scores}; else split")
+    return "; ".join(parts)
+
+
+def held_out_score(points, key, propose=None, choose=None):
+    """A rule's fitting judged on points it was not fitted to: for each
+    value v of key(p), fit `propose` (default propose_three_way_rule) on the
+    points with another value and count the points with value v where the
+    fitted rule's choice (`choose`, default three_way_choice) is within 5%
+    of the best variant. Returns the share over all points and {v: share of
+    v's points}; (None, {}) with fewer than two values, where nothing is
+    left to fit on."""
+    propose = propose or propose_three_way_rule
+    choose = choose or three_way_choice
     by_value = defaultdict(list)
     for p in points:
         by_value[key(p)].append(p)
@@ -250,8 +285,9 @@ def held_out_score(points, key):
         return None, {}
     hits, per_value = 0, {}
     for value, held in sorted(by_value.items()):
-        limits, _ = propose_three_way_rule([p for p in points if key(p) != value])
-        h = sum(time_of(p, three_way_choice(p, limits)) <= TOLERANCE * best(p)[1] for p in held)
+        fitted = [p for p in points if key(p) != value]
+        limits, _ = propose(fitted)
+        h = sum(time_of(p, choose(p, limits)) <= TOLERANCE * best(p)[1] for p in held)
         hits += h
         per_value[value] = h / len(held)
     return hits / len(points), per_value
@@ -275,6 +311,16 @@ def target(points, policy, e, k, n_group, t_max=None, t_exact=None):
            and p["n_group"] == n_group
            and (t_max is None or p["T"] <= t_max) and (t_exact is None or p["T"] == t_exact)]
     return max((best(p)[1] for p in sel), default=None)
+
+
+def speedup_line(points, choose):
+    """'  its speedup ...': the geometric mean of each fixed variant's time
+    over the time of the variant `choose(p)` picks."""
+    chosen = [time_of(p, choose(p)) for p in points]
+    over = {v: geomean(time_of(p, v) / c for p, c in zip(points, chosen))
+            for v in ("fused", "split", "cluster")}
+    return (f"  its speedup, geometric mean: {over['fused']:.3f}x over always-fused, "
+            f"{over['split']:.3f}x over always-split, {over['cluster']:.3f}x over always-cluster")
 
 
 def report(doc, held_out=False):
@@ -337,22 +383,25 @@ def report(doc, held_out=False):
                      f"(DeepSeek policies: {rows_of['deepseek']}), T <= {tokens} and "
                      f"T*E <= {scores}, else split (within 5% of the best variant on "
                      f"{100 * share:.1f}% of points)")
-        chosen = [time_of(p, cluster_rule_choice(p, (rows_of, tokens, scores))) for p in points]
-        over = {v: geomean(time_of(p, v) / c for p, c in zip(points, chosen))
-                for v in ("fused", "split", "cluster")}
-        lines.append(f"  its speedup, geometric mean: {over['fused']:.3f}x over always-fused, "
-                     f"{over['split']:.3f}x over always-split, {over['cluster']:.3f}x over "
-                     f"always-cluster")
+        lines.append(speedup_line(points, lambda p: cluster_rule_choice(p, (rows_of, tokens, scores))))
         limits, share = propose_three_way_rule(points)
         lines.append(f"proposed three-way: {describe_three_way(limits)} (within 5% of the best "
                      f"variant on {100 * share:.1f}% of points)")
-        chosen = [time_of(p, three_way_choice(p, limits)) for p in points]
-        over = {v: geomean(time_of(p, v) / c for p, c in zip(points, chosen))
-                for v in ("fused", "split", "cluster")}
-        lines.append(f"  its speedup, geometric mean: {over['fused']:.3f}x over always-fused, "
-                     f"{over['split']:.3f}x over always-split, {over['cluster']:.3f}x over "
-                     f"always-cluster")
+        lines.append(speedup_line(points, lambda p: three_way_choice(p, limits)))
+        by_family, share = propose_family_rule(points)
+        lines.append(f"proposed per family (every limit fitted per policy family): "
+                     f"{describe_family_rule(by_family)} (within 5% of the best variant on "
+                     f"{100 * share:.1f}% of points)")
+        lines.append(speedup_line(points, lambda p: family_rule_choice(p, by_family)))
         if held_out:
+            for name, key in (("E", lambda p: p["E"]), ("policy", lambda p: p["policy"])):
+                share, per = held_out_score(points, key, propose_family_rule, family_rule_choice)
+                if share is None:
+                    continue
+                worst = min(per, key=per.get)
+                lines.append(f"  per-family rule held out by {name}: within 5% on "
+                             f"{100 * share:.1f}% of points; worst {name}={worst} at "
+                             f"{100 * per[worst]:.1f}%")
             for name, key in (("E", lambda p: p["E"]), ("policy", lambda p: p["policy"])):
                 share, per = held_out_score(points, key)
                 if share is None:
@@ -406,7 +455,7 @@ def main(argv):
     args = ap.parse_args(argv)
     docs = []
     for path in args.sweep:
-        with open(path) as f:
+        with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
             docs.append(json.load(f))
     doc = merge(docs)
     if not doc.get("points"):

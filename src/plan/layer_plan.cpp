@@ -251,39 +251,46 @@ namespace {
 // Measured on the H200 by the routing sweep (unimoe-bench --routing-sweep:
 // 17,980 points, every policy x E in 8..1024 x K in 1..32 x T in 1..16384,
 // split, fused and cluster each timed 8 calls to a graph replay). The limits
-// were fitted by scripts/analyze_routing_sweep.py ("proposed three-way") on
-// session 8 run 9's sweep (bench/results/h200-routing-sweep-session8.*),
-// made with the decode changes of that session (the fused block weighs
-// beside the permutation) and session 7's 256-row permute chunks, which
-// made the split chain faster from T*K = 1536 on. Facts the limits encode
-// (run 9 figures):
+// were fitted by scripts/analyze_routing_sweep.py ("proposed per family":
+// every limit fitted for the DeepSeek policies and for the others apart) on
+// session 9 run 4's sweep (bench/results/h200-routing-sweep-session9.*),
+// made with that session's permute (the scan over chunks on E/32 blocks,
+// count and scan in one launch up to 2048 rows), which made the split chain
+// 0.87x as long as session 8's (geometric mean over 264 points), and the
+// fp32 DeepSeek score. Facts the limits encode (run 4 figures):
 // - The fused block wins for the smallest calls: one CTA, no cluster
-//   barrier. A block of many routing warps gets slower with its size,
-//   which we read as the SM's issue rate bounding the warps' routing code
-//   (inferred, not profiled). The DeepSeek policies' tokens cost most
-//   (group stage, an fp64 exp per expert): DeepSeekV3 E=256 K=8 T=4 fused
-//   6.28 us vs cluster 6.35, T=5 7.92 vs 6.31. The others up to T = 16 and
-//   T*K = 256: fused / cluster over the points with T <= 16 and T*E <= 8192,
-//   geometric mean 0.972 up to T*K = 128, 0.981 to 256, 1.010 beyond.
-// - The cluster variant spreads the tokens over up to 8 CTAs and places
-//   the rows in one CTA by token masks; against split, over T <= 256 and
-//   T*E <= 65536: cluster / split 0.872 (0.878 for DeepSeek) for T*K in
-//   (768, 1536], 1.091 (1.137) in (1536, 3072].
+//   barrier. DeepSeek tokens cost most (the group stage, a key a thread):
+//   DeepSeekV3 E=256 K=8 T=4 fused 5.45 us vs cluster 6.04, T=5 7.57 vs
+//   6.17. The others up to T = 12 where T*E <= 6144: fused / cluster over
+//   4 < T <= 12 there, geometric mean 0.977; over 12 < T <= 32, 1.175. At
+//   T = 5..12 the cluster's CTA count steps (4 tokens a CTA) make the ratio
+//   swing by up to 7% from one T to the next, which no limit follows: most
+//   of the rule's misses lie there.
+// - The cluster variant spreads the tokens over up to 8 CTAs and places the
+//   rows in one CTA by token masks; against split, over T <= 256 and T*E <=
+//   65536: cluster / split 0.936 (0.949 for DeepSeek) for T*K in (768,
+//   1536], 1.145 (1.185) in (1536, 3072]. DeepSeek E=256 K=8: T=64 cluster
+//   8.64 us vs split 10.63, T=128 11.30 vs 10.67.
 // - Beyond, the split chain's parallelism (a warp per token over the whole
 //   GPU, a multi-CTA permute) pays.
-// Within 5% of the best variant on 95.4% of run 9's points (in sample;
-// refitted without each E value and scored on it, 93.1%, worst E=512 at
-// 86.7%; without each policy, 95.4%); 1.45x over always-fused, 1.53x over
-// always-split and 1.08x over always-cluster (geometric means). The rule
-// of session 6 (fused T*K <= 128, DeepSeek T <= 3; cluster T*K <= 3072)
-// scored 93.6% on the same points.
-constexpr int kFusedTokens = 16;
-constexpr int kFusedTokensDeepSeek = 4;
-constexpr long long kFusedRows = 256;
-constexpr long long kFusedScores = 8192;
-constexpr long long kClusterRows = 1536;
-constexpr int kClusterTokens = 256;
-constexpr long long kClusterScores = 65536;
+// Within 5% of the best variant on 95.0% of run 4's points (in sample;
+// refitted without each E value and scored on it, 92.9%, worst E=64 at
+// 90.1%; without each policy, 95.0%, worst Llama4 at 85.8%); 1.44x over
+// always-fused, 1.45x over always-split, 1.08x over always-cluster
+// (geometric means). Session 8's rule (one set of limits but the fused
+// token limit) scored 92.6% on the same points; the best shared-limit fit
+// 94.2%.
+struct RoutingLimits {
+  int fused_tokens;
+  long long fused_rows;    // T*K
+  long long fused_scores;  // T*E
+  long long cluster_rows;
+  int cluster_tokens;
+  long long cluster_scores;
+};
+constexpr long long kAny = 1ll << 40;
+constexpr RoutingLimits kDeepSeekLimits{8, 32, 2048, 1536, 128, 49152};
+constexpr RoutingLimits kOtherLimits{12, kAny, 6144, 1536, 256, 65536};
 
 }  // namespace
 
@@ -307,10 +314,10 @@ RoutingVariant routing_variant_for(const RoutingConfig& routing, int num_tokens)
   const long long rows = t * routing.top_k, scores = t * routing.num_experts;
   const bool deepseek =
       routing.policy == RoutingPolicy::DeepSeekV3 || routing.policy == RoutingPolicy::MiniMax2;
-  if (t <= (deepseek ? kFusedTokensDeepSeek : kFusedTokens) && rows <= kFusedRows &&
-      scores <= kFusedScores)
+  const RoutingLimits& l = deepseek ? kDeepSeekLimits : kOtherLimits;
+  if (t <= l.fused_tokens && rows <= l.fused_rows && scores <= l.fused_scores)
     return RoutingVariant::Fused;
-  if (rows <= kClusterRows && t <= kClusterTokens && scores <= kClusterScores)
+  if (rows <= l.cluster_rows && t <= l.cluster_tokens && scores <= l.cluster_scores)
     return RoutingVariant::Cluster;
   return RoutingVariant::Split;
 }

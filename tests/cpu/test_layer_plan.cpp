@@ -174,65 +174,66 @@ TEST(RoutingVariantRule, EachVariantAtItsMeasuredWins) {
   auto variant = [](const std::string& preset, int tokens) {
     return routing_variant_for(find_preset(preset).config.routing, tokens);
   };
-  // The session 8 sweep (layer_plan.cpp): the fused block for the smallest
+  // The session 9 sweep (layer_plan.cpp): the fused block for the smallest
   // calls, fewer DeepSeek tokens than others.
   for (int t : {0, 1, 2, 3, 4}) EXPECT_EQ(variant("dsv3-tp8", t), RoutingVariant::Fused) << t;
-  for (int t : {1, 8, 16}) EXPECT_EQ(variant("qwen3-30b-a3b", t), RoutingVariant::Fused) << t;
-  EXPECT_EQ(variant("mixtral-8x7b", 16), RoutingVariant::Fused);
-  // The cluster variant: DeepSeekV3 E=256 K=8 T=5 6.3 us vs fused 7.9;
-  // T=64 9.0 vs split 12.5; Renormalize E=128 K=8 T=64 5.7 vs split 9.3.
-  for (int t : {5, 8, 64, 128, 192}) EXPECT_EQ(variant("dsv3-tp8", t), RoutingVariant::Cluster) << t;
-  for (int t : {17, 64, 192}) EXPECT_EQ(variant("qwen3-30b-a3b", t), RoutingVariant::Cluster) << t;
+  for (int t : {1, 8, 12}) EXPECT_EQ(variant("qwen3-30b-a3b", t), RoutingVariant::Fused) << t;
+  EXPECT_EQ(variant("mixtral-8x7b", 12), RoutingVariant::Fused);
+  // The cluster variant: DeepSeekV3 E=256 K=8 T=5 6.2 us vs fused 7.6;
+  // T=64 8.6 vs split 10.6.
+  for (int t : {5, 8, 64, 128}) EXPECT_EQ(variant("dsv3-tp8", t), RoutingVariant::Cluster) << t;
+  for (int t : {13, 64, 192}) EXPECT_EQ(variant("qwen3-30b-a3b", t), RoutingVariant::Cluster) << t;
   EXPECT_EQ(variant("mixtral-8x7b", 256), RoutingVariant::Cluster);
-  // Split from T*K = 1536 on (dsv3-tp8 and qwen3-30b-a3b, K = 8: T = 193).
-  EXPECT_EQ(variant("dsv3-tp8", 256), RoutingVariant::Split);
-  EXPECT_EQ(variant("qwen3-30b-a3b", 256), RoutingVariant::Split);
-  EXPECT_EQ(variant("qwen3-30b-a3b", 512), RoutingVariant::Split);
-  EXPECT_EQ(variant("dsv3-tp8", 512), RoutingVariant::Split);
+  // Split: DeepSeek from T = 129 (T=128 cluster 11.3 us vs split 10.7),
+  // the others from T*K = 1536 on (qwen3-30b-a3b, K = 8: T = 193).
+  for (int t : {129, 192, 256, 512}) EXPECT_EQ(variant("dsv3-tp8", t), RoutingVariant::Split) << t;
+  for (int t : {193, 256, 512, 16384})
+    EXPECT_EQ(variant("qwen3-30b-a3b", t), RoutingVariant::Split) << t;
   EXPECT_EQ(variant("mixtral-8x7b", 4096), RoutingVariant::Split);
-  EXPECT_EQ(variant("qwen3-30b-a3b", 16384), RoutingVariant::Split);
 }
 
 TEST(RoutingVariantRule, EachLimitHoldsAtItsEdge) {
-  RoutingConfig r;
-  r.policy = RoutingPolicy::Renormalize;
-  r.num_experts = 8;
-  r.top_k = 1;
-  // Fused: T at most 16 ...
-  EXPECT_EQ(routing_variant_for(r, 16), RoutingVariant::Fused);
-  EXPECT_EQ(routing_variant_for(r, 17), RoutingVariant::Cluster);
-  // ... T*K at most 256 ...
-  r.num_experts = 64;
-  r.top_k = 32;
-  EXPECT_EQ(routing_variant_for(r, 8), RoutingVariant::Fused);
-  EXPECT_EQ(routing_variant_for(r, 9), RoutingVariant::Cluster);
-  // ... and T*E at most 8192.
-  r.top_k = 1;
-  r.num_experts = 1024;
-  EXPECT_EQ(routing_variant_for(r, 8), RoutingVariant::Fused);
-  EXPECT_EQ(routing_variant_for(r, 9), RoutingVariant::Cluster);
-  // DeepSeek policies: fused up to T = 4.
-  for (RoutingPolicy p : {RoutingPolicy::DeepSeekV3, RoutingPolicy::MiniMax2}) {
-    RoutingConfig ds;
-    ds.policy = p;
-    ds.num_experts = 256;
-    ds.top_k = 8;
-    EXPECT_EQ(routing_variant_for(ds, 4), RoutingVariant::Fused) << to_string(p);
-    EXPECT_EQ(routing_variant_for(ds, 5), RoutingVariant::Cluster) << to_string(p);
-  }
+  auto config = [](RoutingPolicy policy, int experts, int top_k) {
+    RoutingConfig r;
+    r.policy = policy;
+    r.num_experts = experts;
+    r.top_k = top_k;
+    return r;
+  };
+  const RoutingPolicy other = RoutingPolicy::Renormalize;
+  // Fused, the policies but DeepSeek's: T at most 12 ...
+  EXPECT_EQ(routing_variant_for(config(other, 8, 1), 12), RoutingVariant::Fused);
+  EXPECT_EQ(routing_variant_for(config(other, 8, 1), 13), RoutingVariant::Cluster);
+  // ... and T*E at most 6144 (any T*K).
+  EXPECT_EQ(routing_variant_for(config(other, 1024, 1), 6), RoutingVariant::Fused);
+  EXPECT_EQ(routing_variant_for(config(other, 1024, 1), 7), RoutingVariant::Cluster);
+  EXPECT_EQ(routing_variant_for(config(other, 64, 32), 12), RoutingVariant::Fused);
   // Cluster: T at most 256 ...
-  r.num_experts = 8;
-  EXPECT_EQ(routing_variant_for(r, 256), RoutingVariant::Cluster);
-  EXPECT_EQ(routing_variant_for(r, 257), RoutingVariant::Split);
+  EXPECT_EQ(routing_variant_for(config(other, 8, 1), 256), RoutingVariant::Cluster);
+  EXPECT_EQ(routing_variant_for(config(other, 8, 1), 257), RoutingVariant::Split);
   // ... T*K at most 1536 ...
-  r.top_k = 8;
-  EXPECT_EQ(routing_variant_for(r, 192), RoutingVariant::Cluster);
-  EXPECT_EQ(routing_variant_for(r, 193), RoutingVariant::Split);
+  EXPECT_EQ(routing_variant_for(config(other, 8, 8), 192), RoutingVariant::Cluster);
+  EXPECT_EQ(routing_variant_for(config(other, 8, 8), 193), RoutingVariant::Split);
   // ... and T*E at most 65536.
-  r.top_k = 1;
-  r.num_experts = 512;
-  EXPECT_EQ(routing_variant_for(r, 128), RoutingVariant::Cluster);
-  EXPECT_EQ(routing_variant_for(r, 129), RoutingVariant::Split);
+  EXPECT_EQ(routing_variant_for(config(other, 512, 1), 128), RoutingVariant::Cluster);
+  EXPECT_EQ(routing_variant_for(config(other, 512, 1), 129), RoutingVariant::Split);
+  for (RoutingPolicy ds : {RoutingPolicy::DeepSeekV3, RoutingPolicy::MiniMax2}) {
+    SCOPED_TRACE(to_string(ds));
+    // Fused, DeepSeek policies: T at most 8, T*K at most 32, T*E at most 2048.
+    EXPECT_EQ(routing_variant_for(config(ds, 8, 1), 8), RoutingVariant::Fused);
+    EXPECT_EQ(routing_variant_for(config(ds, 8, 1), 9), RoutingVariant::Cluster);
+    EXPECT_EQ(routing_variant_for(config(ds, 64, 8), 4), RoutingVariant::Fused);
+    EXPECT_EQ(routing_variant_for(config(ds, 64, 8), 5), RoutingVariant::Cluster);
+    EXPECT_EQ(routing_variant_for(config(ds, 1024, 1), 2), RoutingVariant::Fused);
+    EXPECT_EQ(routing_variant_for(config(ds, 1024, 1), 3), RoutingVariant::Cluster);
+    // Cluster: T at most 128, T*K at most 1536, T*E at most 49152.
+    EXPECT_EQ(routing_variant_for(config(ds, 8, 1), 128), RoutingVariant::Cluster);
+    EXPECT_EQ(routing_variant_for(config(ds, 8, 1), 129), RoutingVariant::Split);
+    EXPECT_EQ(routing_variant_for(config(ds, 64, 16), 96), RoutingVariant::Cluster);
+    EXPECT_EQ(routing_variant_for(config(ds, 64, 16), 97), RoutingVariant::Split);
+    EXPECT_EQ(routing_variant_for(config(ds, 1024, 1), 48), RoutingVariant::Cluster);
+    EXPECT_EQ(routing_variant_for(config(ds, 1024, 1), 49), RoutingVariant::Split);
+  }
 }
 
 TEST(RoutingVariantRule, NamesParseAndBadValuesSayWhatIsAllowed) {

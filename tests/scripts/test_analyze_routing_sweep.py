@@ -129,6 +129,23 @@ def main():
     check(chosen.count("fused") == 6 and chosen.count("split") == 2, f"three-way choices {chosen}")
     check("proposed three-way: fused iff T <= 8 (DeepSeek policies: 2)" in ars.report({"points": pts}),
           "three-way proposal printed")
+    # Per family: the DeepSeek policies' cluster wins up to T = 64, the
+    # others' up to T = 128 (E = 8, K = 1: only the token limit separates
+    # them, and the shared form shares it); fused never wins.
+    def per_family(policy, t):
+        p = point(policy, 8, 1, 1, t, False, "split")
+        cluster_max = 64 if policy == "DeepSeekV3" else 128
+        return dict(p, fused_us=4.0, cluster_us=2.0 if t <= cluster_max else 4.0, split_us=3.0)
+    pts = [per_family(policy, t) for policy in ("DeepSeekV3", "Renormalize")
+           for t in (1, 16, 32, 64, 96, 128, 192, 256)]
+    check(ars.propose_three_way_rule(pts)[1] < 1.0, "shared limits cannot split the families")
+    by_family, share = ars.propose_family_rule(pts)
+    check(share == 1.0, f"per-family share {share} with {by_family}")
+    check(by_family["deepseek"][4] == 64 and by_family["other"][4] == 128,
+          f"per-family cluster token limits {by_family}")
+    check([ars.family_rule_choice(p, by_family) for p in pts[:8]] == ["cluster"] * 4 + ["split"] * 4,
+          "per-family choices")
+    check("proposed per family" in ars.report({"points": pts}), "per-family proposal printed")
     print("analyze_routing_sweep: ok")
 
 
