@@ -177,29 +177,11 @@ __device__ __forceinline__ int group_of(const RoutingKernelParams& p, int e) {
   return group_index(e, p.inv_experts_per_group);
 }
 
-// Keeps the topk_group groups with the largest sum of their two best keys
-// (ties to the lower group) and returns them as a bit mask. The keys are read
-// from `keys`, the token's E keys in shared memory, so that each group is
-// read by its own lanes_per_group lanes (consecutive experts), and only a
-// short butterfly within those lanes remains, rather than a full-warp
-// reduction per group. Every lane calls it, after the keys are visible to it.
-__device__ inline uint32_t kept_groups(const RoutingKernelParams& p, int lane, const float* keys) {
-  const int per_group = p.experts_per_group;
+// The group stage's verdict from each lane's top-2 pair of its share of its
+// group (lanes past the groups hold -inf).
+__device__ inline uint32_t rank_groups(const RoutingKernelParams& p, int lane, float first,
+                                       float second) {
   const int group = lane >> p.lanes_per_group_log2, sub = lane & (p.lanes_per_group - 1);
-  float first = -INFINITY, second = -INFINITY;
-  if (group < p.n_group) {
-    const float* in_group = keys + group * per_group;
-#pragma unroll 4
-    for (int i = sub; i < per_group; i += p.lanes_per_group) {
-      const float v = in_group[i];
-      if (v > first) {
-        second = first;
-        first = v;
-      } else if (v > second) {
-        second = v;
-      }
-    }
-  }
   // Merge the top-2 pairs of a group's lanes (aligned, a power of two wide).
   for (int d = p.lanes_per_group / 2; d > 0; d /= 2) {
     const float other_first = __shfl_xor_sync(kFullMask, first, d);
@@ -223,6 +205,55 @@ __device__ inline uint32_t kept_groups(const RoutingKernelParams& p, int lane, c
   // Lane g < n_group reads group g's verdict from its first lane's bit.
   return __ballot_sync(kFullMask,
                        lane < p.n_group && ((kept_leaders >> (lane << p.lanes_per_group_log2)) & 1u));
+}
+
+// Keeps the topk_group groups with the largest sum of their two best keys
+// (ties to the lower group) and returns them as a bit mask. The keys are read
+// from `keys`, the token's E keys in shared memory, so that each group is
+// read by its own lanes_per_group lanes (consecutive experts), and only a
+// short butterfly within those lanes remains, rather than a full-warp
+// reduction per group. Every lane calls it, after the keys are visible to it.
+__device__ inline uint32_t kept_groups(const RoutingKernelParams& p, int lane, const float* keys) {
+  const int per_group = p.experts_per_group;
+  const int group = lane >> p.lanes_per_group_log2, sub = lane & (p.lanes_per_group - 1);
+  float first = -INFINITY, second = -INFINITY;
+  if (group < p.n_group) {
+    const float* in_group = keys + group * per_group;
+#pragma unroll 4
+    for (int i = sub; i < per_group; i += p.lanes_per_group) {
+      const float v = in_group[i];
+      if (v > first) {
+        second = first;
+        first = v;
+      } else if (v > second) {
+        second = v;
+      }
+    }
+  }
+  return rank_groups(p, lane, first, second);
+}
+
+// kept_groups where each group is a run of whole lanes (runs of slots and
+// experts_per_group = lanes_per_group * kPerLane, as E = 256, n_group = 8
+// at 8 slots): a lane's own keys are its share of its group, so no shared
+// memory is read (session 9 run 6: the split kernel's stores and reads of
+// the keys there were 80% excess wavefronts at DeepSeekV3 E=256 T=16384).
+template <int kPerLane>
+__device__ inline uint32_t kept_groups_of_runs(const RoutingKernelParams& p, int lane,
+                                               const float (&c)[kPerLane]) {
+  float first = -INFINITY, second = -INFINITY;
+  if ((lane >> p.lanes_per_group_log2) < p.n_group) {
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      if (c[j] > first) {
+        second = first;
+        first = c[j];
+      } else if (c[j] > second) {
+        second = c[j];
+      }
+    }
+  }
+  return rank_groups(p, lane, first, second);
 }
 
 // w / sum(w) over the chosen lanes; an all-zero w stays zero.
@@ -498,20 +529,30 @@ __device__ __forceinline__ TokenExperts choose_experts(const RoutingKernelParams
       for (int j = 0; j < kPerLane; ++j) c[j] = deepseek_key(x[j], bias[j]);  // past E: never a candidate
     }
     uint32_t kept = 1u;
+    bool runs_hold_groups = false;  // each group a run of whole lanes (kept_groups_of_runs)
     if (p.n_group > 1) {
-      if constexpr (!kStagedKeys) {
+      if constexpr (kRuns) runs_hold_groups = p.experts_per_group == p.lanes_per_group * kPerLane;
+      if (runs_hold_groups) {
+        kept = kept_groups_of_runs(p, lane, c);
+      } else {
+        if constexpr (!kStagedKeys) {
 #pragma unroll
-        for (int j = 0; j < kPerLane; ++j) keys[slots.expert(j)] = c[j];
-        __syncwarp();
+          for (int j = 0; j < kPerLane; ++j) keys[slots.expert(j)] = c[j];
+          __syncwarp();
+        }
+        kept = kept_groups(p, lane, keys);
       }
-      kept = kept_groups(p, lane, keys);
     }
     // Candidates: before E and, with groups, in a kept group. Formed
     // without a branch a slot (c is never NaN, so order_key is defined).
     bool candidate[kPerLane];
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) candidate[j] = slots.expert(j) < num_experts;
-    if (p.n_group > 1) {
+    if (runs_hold_groups) {
+      const bool in_kept = ((kept >> (lane >> p.lanes_per_group_log2)) & 1u) != 0u;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) candidate[j] = candidate[j] & in_kept;
+    } else if (p.n_group > 1) {
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j)
         candidate[j] = candidate[j] & (((kept >> group_of(p, slots.expert(j))) & 1u) != 0u);
