@@ -22,13 +22,16 @@
 // at once (pdl_launch_dependents): its CTAs wait for this one's end on the
 // otherwise idle SMs.
 //
-// The cluster variant spreads phase 1 over a thread-block cluster of up to
-// 8 CTAs (cluster_ctas: a few tokens a CTA, since a CTA of many routing
-// warps gets slower with its size): warp w of CTA c routes tokens
-// c * warps + w, + ctas * warps, ... (DeepSeek policies: CTA c a contiguous
-// run, whose keys it stages), and stages each row's expert straight into
-// CTA 0's shared memory (distributed shared memory); after a cluster
-// barrier CTA 0 alone runs phases 2-4, unchanged.
+// The cluster variant spreads phase 1 over the CTAs 1.. of a thread-block
+// cluster of up to 8 (cluster_routing_ctas: a few tokens a CTA, since a CTA
+// of many routing warps gets slower with its size): routing CTA c takes a
+// contiguous run of tokens, a warp a token (DeepSeek policies: it stages
+// the run's keys), and stages each row's expert straight into CTA 0's
+// shared memory (distributed shared memory). CTA 0 routes nothing: after the
+// cluster barrier it alone runs phases 2-4, unchanged, while the routing
+// CTAs weigh their experts. Where those CTAs would need more warps than
+// they have (large T), every CTA routes whole tokens, CTA 0 too, before the
+// barrier.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -92,9 +95,47 @@ struct BlockShared {
   int32_t offsets[kFusedMaxLocalExperts + 1];  // expert offsets
   int32_t scan[kWarpSize + 1];                 // block scan: warp bases, then the total
   uint64_t scan64[kWarpSize + 1];              // the same for packed 64-bit sums
+#ifdef UNIMOE_ROUTING_STAMPS
+  long long stamps[8];  // clock64 at the phases of one call (phase_stamp)
+#endif
 };
 
 static_assert(sizeof(BlockShared) <= 48 * 1024, "fits static shared memory");
+
+// Development instrumentation, off unless built with the CMake option
+// UNIMOE_ROUTING_STAMPS (docs/routing.md, "Phase stamps"): the calling
+// thread records clock64 as stamp i of this CTA; at the kernel's end
+// print_stamps (every thread calls it) prints one line a CTA with each
+// stamp's cycles since stamp 1 (after pdl_begin), 0 where a path did not
+// stamp. Stamps: 0 entry, 1 after pdl_begin, 2 DeepSeek keys staged,
+// 3 thread 0 chose its token's experts (routed them, in the general path),
+// 4 the last routing warp chose, 5 after the barrier that ends routing,
+// 6 thread 0 weighed, 7 the permutation done (its lane part, in
+// route_then_permute).
+#ifdef UNIMOE_ROUTING_STAMPS
+__device__ __forceinline__ void phase_stamp(BlockShared& s, int i, bool cond) {
+  if (cond) s.stamps[i] = clock64();
+}
+__device__ void clear_stamps(BlockShared& s) {
+  if (threadIdx.x == 0)
+    for (int i = 1; i < 8; ++i) s.stamps[i] = 0;
+  __syncthreads();
+}
+__device__ void print_stamps(BlockShared& s, const char* path, int tokens, int experts, int top_k,
+                             int rank, int ctas) {
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  long long d[8];
+  for (int i = 0; i < 8; ++i) d[i] = s.stamps[i] == 0 ? 0 : s.stamps[i] - s.stamps[1];
+  printf("ROUTING_STAMPS path=%s T=%d E=%d K=%d cta=%d/%d threads=%d : %lld %lld %lld %lld %lld %lld %lld %lld\n",
+         path, tokens, experts, top_k, rank, ctas, static_cast<int>(blockDim.x), d[0], d[1], d[2],
+         d[3], d[4], d[5], d[6], d[7]);
+}
+#else
+__device__ __forceinline__ void phase_stamp(BlockShared&, int, bool) {}
+__device__ __forceinline__ void clear_stamps(BlockShared&) {}
+__device__ __forceinline__ void print_stamps(BlockShared&, const char*, int, int, int, int, int) {}
+#endif
 
 __device__ __forceinline__ int16_t local_expert(int id, const BlockPermuteParams& p) {
   const int e = id - p.local_offset;
@@ -612,6 +653,7 @@ __device__ void route_then_permute(const RoutingKernelParams& r, const BlockPerm
   if constexpr (kDeepSeek) {
     stage_deepseek_keys<LogitT>(r, 0, r.num_tokens, s.work.keys);
     __syncthreads();
+    phase_stamp(s, 2, threadIdx.x == 0);
   }
   const int token = warp, top_k = r.top_k;
   const bool routes = token < r.num_tokens;  // uniform per warp
@@ -625,25 +667,34 @@ __device__ void route_then_permute(const RoutingKernelParams& r, const BlockPerm
       s.expert[token * top_k + lane] = local_expert(chosen.expert, p);
     }
   }
+  phase_stamp(s, 3, threadIdx.x == 0);
+  phase_stamp(s, 4, threadIdx.x == (r.num_tokens - 1) * kWarpSize);
   __syncthreads();
+  phase_stamp(s, 5, threadIdx.x == 0);
   if (routes) {
     const float weight = weigh_experts<LogitT, kDeepSeek>(r, chosen, token, lane);
     if (lane < top_k) r.topk_weights[token * top_k + lane] = weight;
+    phase_stamp(s, 6, threadIdx.x == 0);
   } else {
     permute_one_piece(p, s, r.num_tokens * kWarpSize);
+    phase_stamp(s, 7, threadIdx.x == r.num_tokens * kWarpSize);
   }
 }
 
 template <typename LogitT, int kPerLane, bool kDeepSeek>
 __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     fused_routing_permute_kernel(RoutingKernelParams r, BlockPermuteParams p) {
+  __shared__ BlockShared s;
+  phase_stamp(s, 0, threadIdx.x == 0);
+  clear_stamps(s);
   pdl_begin();
   pdl_launch_dependents();
-  __shared__ BlockShared s;
+  phase_stamp(s, 1, threadIdx.x == 0);
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int warps = blockDim.x / kWarpSize;
   if (weights_beside_permute(r, p, kDeepSeek)) {  // uniform
     route_then_permute<LogitT, kPerLane, kDeepSeek>(r, p, s, lane, warp);
+    print_stamps(s, "beside", r.num_tokens, r.num_experts, r.top_k, 0, 1);
     return;
   }
   if constexpr (kDeepSeek) {
@@ -653,17 +704,36 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     route_tokens<LogitT, kPerLane, false, false>(r, p, group_keys, s.expert, lane, 0, r.num_tokens,
                                                  warp, warps);
   }
+  phase_stamp(s, 3, threadIdx.x == 0);
   __syncthreads();
+  phase_stamp(s, 5, threadIdx.x == 0);
   permute_block(p, s);
+  phase_stamp(s, 7, threadIdx.x == 0);
+  print_stamps(s, "block", r.num_tokens, r.num_experts, r.top_k, 0, 1);
 }
 
-// The cluster variant (launched with a cluster of gridDim.x CTAs).
+// The cluster variant (launched with a cluster of gridDim.x CTAs), two
+// ways:
+//   - overlapped, where the CTAs 1.. take every token with a warp each
+//     (and, DeepSeek, stage all their tokens' keys at once: up to
+//     kWorkWords / E tokens, 32 at E = 256): CTA 0 routes no token, so that
+//     the routing CTAs weigh their experts while it permutes. They stage
+//     each row's expert into CTA 0's shared memory, arrive at the cluster
+//     barrier (release) and only then weigh; CTA 0 waits at the barrier
+//     (acquire) and permutes.
+//   - otherwise (large T), every CTA, CTA 0 too, routes a run of tokens
+//     whole (experts and weights) before the barrier, and CTA 0 then
+//     permutes: more CTAs route, each warp fewer tokens.
+// Every thread arrives once and waits once.
 template <typename LogitT, int kPerLane, bool kDeepSeek>
 __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     cluster_routing_permute_kernel(RoutingKernelParams r, BlockPermuteParams p) {
+  __shared__ BlockShared s;
+  phase_stamp(s, 0, threadIdx.x == 0);
+  clear_stamps(s);
   pdl_begin();
   pdl_launch_dependents();
-  __shared__ BlockShared s;
+  phase_stamp(s, 1, threadIdx.x == 0);
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
@@ -671,21 +741,67 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int warps = blockDim.x / kWarpSize;
   int16_t* staged = cluster.map_shared_rank(s.expert, 0);  // CTA 0's rows
-  if constexpr (kDeepSeek) {
-    // A contiguous run of tokens a CTA, whose keys the CTA stages.
-    const int per_cta = (r.num_tokens + ctas - 1) / ctas;
+  const int per_routing_cta = (r.num_tokens + ctas - 2) / (ctas - 1);
+  const bool overlapped = per_routing_cta <= warps &&
+                          (!kDeepSeek || per_routing_cta * r.num_experts <= kWorkWords);  // uniform
+  if (!overlapped) {
+    const int per_cta = (r.num_tokens + ctas - 1) / ctas;  // a contiguous run a CTA
     const int begin = min(rank * per_cta, r.num_tokens);
-    route_deepseek_tokens<LogitT, kPerLane>(r, p, s, staged, begin, min(begin + per_cta, r.num_tokens));
-  } else {
-    float* group_keys = s.work.keys + warp * kPerLane * kWarpSize;
-    route_tokens<LogitT, kPerLane, false, false>(r, p, group_keys, staged, lane, 0, r.num_tokens,
-                                                 rank * warps + warp, ctas * warps);
+    const int end = min(begin + per_cta, r.num_tokens);
+    if constexpr (kDeepSeek) {
+      route_deepseek_tokens<LogitT, kPerLane>(r, p, s, staged, begin, end);
+    } else {
+      float* group_keys = s.work.keys + warp * kPerLane * kWarpSize;
+      route_tokens<LogitT, kPerLane, false, false>(r, p, group_keys, staged, lane, begin, end, warp,
+                                                   warps);
+    }
+    phase_stamp(s, 3, threadIdx.x == 0);
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();
+    phase_stamp(s, 5, threadIdx.x == 0);
+    if (rank == 0) permute_block(p, s);
+    phase_stamp(s, 7, threadIdx.x == 0);
+    print_stamps(s, "cluster-whole", r.num_tokens, r.num_experts, r.top_k, rank, ctas);
+    return;
   }
-  // Release every CTA's staged rows to CTA 0 (and keep CTA 0 resident while
-  // the others write to it).
-  cluster.sync();
-  if (rank != 0) return;
-  permute_block(p, s);
+  if (rank == 0) {
+    __cluster_barrier_arrive();
+    __cluster_barrier_wait();  // every routed row staged in s.expert
+    phase_stamp(s, 5, threadIdx.x == 0);
+    permute_block(p, s);
+    phase_stamp(s, 7, threadIdx.x == 0);
+    print_stamps(s, "cluster", r.num_tokens, r.num_experts, r.top_k, rank, ctas);
+    return;
+  }
+  const int begin = min((rank - 1) * per_routing_cta, r.num_tokens);
+  const int end = min(begin + per_routing_cta, r.num_tokens);
+  if constexpr (kDeepSeek) {
+    stage_deepseek_keys<LogitT>(r, begin, end, s.work.keys);
+    __syncthreads();
+    phase_stamp(s, 2, threadIdx.x == 0);
+  }
+  const int token = begin + warp;
+  const bool routes = token < end;  // uniform per warp
+  TokenExperts chosen{};
+  if (routes) {
+    float* keys = kDeepSeek ? s.work.keys + (token - begin) * r.num_experts
+                            : s.work.keys + warp * kPerLane * kWarpSize;
+    chosen = choose_experts<LogitT, kPerLane, kDeepSeek, kDeepSeek, kDeepSeek>(r, token, lane, keys);
+    if (lane < r.top_k) {
+      r.topk_ids[token * r.top_k + lane] = chosen.expert;
+      staged[token * r.top_k + lane] = local_expert(chosen.expert, p);
+    }
+  }
+  phase_stamp(s, 3, threadIdx.x == 0);
+  phase_stamp(s, 4, threadIdx.x == (end - begin - 1) * kWarpSize);
+  __cluster_barrier_arrive();  // release: the staged rows, to CTA 0
+  if (routes) {
+    const float weight = weigh_experts<LogitT, kDeepSeek>(r, chosen, token, lane);
+    if (lane < r.top_k) r.topk_weights[token * r.top_k + lane] = weight;
+  }
+  phase_stamp(s, 6, threadIdx.x == 0);
+  __cluster_barrier_wait();
+  print_stamps(s, "cluster", r.num_tokens, r.num_experts, r.top_k, rank, ctas);
 }
 
 // Precomputed ids, or no tokens: phases 2-4 only.
@@ -708,39 +824,46 @@ int block_threads(int max_threads, int num_tokens, int num_local, int num_keys) 
   return min(max_threads, (wanted + kWarpSize - 1) / kWarpSize * kWarpSize);
 }
 
-// CTAs of the cluster variant for T tokens: the tokens spread over up to
-// kClusterMaxCtas CTAs (the portable cluster size), at least
-// min_tokens_per_cta a CTA, and at most a warp per token. A CTA of many
-// routing warps gets slower with its size (measured: Renormalize E=128 K=8
-// T=16, 512 threads, 4.9 us; T=32, 1024 threads, 6.5), we infer from its SM's
-// issue rate (not profiled), so spreading the tokens over more SMs pays
-// while the cluster barrier costs less than that. UNIMOE_CLUSTER_MIN_TOKENS
-// overrides the minimum (for the sweep).
-int cluster_ctas(int max_threads, int num_tokens, bool deepseek) {
+// Routing CTAs of the cluster variant for T tokens: the tokens spread over
+// up to kClusterMaxCtas - 1 CTAs (the portable cluster size, less CTA 0,
+// which permutes), at least min_tokens_per_cta a CTA, and at most a warp
+// per token (beyond, the kernel routes on every CTA: cluster_routing_
+// permute_kernel). A CTA of many routing warps gets slower with its size
+// (measured: Renormalize E=128 K=8 T=16, 512 threads, 4.9 us; T=32, 1024
+// threads, 6.5), we infer from its SM's issue rate (not profiled), so
+// spreading the tokens over more SMs pays while the cluster barrier costs
+// less than that. One routing CTA means the single block (which routes and
+// permutes) serves the call. UNIMOE_CLUSTER_MIN_TOKENS overrides the
+// minimum (for the sweep).
+int cluster_routing_ctas(int max_threads, int num_tokens, bool deepseek) {
   static const int forced = [] {
     const int v = env_int("UNIMOE_CLUSTER_MIN_TOKENS", INT_MIN);
     return v == INT_MIN ? 0 : std::max(1, v);
   }();
+  constexpr int kMaxRouting = kClusterMaxCtas - 1;
   const int min_tokens = forced > 0 ? forced : (deepseek ? 2 : 4);
-  const int spread = (num_tokens + kClusterMaxCtas - 1) / kClusterMaxCtas;
+  const int spread = (num_tokens + kMaxRouting - 1) / kMaxRouting;
   const int per_cta = std::min(std::max(min_tokens, spread), max_threads / kWarpSize);
-  return min(kClusterMaxCtas, max(1, (num_tokens + per_cta - 1) / per_cta));
+  return min(kMaxRouting, max(1, (num_tokens + per_cta - 1) / per_cta));
 }
 
 template <typename LogitT, int kPerLane, bool kDeepSeek>
 void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, bool cluster,
                   cudaStream_t stream) {
   constexpr int kMax = fused_threads(kPerLane);
-  const int ctas = cluster ? cluster_ctas(kMax, r.num_tokens, kDeepSeek) : 1;
-  // CTA 0 also runs phases 2-4: a thread per local expert where it can.
-  const int tokens_per_cta = (r.num_tokens + ctas - 1) / ctas;
+  const int routing_ctas = cluster ? cluster_routing_ctas(kMax, r.num_tokens, kDeepSeek) : 1;
+  const int tokens_per_cta = (r.num_tokens + routing_ctas - 1) / routing_ctas;
+  // A warp per token of a routing CTA, and a thread per local expert for
+  // the permutation (CTA 0 of a cluster, or the single block).
   const int threads =
       block_threads(kMax, tokens_per_cta, p.num_local, kDeepSeek ? tokens_per_cta * r.num_experts : 0);
-  if (ctas == 1) {
+  if (routing_ctas == 1) {
     launch_pdl(fused_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>, 1, threads, 0, stream, r, p);
     return;
   }
-  // One cluster of `ctas` CTAs.
+  // One cluster: CTA 0 permutes, the others route (and CTA 0 too, where
+  // the routing CTAs have fewer warps than tokens).
+  const int ctas = routing_ctas + 1;
   launch_pdl_clustered(cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>, ctas, threads, 0,
                        ctas, stream, r, p);
 }

@@ -37,12 +37,13 @@ void launch_fused_routing_permute(const RoutingParams& routing, const PermutePar
                                   cudaStream_t stream);
 
 // The cluster variant: the same outputs and limits, with the per-token
-// routing spread over a thread-block cluster of up to kClusterMaxCtas CTAs
-// (a warp per token, a few tokens a CTA: UNIMOE_CLUSTER_MIN_TOKENS, default
-// 2 for the DeepSeek policies and 4 for the others), whose first CTA then
-// permutes every row, reading the rows' experts that the others wrote into
-// its shared memory. Where one CTA is enough (or in precomputed mode) it
-// launches the fused block itself.
+// routing spread over CTAs 1.. of a thread-block cluster of up to
+// kClusterMaxCtas CTAs (a warp per token, a few tokens a CTA:
+// UNIMOE_CLUSTER_MIN_TOKENS, default 2 for the DeepSeek policies and 4 for
+// the others), while its first CTA permutes every row, reading the rows'
+// experts that the others wrote into its shared memory (the others weigh
+// their experts meanwhile). Where one routing CTA is enough (or in
+// precomputed mode) it launches the fused block itself.
 inline constexpr int kClusterMaxCtas = 8;
 void launch_cluster_routing_permute(const RoutingParams& routing, const PermuteParams& permute,
                                     cudaStream_t stream);

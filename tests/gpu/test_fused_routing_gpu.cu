@@ -173,8 +173,9 @@ TEST(FusedRoutingGpu, OnePiecePathAtItsBound) {
 // the general path beyond: both sides of that bound (E_local = 1024 at
 // T = 256 and 257), masks of many words with a hot expert whose rows fill
 // many tiles, an EP range, and DeepSeekV3 over several CTA splits of the
-// cluster variant (T = 5, 9, 57, 64: 3, 5, 8 and 8 CTAs at its default of
-// at least 2 tokens a CTA, the last CTA of T = 9 and 57 short).
+// cluster variant (T = 5, 9, 57, 64: 3, 5, 7 and 7 routing CTAs besides
+// CTA 0 at its default of at least 2 tokens a CTA, the last routing CTA of
+// T = 5, 9, 57 and 64 short).
 TEST(FusedRoutingGpu, TokenMaskPathAtItsBound) {
   UNIMOE_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
@@ -198,6 +199,30 @@ TEST(FusedRoutingGpu, TokenMaskPathAtItsBound) {
                tile_m};
     ASSERT_EQ(ds.config.n_group, 8);
     check_fused_and_split(ds, random_inputs(ds, rng));
+  }
+}
+
+// The cluster variant's two ways on both sides of their bound: overlapped
+// while the routing CTAs (7 at most, besides CTA 0) have a warp for each
+// of their tokens and, DeepSeek, room for all their keys; beyond, every
+// CTA routes whole tokens. DeepSeekV3 E=256 (32 warps, 32 tokens' keys a
+// CTA): T = 224 overlapped, 225 not; Renormalize E=1024 (8 warps a CTA):
+// T = 56 and 57; with an EP range and off-rank rows on the second.
+TEST(FusedRoutingGpu, ClusterWaysAtTheirBound) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const std::vector<int> tile_m = {1, 16};
+  for (int t : {224, 225}) {
+    Problem ds{make_routing(RoutingPolicy::DeepSeekV3, 256, 8, LogitsType::F32, true), t, 0, 0,
+               tile_m};
+    check_fused_and_split(ds, random_inputs(ds, rng));
+  }
+  for (int t : {56, 57}) {
+    Problem pr{make_routing(RoutingPolicy::Renormalize, 1024, 4, LogitsType::BF16, false), t, 300,
+               400, tile_m};
+    check_fused_and_split(pr, random_inputs(pr, rng));
   }
 }
 
