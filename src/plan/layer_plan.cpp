@@ -253,44 +253,34 @@ namespace {
 // split, fused and cluster each timed 8 calls to a graph replay). The limits
 // were fitted by scripts/analyze_routing_sweep.py ("proposed per family":
 // every limit fitted for the DeepSeek policies and for the others apart) on
-// session 9 run 4's sweep (bench/results/h200-routing-sweep-session9.*),
-// made with that session's permute (the scan over chunks on E/32 blocks,
-// count and scan in one launch up to 2048 rows), which made the split chain
-// 0.87x as long as session 8's (geometric mean over 264 points), and the
-// fp32 DeepSeek score. Facts the limits encode (run 4 figures):
-// - The fused block wins for the smallest calls: one CTA, no cluster
-//   barrier. DeepSeek tokens cost most (the group stage, a key a thread):
-//   DeepSeekV3 E=256 K=8 T=4 fused 5.45 us vs cluster 6.04, T=5 7.57 vs
-//   6.17. The others up to T = 12 where T*E <= 6144: fused / cluster over
-//   4 < T <= 12 there, geometric mean 0.977; over 12 < T <= 32, 1.175. At
-//   T = 5..12 the cluster's CTA count steps (4 tokens a CTA) make the ratio
-//   swing by up to 7% from one T to the next, which no limit follows: most
-//   of the rule's misses lie there.
-// - The cluster variant spreads the tokens over up to 8 CTAs and places the
-//   rows in one CTA by token masks; against split, over T <= 256 and T*E <=
-//   65536: cluster / split 0.936 (0.949 for DeepSeek) for T*K in (768,
-//   1536], 1.145 (1.185) in (1536, 3072]. DeepSeek E=256 K=8: T=64 cluster
-//   8.64 us vs split 10.63, T=128 11.30 vs 10.67.
-// - Beyond, the split chain's parallelism (a warp per token over the whole
-//   GPU, a multi-CTA permute) pays.
-// Within 5% of the best variant on 95.0% of run 4's points (in sample;
-// refitted without each E value and scored on it, 92.9%, worst E=64 at
-// 90.1%; without each policy, 95.0%, worst Llama4 at 85.8%); 1.44x over
-// always-fused, 1.45x over always-split, 1.08x over always-cluster
-// (geometric means). Session 8's rule (one set of limits but the fused
-// token limit) scored 92.6% on the same points; the best shared-limit fit
-// 94.2%.
+// session 10 run 6's sweep (bench/results/h200-routing-sweep-session10-
+// run6.*), the first with session 10's cluster kernel: CTA 0 permutes while
+// the other CTAs weigh their experts (kernels/fused_routing.cu). Facts the
+// limits encode (run 6 figures):
+// - The cluster variant serves every small call. Where one routing CTA is
+//   enough (T <= 4; T <= 2 for DeepSeek) it launches the fused block
+//   itself, so no limit needs the fused variant: fitted with one, its best
+//   limits were T <= 0. Beyond, the cluster's permuting CTA no longer waits
+//   for the weights: DeepSeekV3 E=256 K=8 T=5 cluster 5.38 us vs fused 7.57,
+//   T=64 8.08 vs split 10.75; Renormalize E=128 K=8 T=8 3.84 vs fused 4.68.
+// - Split from T*K > 1536 or T*E above 49152 (DeepSeek) / 65536 (the
+//   others), or T above 128 / 256: there the split chain's parallelism (a
+//   warp per token over the whole GPU, a multi-CTA permute) pays, while the
+//   cluster has 8 CTAs at most. DeepSeekV3 E=256 K=8 T=128 cluster 10.94 us
+//   vs split 10.89, T=256 17.51 vs 11.15.
+// Within 5% of the best variant on 98.3% of run 6's points (in sample;
+// refitted without each E value and scored on it, 98.3%, worst E=256 at
+// 95.0%; without each policy, 98.3%, worst Llama4 at 95.7%); 1.53x over
+// always-fused, 1.55x over always-split, 1.07x over always-cluster
+// (geometric means). Session 9's rule (which sent T <= 12, 8 for DeepSeek,
+// to the fused block) scored 84.1% on the same points.
 struct RoutingLimits {
-  int fused_tokens;
-  long long fused_rows;    // T*K
-  long long fused_scores;  // T*E
-  long long cluster_rows;
+  long long cluster_rows;  // T*K
   int cluster_tokens;
-  long long cluster_scores;
+  long long cluster_scores;  // T*E
 };
-constexpr long long kAny = 1ll << 40;
-constexpr RoutingLimits kDeepSeekLimits{8, 32, 2048, 1536, 128, 49152};
-constexpr RoutingLimits kOtherLimits{12, kAny, 6144, 1536, 256, 65536};
+constexpr RoutingLimits kDeepSeekLimits{1536, 128, 49152};
+constexpr RoutingLimits kOtherLimits{1536, 256, 65536};
 
 }  // namespace
 
@@ -315,8 +305,6 @@ RoutingVariant routing_variant_for(const RoutingConfig& routing, int num_tokens)
   const bool deepseek =
       routing.policy == RoutingPolicy::DeepSeekV3 || routing.policy == RoutingPolicy::MiniMax2;
   const RoutingLimits& l = deepseek ? kDeepSeekLimits : kOtherLimits;
-  if (t <= l.fused_tokens && rows <= l.fused_rows && scores <= l.fused_scores)
-    return RoutingVariant::Fused;
   if (rows <= l.cluster_rows && t <= l.cluster_tokens && scores <= l.cluster_scores)
     return RoutingVariant::Cluster;
   return RoutingVariant::Split;

@@ -97,12 +97,13 @@ const char* routing_variant_name(RoutingVariant v);
 RoutingVariant parse_routing_variant(const std::string& s);
 
 // The rule between the variants for T tokens, fitted to the H200 routing
-// sweep (the constants and figures in layer_plan.cpp): Fused while T <= 16
-// (4 for the DeepSeek policies), T*K <= 256 and T*E <= 8192; else Cluster
-// while T*K <= 1536, T <= 256 and T*E <= 65536; else Split. A forced
-// variant (the UNIMOE_ROUTING_VARIANT environment variable, read by the
-// layer) replaces it; the layer runs Split wherever the fused kernel cannot
-// serve.
+// sweep (the constants and figures in layer_plan.cpp): Cluster while
+// T*K <= 1536, T <= 256 and T*E <= 65536 (DeepSeek policies: T <= 128 and
+// T*E <= 49152), else Split. It never picks Fused: the cluster variant
+// launches the fused block itself where one CTA routes every token. A
+// forced variant (the UNIMOE_ROUTING_VARIANT environment variable, read by
+// the layer) replaces it; the layer runs Split wherever the fused kernel
+// cannot serve.
 RoutingVariant routing_variant_for(const RoutingConfig& routing, int num_tokens);
 
 // Throws Error (field "tuning_choice") unless the choice's GEMM tactics fit
