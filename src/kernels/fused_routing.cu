@@ -105,9 +105,9 @@ static_assert(sizeof(BlockShared) <= 48 * 1024, "fits static shared memory");
 // Development instrumentation, off unless built with the CMake option
 // UNIMOE_ROUTING_STAMPS (docs/routing.md, "Phase stamps"): the calling
 // thread records clock64 as stamp i of this CTA; at the kernel's end
-// print_stamps (every thread calls it) prints one line a CTA with each
-// stamp's cycles since stamp 1 (after pdl_begin), 0 where a path did not
-// stamp. Stamps: 0 entry, 1 after pdl_begin, 2 DeepSeek keys staged,
+// print_stamps (every thread calls it) prints one line a CTA (the policy
+// as its RoutingPolicy value) with each stamp's cycles since stamp 1 (after
+// pdl_begin), 0 where a path did not stamp. Stamps: 0 entry, 1 after pdl_begin, 2 DeepSeek keys staged,
 // 3 thread 0 chose its token's experts (routed them, in the general path),
 // 4 the last routing warp chose, 5 after the barrier that ends routing,
 // 6 thread 0 weighed, 7 the permutation done (its lane part, in
@@ -121,20 +121,21 @@ __device__ void clear_stamps(BlockShared& s) {
     for (int i = 1; i < 8; ++i) s.stamps[i] = 0;
   __syncthreads();
 }
-__device__ void print_stamps(BlockShared& s, const char* path, int tokens, int experts, int top_k,
-                             int rank, int ctas) {
+__device__ void print_stamps(BlockShared& s, const char* path, const RoutingKernelParams& r, int rank,
+                             int ctas) {
   __syncthreads();
   if (threadIdx.x != 0) return;
   long long d[8];
   for (int i = 0; i < 8; ++i) d[i] = s.stamps[i] == 0 ? 0 : s.stamps[i] - s.stamps[1];
-  printf("ROUTING_STAMPS path=%s T=%d E=%d K=%d cta=%d/%d threads=%d : %lld %lld %lld %lld %lld %lld %lld %lld\n",
-         path, tokens, experts, top_k, rank, ctas, static_cast<int>(blockDim.x), d[0], d[1], d[2],
-         d[3], d[4], d[5], d[6], d[7]);
+  printf("ROUTING_STAMPS path=%s policy=%d T=%d E=%d K=%d cta=%d/%d threads=%d : %lld %lld %lld %lld %lld %lld %lld %lld\n",
+         path, static_cast<int>(r.policy), r.num_tokens, r.num_experts, r.top_k, rank, ctas,
+         static_cast<int>(blockDim.x), d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
 }
 #else
 __device__ __forceinline__ void phase_stamp(BlockShared&, int, bool) {}
 __device__ __forceinline__ void clear_stamps(BlockShared&) {}
-__device__ __forceinline__ void print_stamps(BlockShared&, const char*, int, int, int, int, int) {}
+__device__ __forceinline__ void print_stamps(BlockShared&, const char*, const RoutingKernelParams&, int,
+                                             int) {}
 #endif
 
 __device__ __forceinline__ int16_t local_expert(int id, const BlockPermuteParams& p) {
@@ -694,7 +695,7 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   const int warps = blockDim.x / kWarpSize;
   if (weights_beside_permute(r, p, kDeepSeek)) {  // uniform
     route_then_permute<LogitT, kPerLane, kDeepSeek>(r, p, s, lane, warp);
-    print_stamps(s, "beside", r.num_tokens, r.num_experts, r.top_k, 0, 1);
+    print_stamps(s, "beside", r, 0, 1);
     return;
   }
   if constexpr (kDeepSeek) {
@@ -709,7 +710,7 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   phase_stamp(s, 5, threadIdx.x == 0);
   permute_block(p, s);
   phase_stamp(s, 7, threadIdx.x == 0);
-  print_stamps(s, "block", r.num_tokens, r.num_experts, r.top_k, 0, 1);
+  print_stamps(s, "block", r, 0, 1);
 }
 
 // The cluster variant (launched with a cluster of gridDim.x CTAs), two
@@ -761,7 +762,7 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     phase_stamp(s, 5, threadIdx.x == 0);
     if (rank == 0) permute_block(p, s);
     phase_stamp(s, 7, threadIdx.x == 0);
-    print_stamps(s, "cluster-whole", r.num_tokens, r.num_experts, r.top_k, rank, ctas);
+    print_stamps(s, "cluster-whole", r, rank, ctas);
     return;
   }
   if (rank == 0) {
@@ -770,7 +771,7 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     phase_stamp(s, 5, threadIdx.x == 0);
     permute_block(p, s);
     phase_stamp(s, 7, threadIdx.x == 0);
-    print_stamps(s, "cluster", r.num_tokens, r.num_experts, r.top_k, rank, ctas);
+    print_stamps(s, "cluster", r, rank, ctas);
     return;
   }
   const int begin = min((rank - 1) * per_routing_cta, r.num_tokens);
@@ -801,7 +802,7 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   }
   phase_stamp(s, 6, threadIdx.x == 0);
   __cluster_barrier_wait();
-  print_stamps(s, "cluster", r.num_tokens, r.num_experts, r.top_k, rank, ctas);
+  print_stamps(s, "cluster", r, rank, ctas);
 }
 
 // Precomputed ids, or no tokens: phases 2-4 only.
