@@ -40,6 +40,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/routing_launch_shape.h"
 #include "kernels/common.cuh"
 #include "kernels/fused_routing.cuh"
 #include "kernels/routing_device.cuh"
@@ -48,16 +49,9 @@ namespace unimoe {
 namespace {
 
 using namespace routing_detail;
-
-constexpr int kWorkWords = 8192;
-constexpr int kMaxThreads = 1024;
-
-// Threads of the routing kernel for kPerLane experts a lane: every warp gets
-// kPerLane * 32 group keys in the work area. This also bounds registers:
-// kPerLane = 32 needs about 150 a thread, which 256 threads allow.
-constexpr int fused_threads(int per_lane) {
-  return kWorkWords / per_lane < kMaxThreads ? kWorkWords / per_lane : kMaxThreads;
-}
+using routing_shape::fused_threads;
+using routing_shape::kMaxThreads;
+using routing_shape::kWorkWords;
 
 static_assert(fused_threads(kMaxExperts / kWarpSize) % kWarpSize == 0 &&
                   fused_threads(kMaxExperts / kWarpSize) * (kMaxExperts / kWarpSize) <= kWorkWords,
@@ -742,6 +736,10 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int warps = blockDim.x / kWarpSize;
   int16_t* staged = cluster.map_shared_rank(s.expert, 0);  // CTA 0's rows
+  // routing_shape::tokens_per_routing_cta and cluster_overlapped, written
+  // out: called, they changed the SASS of the E <= 32 kernels (session 10),
+  // and this form is the one measured on the H200. The CPU tests pin the
+  // header's forms (tests/cpu/test_routing_launch_shape.cpp).
   const int per_routing_cta = (r.num_tokens + ctas - 2) / (ctas - 1);
   const bool overlapped = per_routing_cta <= warps &&
                           (!kDeepSeek || per_routing_cta * r.num_experts <= kWorkWords);  // uniform
@@ -816,57 +814,40 @@ __global__ void __launch_bounds__(kMaxThreads, 1) fused_permute_kernel(BlockPerm
   permute_block(p, s);
 }
 
-// Threads for a call: a warp per token, a thread per local expert (the scan
-// phases give each thread a run of experts) and, for DeepSeek policies, a
-// thread per staged key; whole warps, at least 4, at most what the kernel is
-// built for. Small calls so get a small block, whose barriers are cheaper.
-int block_threads(int max_threads, int num_tokens, int num_local, int num_keys) {
-  const int wanted = max(max(num_tokens * kWarpSize, num_local), max(num_keys, 4 * kWarpSize));
-  return min(max_threads, (wanted + kWarpSize - 1) / kWarpSize * kWarpSize);
-}
-
-// Routing CTAs of the cluster variant for T tokens: the tokens spread over
-// up to kClusterMaxCtas - 1 CTAs (the portable cluster size, less CTA 0,
-// which permutes), at least min_tokens_per_cta a CTA, and at most a warp
-// per token (beyond, the kernel routes on every CTA: cluster_routing_
-// permute_kernel). A CTA of many routing warps gets slower with its size
-// (measured: Renormalize E=128 K=8 T=16, 512 threads, 4.9 us; T=32, 1024
-// threads, 6.5), we infer from its SM's issue rate (not profiled), so
-// spreading the tokens over more SMs pays while the cluster barrier costs
-// less than that. One routing CTA means the single block (which routes and
-// permutes) serves the call. UNIMOE_CLUSTER_MIN_TOKENS overrides the
-// minimum (for the sweep).
-int cluster_routing_ctas(int max_threads, int num_tokens, bool deepseek) {
+// The cluster variant's minimum tokens a routing CTA
+// (routing_shape::cluster_routing_ctas: up to 7 routing CTAs besides CTA 0,
+// which permutes; at least this many tokens a CTA and at most a warp per
+// token; beyond, the kernel routes on every CTA). A CTA of many routing
+// warps gets slower with its size (measured: Renormalize E=128 K=8 T=16,
+// 512 threads, 4.9 us; T=32, 1024 threads, 6.5), we infer from its SM's
+// issue rate (not profiled), so spreading the tokens over more SMs pays
+// while the cluster barrier costs less than that. 2 for the DeepSeek
+// policies, 4 for the others; UNIMOE_CLUSTER_MIN_TOKENS overrides it (for
+// the sweep).
+int cluster_min_tokens(bool deepseek) {
   static const int forced = [] {
     const int v = env_int("UNIMOE_CLUSTER_MIN_TOKENS", INT_MIN);
     return v == INT_MIN ? 0 : std::max(1, v);
   }();
-  constexpr int kMaxRouting = kClusterMaxCtas - 1;
-  const int min_tokens = forced > 0 ? forced : (deepseek ? 2 : 4);
-  const int spread = (num_tokens + kMaxRouting - 1) / kMaxRouting;
-  const int per_cta = std::min(std::max(min_tokens, spread), max_threads / kWarpSize);
-  return min(kMaxRouting, max(1, (num_tokens + per_cta - 1) / per_cta));
+  return forced > 0 ? forced : (deepseek ? 2 : 4);
 }
 
 template <typename LogitT, int kPerLane, bool kDeepSeek>
 void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, bool cluster,
                   cudaStream_t stream) {
-  constexpr int kMax = fused_threads(kPerLane);
-  const int routing_ctas = cluster ? cluster_routing_ctas(kMax, r.num_tokens, kDeepSeek) : 1;
-  const int tokens_per_cta = (r.num_tokens + routing_ctas - 1) / routing_ctas;
-  // A warp per token of a routing CTA, and a thread per local expert for
-  // the permutation (CTA 0 of a cluster, or the single block).
-  const int threads =
-      block_threads(kMax, tokens_per_cta, p.num_local, kDeepSeek ? tokens_per_cta * r.num_experts : 0);
-  if (routing_ctas == 1) {
-    launch_pdl(fused_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>, 1, threads, 0, stream, r, p);
+  const routing_shape::LaunchShape shape =
+      routing_shape::launch_shape(kPerLane, r.num_tokens, p.num_local, r.num_experts, kDeepSeek,
+                                  cluster, cluster ? cluster_min_tokens(kDeepSeek) : 1);
+  if (shape.routing_ctas == 1) {
+    launch_pdl(fused_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>, 1, shape.threads, 0, stream,
+               r, p);
     return;
   }
   // One cluster: CTA 0 permutes, the others route (and CTA 0 too, where
-  // the routing CTAs have fewer warps than tokens).
-  const int ctas = routing_ctas + 1;
-  launch_pdl_clustered(cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>, ctas, threads, 0,
-                       ctas, stream, r, p);
+  // the routing CTAs have fewer warps than tokens: shape.overlapped false).
+  const int ctas = shape.routing_ctas + 1;
+  launch_pdl_clustered(cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>, ctas,
+                       shape.threads, 0, ctas, stream, r, p);
 }
 
 template <typename LogitT, bool kDeepSeek>

@@ -20,6 +20,7 @@
 
 #include <cuda_runtime.h>
 
+#include "core/routing_launch_shape.h"
 #include "kernels/permute.cuh"
 #include "kernels/routing.cuh"
 
@@ -44,7 +45,7 @@ void launch_fused_routing_permute(const RoutingParams& routing, const PermutePar
 // experts that the others wrote into its shared memory (the others weigh
 // their experts meanwhile). Where one routing CTA is enough (or in
 // precomputed mode) it launches the fused block itself.
-inline constexpr int kClusterMaxCtas = 8;
+inline constexpr int kClusterMaxCtas = routing_shape::kClusterMaxCtas;
 void launch_cluster_routing_permute(const RoutingParams& routing, const PermuteParams& permute,
                                     cudaStream_t stream);
 

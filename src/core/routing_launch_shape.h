@@ -1,0 +1,98 @@
+// The launch shape of the fused and cluster routing kernels
+// (kernels/fused_routing.cu): threads a block, routing CTAs a cluster, and
+// which way the cluster kernel routes. Host and device (UNIMOE_HD), no CUDA
+// headers: the launcher and the kernel call these, and
+// tests/cpu/test_routing_launch_shape.cpp pins the bounds that the GPU tests
+// are written against (a GPU test that compares outputs cannot tell which
+// way served it).
+#pragma once
+
+#include "core/host_device.h"
+
+namespace unimoe::routing_shape {
+
+inline constexpr int kWarp = 32;
+// The block's work area in 32-bit words (the warps' group keys, DeepSeek's
+// staged keys, the permutation's counters and tile bases).
+inline constexpr int kWorkWords = 8192;
+inline constexpr int kMaxThreads = 1024;
+// The portable cluster size: CTA 0 permutes, up to 7 CTAs route.
+inline constexpr int kClusterMaxCtas = 8;
+
+// Threads of the routing kernel for `per_lane` experts a lane: every warp
+// gets per_lane * 32 group keys in the work area. This also bounds
+// registers: 32 experts a lane need about 150 a thread, which 256 threads
+// allow.
+constexpr int fused_threads(int per_lane) {
+  return kWorkWords / per_lane < kMaxThreads ? kWorkWords / per_lane : kMaxThreads;
+}
+
+// Threads for a block: a warp per token, a thread per local expert (the
+// scan phases give each thread a run of experts) and, for DeepSeek
+// policies, a thread per staged key (`num_keys`); whole warps, at least 4,
+// at most `max_threads`. Small calls so get a small block, whose barriers
+// are cheaper.
+UNIMOE_HD int block_threads(int max_threads, int num_tokens, int num_local, int num_keys) {
+  int wanted = num_tokens * kWarp;
+  wanted = num_local > wanted ? num_local : wanted;
+  wanted = num_keys > wanted ? num_keys : wanted;
+  wanted = 4 * kWarp > wanted ? 4 * kWarp : wanted;
+  const int whole = (wanted + kWarp - 1) / kWarp * kWarp;
+  return whole < max_threads ? whole : max_threads;
+}
+
+// Routing CTAs for T tokens: spread over up to kClusterMaxCtas - 1 CTAs, at
+// least `min_tokens` a CTA and at most a warp per token of a block of
+// `max_threads`. 1 means the single block serves the call.
+inline int cluster_routing_ctas(int max_threads, int num_tokens, int min_tokens) {
+  constexpr int kMaxRouting = kClusterMaxCtas - 1;
+  const int spread = (num_tokens + kMaxRouting - 1) / kMaxRouting;
+  int per_cta = min_tokens > spread ? min_tokens : spread;
+  per_cta = per_cta < max_threads / kWarp ? per_cta : max_threads / kWarp;
+  const int ctas = (num_tokens + per_cta - 1) / per_cta;
+  return ctas < 1 ? 1 : (ctas > kMaxRouting ? kMaxRouting : ctas);
+}
+
+// Tokens of each routing CTA (CTAs 1..) of a cluster of `ctas` CTAs.
+UNIMOE_HD int tokens_per_routing_cta(int num_tokens, int ctas) {
+  return (num_tokens + ctas - 2) / (ctas - 1);
+}
+
+// Whether the cluster kernel runs overlapped (CTA 0 permutes while CTAs 1..
+// weigh), given each routing CTA's tokens (tokens_per_routing_cta) and
+// warps: a warp for each token and, for the DeepSeek policies, room for all
+// its tokens' keys. Otherwise every CTA routes whole tokens before the
+// cluster barrier.
+UNIMOE_HD bool cluster_overlapped(int per_routing_cta, int warps, bool deepseek, int num_experts) {
+  return per_routing_cta <= warps && (!deepseek || per_routing_cta * num_experts <= kWorkWords);
+}
+
+// What the routing launcher launches for T tokens of E experts (E_local on
+// this rank), `per_lane` experts a lane: the fused variant (cluster false)
+// one block; the cluster variant `routing_ctas` routing CTAs besides CTA 0
+// (at least `min_tokens` tokens each; 1 means the single block serves the
+// call), `threads` a CTA, and whether the cluster kernel runs overlapped
+// (it decides the same from its own launch shape).
+struct LaunchShape {
+  int routing_ctas;
+  int threads;
+  bool overlapped;
+};
+
+inline LaunchShape launch_shape(int per_lane, int num_tokens, int num_local, int num_experts,
+                                bool deepseek, bool cluster, int min_tokens) {
+  const int max_threads = fused_threads(per_lane);
+  LaunchShape c{};
+  c.routing_ctas = cluster ? cluster_routing_ctas(max_threads, num_tokens, min_tokens) : 1;
+  // A warp per token of a routing CTA, and a thread per local expert for
+  // the permutation (CTA 0 of a cluster, or the single block).
+  const int tokens_per_cta = (num_tokens + c.routing_ctas - 1) / c.routing_ctas;
+  c.threads = block_threads(max_threads, tokens_per_cta, num_local,
+                            deepseek ? tokens_per_cta * num_experts : 0);
+  c.overlapped = c.routing_ctas > 1 &&
+                 cluster_overlapped(tokens_per_routing_cta(num_tokens, c.routing_ctas + 1),
+                                    c.threads / kWarp, deepseek, num_experts);
+  return c;
+}
+
+}  // namespace unimoe::routing_shape

@@ -1,0 +1,110 @@
+// The fused and cluster routing kernels' launch shape
+// (src/core/routing_launch_shape.h): threads a block, routing CTAs a
+// cluster, and the cluster kernel's way. The GPU tests compare outputs only,
+// so they cannot tell which way served a call; these pin the shapes they are
+// written against (tests/gpu/test_fused_routing_gpu.cu: TokenMaskPathAtItsBound,
+// ClusterWaysAtTheirBound).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/routing_launch_shape.h"
+
+namespace unimoe::routing_shape {
+namespace {
+
+constexpr int kDeepSeekMin = 2;  // the launcher's default minimum tokens a routing CTA
+constexpr int kOtherMin = 4;
+
+TEST(RoutingLaunchShape, BlockWidthPerExpertsALane) {
+  // The work area holds every warp's group keys; registers bound the rest.
+  EXPECT_EQ(fused_threads(1), 1024);
+  EXPECT_EQ(fused_threads(8), 1024);
+  EXPECT_EQ(fused_threads(16), 512);
+  EXPECT_EQ(fused_threads(32), 256);
+}
+
+TEST(RoutingLaunchShape, BlockThreadsAreWholeWarpsWithinTheirBounds) {
+  EXPECT_EQ(block_threads(1024, 1, 8, 0), 128);      // at least 4 warps
+  EXPECT_EQ(block_threads(1024, 5, 8, 0), 160);      // a warp a token
+  EXPECT_EQ(block_threads(1024, 1, 200, 0), 224);    // a thread an expert, whole warps
+  EXPECT_EQ(block_threads(1024, 2, 256, 512), 512);  // a thread a DeepSeek key
+  EXPECT_EQ(block_threads(256, 40, 1024, 0), 256);   // never above the kernel's bound
+  for (int t : {0, 1, 7, 33})
+    for (int e : {1, 100, 1024})
+      EXPECT_EQ(block_threads(1024, t, e, 0) % kWarp, 0) << t << " " << e;
+}
+
+TEST(RoutingLaunchShape, ClusterSpreadsTokensOverAtMostSevenRoutingCtas) {
+  // One routing CTA (the single block) while the minimum covers every token.
+  for (int t : {0, 1, 2}) EXPECT_EQ(cluster_routing_ctas(1024, t, kDeepSeekMin), 1) << t;
+  for (int t : {1, 4}) EXPECT_EQ(cluster_routing_ctas(1024, t, kOtherMin), 1) << t;
+  EXPECT_EQ(cluster_routing_ctas(1024, 3, kDeepSeekMin), 2);
+  EXPECT_EQ(cluster_routing_ctas(1024, 5, kOtherMin), 2);
+  // DeepSeek T = 16: 3 tokens a CTA over 6 CTAs (the phase stamps' 7-CTA
+  // cluster of session 10).
+  EXPECT_EQ(cluster_routing_ctas(1024, 16, kDeepSeekMin), 6);
+  for (int t : {64, 256, 4096}) {
+    EXPECT_EQ(cluster_routing_ctas(1024, t, kDeepSeekMin), kClusterMaxCtas - 1) << t;
+    EXPECT_EQ(cluster_routing_ctas(256, t, kOtherMin), kClusterMaxCtas - 1) << t;
+  }
+}
+
+TEST(RoutingLaunchShape, TheFusedVariantIsOneBlock) {
+  const LaunchShape s = launch_shape(8, 100, 256, 256, true, false, 1);
+  EXPECT_EQ(s.routing_ctas, 1);
+  EXPECT_EQ(s.threads, 1024);
+  EXPECT_FALSE(s.overlapped);
+  EXPECT_EQ(launch_shape(4, 3, 128, 128, false, false, 1).threads, 128);
+}
+
+// TokenMaskPathAtItsBound's DeepSeekV3 E=256 K=8 cluster splits: T = 5, 9,
+// 57, 64 on 3, 5, 7 and 7 routing CTAs, the last one short each time, every
+// one overlapped.
+TEST(RoutingLaunchShape, DeepSeekSplitsOfTheGpuTest) {
+  struct Case {
+    int tokens, routing_ctas;
+  };
+  for (Case c : {Case{5, 3}, Case{9, 5}, Case{57, 7}, Case{64, 7}}) {
+    SCOPED_TRACE("T=" + std::to_string(c.tokens));
+    const LaunchShape s = launch_shape(8, c.tokens, 256, 256, true, true, kDeepSeekMin);
+    EXPECT_EQ(s.routing_ctas, c.routing_ctas);
+    EXPECT_TRUE(s.overlapped);
+    const int per_cta = tokens_per_routing_cta(c.tokens, s.routing_ctas + 1);
+    EXPECT_GT(per_cta * s.routing_ctas, c.tokens);  // the last routing CTA is short
+    EXPECT_LT(per_cta * (s.routing_ctas - 1), c.tokens);  // and not empty
+  }
+}
+
+// ClusterWaysAtTheirBound: overlapped on one side, whole tokens on every
+// CTA on the other.
+TEST(RoutingLaunchShape, ClusterWaysChangeWhereTheGpuTestSaysTheyDo) {
+  // DeepSeekV3 E=256: 32 warps a CTA and 32 tokens' keys in the work area.
+  const LaunchShape ds224 = launch_shape(8, 224, 256, 256, true, true, kDeepSeekMin);
+  const LaunchShape ds225 = launch_shape(8, 225, 256, 256, true, true, kDeepSeekMin);
+  EXPECT_EQ(ds224.routing_ctas, 7);
+  EXPECT_EQ(ds224.threads, 1024);
+  EXPECT_TRUE(ds224.overlapped);
+  EXPECT_EQ(ds225.routing_ctas, 7);
+  EXPECT_FALSE(ds225.overlapped);
+  // Renormalize E=1024 (E_local 400 in the GPU test): 8 warps a CTA.
+  const LaunchShape r56 = launch_shape(32, 56, 400, 1024, false, true, kOtherMin);
+  const LaunchShape r57 = launch_shape(32, 57, 400, 1024, false, true, kOtherMin);
+  EXPECT_EQ(r56.threads, 256);
+  EXPECT_TRUE(r56.overlapped);
+  EXPECT_FALSE(r57.overlapped);
+}
+
+TEST(RoutingLaunchShape, OverlappedNeedsAWarpAndTheKeysOfEveryToken) {
+  EXPECT_TRUE(cluster_overlapped(8, 8, false, 1024));
+  EXPECT_FALSE(cluster_overlapped(9, 8, false, 1024));
+  // DeepSeek: the keys of every token of the CTA fit the work area.
+  EXPECT_TRUE(cluster_overlapped(8, 8, true, 1024));
+  EXPECT_FALSE(cluster_overlapped(9, 16, true, 1024));
+  EXPECT_TRUE(cluster_overlapped(9, 16, false, 1024));
+  EXPECT_EQ(tokens_per_routing_cta(64, 8), 10);
+  EXPECT_EQ(tokens_per_routing_cta(7, 8), 1);
+}
+
+}  // namespace
+}  // namespace unimoe::routing_shape
