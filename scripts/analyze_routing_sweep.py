@@ -234,10 +234,12 @@ def three_way_choice(p, limits):
 def describe_three_way(limits):
     tokens_of, f_rows, f_scores, rows_of, c_tokens, c_scores = limits
     unlimited = lambda v: "any" if v >= 10**9 else str(v)
+    cluster = (f"cluster iff T*K <= {rows_of['other']} (DeepSeek policies: {rows_of['deepseek']}), "
+               f"T <= {c_tokens} and T*E <= {c_scores}; else split")
+    if tokens_of["other"] <= 0 and tokens_of["deepseek"] <= 0:
+        return "fused never; " + cluster
     return (f"fused iff T <= {tokens_of['other']} (DeepSeek policies: {tokens_of['deepseek']}), "
-            f"T*K <= {unlimited(f_rows)} and T*E <= {unlimited(f_scores)}; else cluster iff "
-            f"T*K <= {rows_of['other']} (DeepSeek policies: {rows_of['deepseek']}), "
-            f"T <= {c_tokens} and T*E <= {c_scores}; else split")
+            f"T*K <= {unlimited(f_rows)} and T*E <= {unlimited(f_scores)}; else " + cluster)
 
 
 def propose_family_rule(points):
@@ -262,9 +264,12 @@ def describe_family_rule(by_family):
     unlimited = lambda v: "any" if v >= 10**9 else str(v)
     parts = []
     for fam, (tokens_of, f_rows, f_scores, rows_of, c_tokens, c_scores) in sorted(by_family.items()):
-        parts.append(f"{fam}: fused iff T <= {tokens_of[fam]}, T*K <= {unlimited(f_rows)} and "
-                     f"T*E <= {unlimited(f_scores)}; else cluster iff T*K <= {rows_of[fam]}, "
-                     f"T <= {c_tokens} and T*E <= {c_scores}; else split")
+        cluster = f"cluster iff T*K <= {rows_of[fam]}, T <= {c_tokens} and T*E <= {c_scores}; else split"
+        if tokens_of[fam] <= 0:
+            parts.append(f"{fam}: fused never; " + cluster)
+        else:
+            parts.append(f"{fam}: fused iff T <= {tokens_of[fam]}, T*K <= {unlimited(f_rows)} and "
+                         f"T*E <= {unlimited(f_scores)}; else " + cluster)
     return "; ".join(parts)
 
 

@@ -146,6 +146,11 @@ def main():
     check([ars.family_rule_choice(p, by_family) for p in pts[:8]] == ["cluster"] * 4 + ["split"] * 4,
           "per-family choices")
     check("proposed per family" in ars.report({"points": pts}), "per-family proposal printed")
+    # Fused never wins there: the proposals say so rather than "T <= 0".
+    report = ars.report({"points": pts})
+    check("deepseek: fused never; cluster iff" in report and "other: fused never; cluster iff" in report,
+          "per-family rule without a fused limit printed as such")
+    check("proposed three-way: fused never" in report, "three-way rule without a fused limit printed as such")
     print("analyze_routing_sweep: ok")
 
 
