@@ -201,7 +201,7 @@ class MoELayer {
   virtual std::string backend_name() const = 0;
   // What serves a call of num_tokens tokens, one line: backend, tiles and
   // tactics, routing variant, e.g.
-  // "path=stream tile_m=16 gemm1=stream_m16 gemm2=stream_m16 routing=fused".
+  // "path=stream tile_m=16 gemm1=stream_m16 gemm2=stream_m16 routing=cluster".
   virtual std::string describe(int num_tokens) const = 0;
   // Device memory the layer holds besides the weights (its workspace; the
   // CUTLASS backend's buffers once a call may take it).
