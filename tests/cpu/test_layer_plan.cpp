@@ -208,25 +208,24 @@ TEST(RoutingVariantRule, EachLimitHoldsAtItsEdge) {
         EXPECT_NE(routing_variant_for(config(RoutingPolicy::DeepSeekV3, e, k), t),
                   RoutingVariant::Fused);
       }
-  // Cluster, the policies but DeepSeek's: T at most 256 ...
-  EXPECT_EQ(routing_variant_for(config(other, 8, 1), 256), RoutingVariant::Cluster);
-  EXPECT_EQ(routing_variant_for(config(other, 8, 1), 257), RoutingVariant::Split);
-  // ... T*K at most 1536 ...
-  EXPECT_EQ(routing_variant_for(config(other, 8, 8), 192), RoutingVariant::Cluster);
-  EXPECT_EQ(routing_variant_for(config(other, 8, 8), 193), RoutingVariant::Split);
-  // ... and T*E at most 65536.
-  EXPECT_EQ(routing_variant_for(config(other, 512, 1), 128), RoutingVariant::Cluster);
-  EXPECT_EQ(routing_variant_for(config(other, 512, 1), 129), RoutingVariant::Split);
+  // Cluster up to T = last, split from last + 1.
+  auto edge = [&](RoutingPolicy policy, int experts, int top_k, int last) {
+    SCOPED_TRACE(to_string(policy) + " E=" + std::to_string(experts) + " K=" +
+                 std::to_string(top_k));
+    EXPECT_EQ(routing_variant_for(config(policy, experts, top_k), last), RoutingVariant::Cluster);
+    EXPECT_EQ(routing_variant_for(config(policy, experts, top_k), last + 1), RoutingVariant::Split);
+  };
+  // The policies but DeepSeek's: T at most 256, T*K at most 1536, T*E at
+  // most 65536.
+  edge(other, 8, 1, 256);
+  edge(other, 8, 8, 192);
+  edge(other, 512, 1, 128);
   for (RoutingPolicy ds : {RoutingPolicy::DeepSeekV3, RoutingPolicy::MiniMax2}) {
-    SCOPED_TRACE(to_string(ds));
-    // Cluster: T at most 128, T*K at most 1536, T*E at most 49152.
-    EXPECT_EQ(routing_variant_for(config(ds, 8, 1), 1), RoutingVariant::Cluster);
-    EXPECT_EQ(routing_variant_for(config(ds, 8, 1), 128), RoutingVariant::Cluster);
-    EXPECT_EQ(routing_variant_for(config(ds, 8, 1), 129), RoutingVariant::Split);
-    EXPECT_EQ(routing_variant_for(config(ds, 64, 16), 96), RoutingVariant::Cluster);
-    EXPECT_EQ(routing_variant_for(config(ds, 64, 16), 97), RoutingVariant::Split);
-    EXPECT_EQ(routing_variant_for(config(ds, 1024, 1), 48), RoutingVariant::Cluster);
-    EXPECT_EQ(routing_variant_for(config(ds, 1024, 1), 49), RoutingVariant::Split);
+    // T at most 128, T*K at most 1536, T*E at most 49152.
+    EXPECT_EQ(routing_variant_for(config(ds, 8, 1), 1), RoutingVariant::Cluster) << to_string(ds);
+    edge(ds, 8, 1, 128);
+    edge(ds, 64, 16, 96);
+    edge(ds, 1024, 1, 48);
   }
 }
 
