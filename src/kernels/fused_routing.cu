@@ -101,11 +101,11 @@ static_assert(sizeof(BlockShared) <= 48 * 1024, "fits static shared memory");
 // thread records clock64 as stamp i of this CTA; at the kernel's end
 // print_stamps (every thread calls it) prints one line a CTA (the policy
 // as its RoutingPolicy value) with each stamp's cycles since stamp 1 (after
-// pdl_begin), 0 where a path did not stamp. Stamps: 0 entry, 1 after pdl_begin, 2 DeepSeek keys staged,
-// 3 thread 0 chose its token's experts (routed them, in the general path),
-// 4 the last routing warp chose, 5 after the barrier that ends routing,
-// 6 thread 0 weighed, 7 the permutation done (its lane part, in
-// route_then_permute).
+// pdl_begin), 0 where a path did not stamp. Stamps: 0 entry, 1 after
+// pdl_begin, 2 DeepSeek keys staged, 3 thread 0 chose its token's experts
+// (routed them, in the general path), 4 the last routing warp chose,
+// 5 after the barrier that ends routing, 6 thread 0 weighed, 7 the
+// permutation done (its lane part, in route_then_permute).
 #ifdef UNIMOE_ROUTING_STAMPS
 __device__ __forceinline__ void phase_stamp(BlockShared& s, int i, bool cond) {
   if (cond) s.stamps[i] = clock64();
