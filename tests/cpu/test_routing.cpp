@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/routing_cases.h"
+#include "core/exact_quotient.h"
 #include "core/group_index.h"
 #include "ref/ref.h"
 
@@ -284,6 +285,22 @@ TEST(GroupIndex, EqualsIntegerDivisionEverywhere) {
       ASSERT_EQ(group_index(e, inverse), e / d) << "e=" << e << " d=" << d;
   }
   EXPECT_EQ(checked, 1024LL * 1024);
+}
+
+// exact_quotient (core/exact_quotient.h), the routing kernels' division
+// by K and by the tile sizes, against integer division: every dividend up
+// to the fused kernels' 4096 rows for every divisor up to 1024, and the
+// largest dividends it claims.
+TEST(ExactQuotient, EqualsIntegerDivision) {
+  for (int d = 1; d <= 1024; ++d) {
+    const float inverse = inverse_of(d);
+    for (int n = 0; n <= 4096; ++n) ASSERT_EQ(exact_quotient(n, inverse), n / d) << n << " / " << d;
+    for (int n = kExactQuotientMax - 4096; n <= kExactQuotientMax; ++n)
+      ASSERT_EQ(exact_quotient(n, inverse), n / d) << n << " / " << d;
+  }
+  for (int d : {3, 7, 1000, 4093, 65537, 1 << 20})
+    for (int n = 0; n <= kExactQuotientMax; n += 97)
+      ASSERT_EQ(exact_quotient(n, inverse_of(d)), n / d) << n << " / " << d;
 }
 
 }  // namespace
