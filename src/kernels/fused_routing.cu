@@ -15,8 +15,8 @@
 // One 32 KB work area serves, in turn, the warps' group keys (DeepSeek: the
 // block's selection keys of as many tokens as fit, an expert a thread, which
 // the warps then read), the per-warp cursors and the tile bases. Up to 32
-// rows (decode), phases 2-4 take a short path without barriers
-// (permute_one_piece); beyond, routed rows place by per-expert token masks
+// rows (decode), phases 2-4 take a short path with at most one barrier
+// (permute_piece); beyond, routed rows place by per-expert token masks
 // where they fit the work area (permute_by_token_masks), other inputs by
 // the general phases above. The routing kernels let the next kernel launch
 // at once (pdl_launch_dependents): its CTAs wait for this one's end on the
@@ -113,8 +113,9 @@ static_assert(sizeof(BlockShared) <= 48 * 1024, "fits static shared memory");
 // 5 after the barrier that ends routing, 6 thread 0 weighed, 7 the
 // permutation done (its lane part, in route_then_permute). A second line,
 // ROUTING_STEPS, has the permutation's own steps (step_stamp), where it
-// ran: permute_one_piece 0 counted, 1 the last counting thread counted, 2
-// placed, 3 tiles written; permute_by_token_masks 0 masks cleared, 1 set,
+// ran: permute_counted_piece 0 counted, 1 the last counting thread
+// counted, 2 placed, 3 tiles written; permute_sorted_piece 0 sorted, 1
+// after its barrier, 2 placed, 3 tiles written; permute_by_token_masks 0 masks cleared, 1 set,
 // 2 expert sums, 3 scanned, 4 offsets and tiles written, 5 after their
 // barrier, 6 rows placed, 7 the last thread placed its rows.
 #ifdef UNIMOE_ROUTING_STAMPS
@@ -285,15 +286,16 @@ __device__ __forceinline__ RowsBelow rows_below(const BlockShared& s, int rows, 
   return out[0];
 }
 
-// Phases 2-4 for at most 32 rows, with no barrier: each thread counts the
+// Phases 2-4 for at most 16 rows (permute_piece), with no barrier: each
+// thread counts the
 // rows below and at its experts straight from s.expert, and the first warp,
 // a lane per row, places the rows (rank among the lanes of the same expert)
 // and writes the tiles, each expert's first lane its expert's. The same
 // outputs as the general path; small inputs (decode) so run a short stretch
 // of code. Only the threads from `first_thread` on (a multiple of 32) take
 // part; the warps below may be busy with something else.
-__device__ void permute_one_piece(const BlockPermuteParams& p, const BlockShared& s,
-                                  int first_thread = 0) {
+__device__ void permute_counted_piece(const BlockPermuteParams& p, const BlockShared& s,
+                                      int first_thread) {
   const int tid = threadIdx.x - first_thread, lane = threadIdx.x % kWarpSize;
   const int num_local = p.num_local, rows = p.rows;
   if (tid < 0) return;
@@ -373,6 +375,139 @@ __device__ void permute_one_piece(const BlockPermuteParams& p, const BlockShared
     if (lane == 0) *p.num_tiles[t] = num_tiles;
   }
   step_stamp(s, 3, tid == 0);
+}
+
+// Barrier among the threads from `first_thread` on (whole warps; the warps
+// below may be busy with something else): named barrier 1.
+__device__ __forceinline__ void sync_from(int first_thread) {
+  asm volatile("bar.sync 1, %0;" ::"r"(static_cast<int>(blockDim.x) - first_thread) : "memory");
+}
+
+// Entries of sorted[0, 32) below x, for sorted ascending: a branchless
+// binary search (six dependent loads, a broadcast each).
+__device__ __forceinline__ int entries_below(const int32_t* sorted, int x) {
+  int pos = 0;
+#pragma unroll
+  for (int step = kWarpSize / 2; step > 0; step /= 2)
+    if (sorted[pos + step - 1] < x) pos += step;
+  return pos + (sorted[pos] < x);
+}
+
+// Phases 2-4 for 17..32 rows (permute_piece): the first warp, a lane per
+// row, sorts the rows by (local expert, row) with a bitonic network of
+// shuffles; lane i then holds the row that goes to permuted position i (the
+// rows of an expert stay in increasing expanded index, the stable order of
+// ref::permute) and, where a run of one expert starts, writes its tiles.
+// The sorted experts go to shared memory, and after one barrier the other
+// threads find their experts' offsets and counts by binary search (the
+// first warp too, after its rows, where it is alone). The same outputs as
+// the general path. Only the threads from `first_thread` on (a multiple of
+// 32) take part; the warps below may be busy with something else.
+__device__ void permute_sorted_piece(const BlockPermuteParams& p, BlockShared& s, int first_thread) {
+  const int tid = threadIdx.x - first_thread, lane = threadIdx.x % kWarpSize;
+  if (tid < 0) return;
+  const int num_local = p.num_local, rows = p.rows;
+  int32_t* sorted = s.scan;  // [32]: the sorted rows' local experts, INT_MAX past them
+  constexpr uint32_t kOffRank = kFusedMaxLocalExperts;  // after every local expert
+  constexpr uint32_t kNoRow = 0xffffffffu;              // after every row
+  uint32_t key = kNoRow;
+  if (tid < kWarpSize) {
+    if (lane < rows) {
+      const int e = s.expert[lane];
+      key = (e >= 0 ? static_cast<uint32_t>(e) : kOffRank) << 5 | static_cast<uint32_t>(lane);
+    }
+    // Bitonic sort, ascending over the lanes: unique keys, so no ties.
+#pragma unroll
+    for (int size = 2; size <= kWarpSize; size *= 2) {
+#pragma unroll
+      for (int stride = size / 2; stride > 0; stride /= 2) {
+        const uint32_t other = __shfl_xor_sync(kFullMask, key, stride);
+        const bool ascending = (lane & size) == 0;  // every lane in the last merge
+        const bool low = (lane & stride) == 0;
+        key = low == ascending ? min(key, other) : max(key, other);
+      }
+    }
+    sorted[lane] = key < (kOffRank << 5) ? static_cast<int>(key >> 5) : INT_MAX;
+  }
+  step_stamp(s, 0, tid == 0);
+  sync_from(first_thread);  // sorted[] complete
+  step_stamp(s, 1, tid == 0);
+
+  // Offsets and counts, a thread an expert: the threads after the first
+  // warp, where there are any (the first warp places the rows meanwhile).
+  const int threads = blockDim.x - first_thread;
+  const int first_searcher = threads > kWarpSize ? kWarpSize : 0;
+  auto offsets_and_counts = [&] {
+#pragma unroll 1
+    for (int e = tid - first_searcher; e < num_local; e += threads - first_searcher) {
+      const int below = entries_below(sorted, e), through = entries_below(sorted, e + 1);
+      p.expert_offsets[e] = below;
+      p.expert_counts[e] = through - below;
+    }
+  };
+  if (tid >= kWarpSize) {
+    offsets_and_counts();
+    return;
+  }
+
+  // Lane i: permuted position i.
+  const bool local = key < (kOffRank << 5);
+  const int e = local ? static_cast<int>(key >> 5) : -1;
+  const int row = static_cast<int>(key & 31u);
+  const unsigned local_lanes = __ballot_sync(kFullMask, local);  // lanes 0 .. L-1
+  const int num_rows = __popc(local_lanes);
+  if (local) {
+    p.permuted_to_expanded[lane] = row;
+    p.expanded_to_permuted[row] = lane;
+  } else if (key != kNoRow) {
+    p.expanded_to_permuted[row] = -1;
+  }
+  if (lane == 0) p.expert_offsets[num_local] = num_rows;
+  step_stamp(s, 2, tid == 0);
+  // Runs of one expert: each starts at a head lane and ends at the next one.
+  const int previous_e = __shfl_up_sync(kFullMask, e, 1);
+  const bool head = local && (lane == 0 || previous_e != e);
+  const unsigned heads_above = __ballot_sync(kFullMask, head) & ~((2u << lane) - 1u);
+  const int count = heads_above != 0u ? __ffs(heads_above) - 1 - lane : num_rows - lane;
+#pragma unroll 1
+  for (int t = 0; t < kMaxTileSizes; ++t) {
+    if (t >= p.num_tile_sizes) break;
+    const int tile_m = p.tile_m[t];
+    const int tiles = head ? exact_quotient(count - 1, p.inv_tile_m[t]) + 1 : 0;
+    int inclusive = tiles;  // this expert's first tile: the tiles of the runs before it
+#pragma unroll
+    for (int d = 1; d < kWarpSize; d *= 2) {
+      const int other = __shfl_up_sync(kFullMask, inclusive, d);
+      if (lane >= d) inclusive += other;
+    }
+    const int base = inclusive - tiles;
+#pragma unroll 1
+    for (int i = 0; i < tiles; ++i)
+      p.tiles[t][base + i] = DeviceTile{e, lane + i * tile_m, min(tile_m, count - i * tile_m), 0};
+    if (lane == kWarpSize - 1) *p.num_tiles[t] = inclusive;
+  }
+  step_stamp(s, 3, tid == 0);
+  if (first_searcher == 0) offsets_and_counts();
+}
+
+// Phases 2-4 for at most 32 rows (decode), by the threads from
+// `first_thread` on (a multiple of 32; the warps below may be busy with
+// something else): up to 16 rows each thread counts the rows at and below
+// its experts (a pass over the rows: no barrier), beyond, one warp sorts
+// the rows and the others search the sorted experts (one barrier). Measured
+// (session 11 runs 5-7): the sort's fixed cost (about 850 cycles) loses to
+// counting at 8 rows (T=1 K=8: 1.04-1.12x slower) and wins where few
+// threads count 24-32 rows (Renormalize E=128 K=8 T=3: 3593 -> 3012
+// cycles).
+constexpr int kCountedPieceMaxRows = 16;
+
+__device__ __forceinline__ void permute_piece(const BlockPermuteParams& p, BlockShared& s,
+                                              int first_thread = 0) {
+  if (p.rows <= kCountedPieceMaxRows) {
+    permute_counted_piece(p, s, first_thread);
+  } else {
+    permute_sorted_piece(p, s, first_thread);
+  }
 }
 
 // Packed per-expert sums for the token-mask path: the row count in the low
@@ -501,7 +636,7 @@ __device__ void permute_by_token_masks(const BlockPermuteParams& p, BlockShared&
 // Phases 2-4 over s.expert[0, rows); every thread of the block calls it.
 __device__ void permute_block(const BlockPermuteParams& p, BlockShared& s) {
   if (p.rows <= kWarpSize) {
-    permute_one_piece(p, s);
+    permute_piece(p, s);
     return;
   }
   if (token_masks_fit(p)) {
@@ -759,7 +894,7 @@ __device__ void route_then_permute(const RoutingKernelParams& r, const BlockPerm
     if (lane < top_k) r.topk_weights[token * top_k + lane] = weight;
     phase_stamp(s, 6, threadIdx.x == 0);
   } else {
-    permute_one_piece(p, s, r.num_tokens * kWarpSize);
+    permute_piece(p, s, r.num_tokens * kWarpSize);
     phase_stamp(s, 7, threadIdx.x == r.num_tokens * kWarpSize);
   }
 }
