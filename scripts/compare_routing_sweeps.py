@@ -29,10 +29,12 @@ def load(paths):
         with opener(path, "rt") as f:
             for p in json.load(f)["points"]:
                 key = (p["policy"], p["E"], p["K"], p["T"])
-                times = {v: p[v + "_us"] for v in VARIANTS}
+                # A variant that cannot serve the point (fused beyond its
+                # limits) has no time.
+                times = {v: p[v + "_us"] for v in VARIANTS if p.get(v + "_us") is not None}
                 times["best"] = min(times.values())
-                old = points.get(key)
-                points[key] = times if old is None else {v: min(old[v], times[v]) for v in times}
+                old = points.get(key, {})
+                points[key] = {v: min(old.get(v, t), t) for v, t in times.items()}
     return points
 
 
@@ -54,7 +56,8 @@ def compare(a, b):
     for key in common:
         family = "deepseek" if key[0] in DEEPSEEK else "other"
         for v in VARIANTS + ("best",):
-            groups.setdefault((v, family, t_range(key[3])), []).append(b[key][v] / a[key][v])
+            if v in a[key] and v in b[key]:
+                groups.setdefault((v, family, t_range(key[3])), []).append(b[key][v] / a[key][v])
     ranges = sorted({r for (_, _, r) in groups})
     lines = [f"{len(common)} common points; geometric mean of B/A (below 1: B faster)",
              f"{'variant':<9}{'family':<10}" + "".join(f"{range_name(r):>11}" for r in ranges)]

@@ -38,6 +38,14 @@ def main():
                    compress=True)
         b1 = write(d, "b1.json", [point("DeepSeekV3", 1, 10.0, 2.0, 4.0), point("TopK", 8, 9.0, 8.0, 3.0),
                                   point("TopK", 100, 1.0, 1.0, 1.0)])
+        # No fused time (beyond its limits) on one side: that variant is left out.
+        a3 = write(d, "a3.json", [point("TopK", 9000, 20.0, None, 30.0)])
+        b3 = write(d, "b3.json", [point("TopK", 9000, 10.0, 5.0, 30.0)])
+        big = crs.compare(crs.load([a3]), crs.load([b3]))
+        rows = {tuple(l.split()[:2]): l.split()[2:] for l in big.splitlines()[2:]}
+        check(crs.load([a3])[("TopK", 256, 8, 9000)] == {"split": 20.0, "cluster": 30.0, "best": 20.0},
+              "a missing variant has no time")
+        check(rows[("split", "other")] == ["0.500"] and rows[("fused", "other")] == ["-"], big)
         a, b = crs.load([a1, a2]), crs.load([b1])
         check(a[("DeepSeekV3", 256, 8, 1)] == {"split": 10.0, "fused": 4.0, "cluster": 4.0, "best": 4.0},
               "minimum over the repeats")
