@@ -181,8 +181,8 @@ __device__ __forceinline__ uint32_t touch_params(const P& params) {
 // The reads of touch_params, kept (an unused value would be dropped) with
 // a store that no value is likely to trigger, into a slot that is written
 // before it is ever read.
-__device__ __forceinline__ void warm_params(const RoutingKernelParams& r, const BlockPermuteParams& p,
-                                            BlockShared& s) {
+__device__ __forceinline__ void warm_params(const RoutingKernelParams& r,
+                                            const BlockPermuteParams& p, BlockShared& s) {
   if ((touch_params(r) ^ touch_params(p)) == 0x9e3779b9u) s.scan[kWarpSize] = 0;
 }
 
@@ -403,7 +403,8 @@ __device__ __forceinline__ int entries_below(const int32_t* sorted, int x) {
 // first warp too, after its rows, where it is alone). The same outputs as
 // the general path. Only the threads from `first_thread` on (a multiple of
 // 32) take part; the warps below may be busy with something else.
-__device__ void permute_sorted_piece(const BlockPermuteParams& p, BlockShared& s, int first_thread) {
+__device__ void permute_sorted_piece(const BlockPermuteParams& p, BlockShared& s,
+                                     int first_thread) {
   const int tid = threadIdx.x - first_thread, lane = threadIdx.x % kWarpSize;
   if (tid < 0) return;
   const int num_local = p.num_local, rows = p.rows;
