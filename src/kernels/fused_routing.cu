@@ -83,6 +83,11 @@ struct BlockPermuteParams {
   // divisions (exact_quotient).
   float inv_top_k;
   float inv_tile_m[kMaxTileSizes];
+  // Cluster launches: routing_shape::tokens_per_routing_cta, and the tokens
+  // of each CTA where every CTA routes ((T + ctas - 1) / ctas), from the
+  // host, so that no CTA divides before its first load.
+  int tokens_per_routing_cta;
+  int tokens_per_cta;
 };
 
 struct BlockShared {
@@ -804,14 +809,23 @@ __device__ void stage_deepseek_keys(const RoutingKernelParams& r, int begin, int
   const LogitT* logits =
       static_cast<const LogitT*>(r.logits) + static_cast<size_t>(begin) * num_experts;
   const int n = (end - begin) * num_experts;
-  const int step = threads % num_experts;  // e = i % E, kept without dividing
-  int e = threadIdx.x % num_experts;
+  // x % E by exact_quotient: an integer division here stood between the
+  // kernel's start and its first load (session 12 run 4, Nsight Compute:
+  // about 45 dependent instructions).
+  const auto mod_experts = [&](int x) {
+    return x - exact_quotient(x, r.inv_num_experts) * num_experts;
+  };
   if (n <= threads) {  // one key a thread at most (decode): the short path
     const int i = threadIdx.x;
-    if (i < n)
-      keys[i] = deepseek_key(nan_to_neg_inf(load_logit(logits, i)), r.bias != nullptr ? r.bias[e] : 0.0f);
+    if (i < n) {
+      const float x = load_logit(logits, i);
+      const float bias = r.bias != nullptr ? r.bias[mod_experts(i)] : 0.0f;
+      keys[i] = deepseek_key(nan_to_neg_inf(x), bias);
+    }
     return;
   }
+  const int step = mod_experts(threads);  // e = i % E, kept without dividing
+  int e = mod_experts(threadIdx.x);
 #pragma unroll 1
   for (int base = threadIdx.x; base < n; base += kKeyBatch * threads) {
     float x[kKeyBatch], bias[kKeyBatch];
@@ -964,15 +978,15 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int warps = blockDim.x / kWarpSize;
   int16_t* staged = cluster.map_shared_rank(s.expert, 0);  // CTA 0's rows
-  // routing_shape::tokens_per_routing_cta and cluster_overlapped, written
-  // out: called, they changed the SASS of the E <= 32 kernels (session 10),
-  // and this form is the one measured on the H200. The CPU tests pin the
-  // header's forms (tests/cpu/test_routing_launch_shape.cpp).
-  const int per_routing_cta = (r.num_tokens + ctas - 2) / (ctas - 1);
+  // routing_shape::cluster_overlapped, written out: called, it changed the
+  // SASS of the E <= 32 kernels (session 10), and this form is the one
+  // measured on the H200. The CPU tests pin the header's form
+  // (tests/cpu/test_routing_launch_shape.cpp).
+  const int per_routing_cta = p.tokens_per_routing_cta;
   const bool overlapped = per_routing_cta <= warps &&
                           (!kDeepSeek || per_routing_cta * r.num_experts <= kWorkWords);  // uniform
   if (!overlapped) {
-    const int per_cta = (r.num_tokens + ctas - 1) / ctas;  // a contiguous run a CTA
+    const int per_cta = p.tokens_per_cta;  // a contiguous run a CTA
     const int begin = min(rank * per_cta, r.num_tokens);
     const int end = min(begin + per_cta, r.num_tokens);
     if constexpr (kDeepSeek) {
@@ -1078,8 +1092,11 @@ void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, boo
   // One cluster: CTA 0 permutes, the others route (and CTA 0 too, where
   // the routing CTAs have fewer warps than tokens: shape.overlapped false).
   const int ctas = shape.routing_ctas + 1;
+  BlockPermuteParams q = p;
+  q.tokens_per_routing_cta = routing_shape::tokens_per_routing_cta(r.num_tokens, ctas);
+  q.tokens_per_cta = (r.num_tokens + ctas - 1) / ctas;
   launch_pdl_clustered(cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>, ctas,
-                       shape.threads, 0, ctas, stream, r, p);
+                       shape.threads, 0, ctas, stream, r, q);
 }
 
 template <typename LogitT, bool kDeepSeek>

@@ -22,6 +22,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/exact_quotient.h"
 #include "core/group_index.h"
 #include "core/sigmoid_fp32.h"
 #include "kernels/routing.cuh"
@@ -54,6 +55,7 @@ struct RoutingKernelParams {
   int lanes_per_group_log2;
   int experts_per_group;      // num_experts / n_group
   float inv_experts_per_group;  // 1 / experts_per_group, rounded to nearest
+  float inv_num_experts;        // inverse_of(num_experts), for exact_quotient
   float routed_scaling_factor;
   int32_t* topk_ids;
   float* topk_weights;
@@ -669,6 +671,7 @@ inline RoutingKernelParams make_routing_kernel_params(const RoutingParams& param
   }
   p.experts_per_group = c.num_experts / n_group;
   p.inv_experts_per_group = inverse_group_size(p.experts_per_group);
+  p.inv_num_experts = inverse_of(c.num_experts);
   p.routed_scaling_factor = c.routed_scaling_factor;
   p.topk_ids = params.topk_ids;
   p.topk_weights = params.topk_weights;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -87,6 +88,65 @@ inline std::vector<float> near_tie_logits(int num_tokens, int num_experts, int t
     }
   }
   return out;
+}
+
+// Rows of hard patterns for the routing tests: ties, signed zeros, NaN,
+// infinities, huge and tiny magnitudes, the sigmoid's flat ends.
+inline constexpr int kAdversarialPatterns = 14;
+
+// One row of E logits of pattern `pattern` (0 .. kAdversarialPatterns - 1).
+inline void adversarial_row(int pattern, int num_experts, int top_k, std::mt19937_64& rng, float* row) {
+  std::uniform_int_distribution<int> pick(0, num_experts - 1);
+  std::uniform_real_distribution<float> any(-3, 3);
+  const float huge[] = {1e30f, -1e30f, 3e38f, -3e38f, FLT_MAX, -FLT_MAX, 1e-40f, -1e-40f, 0.0f, -0.0f};
+  for (int e = 0; e < num_experts; ++e) {
+    switch (pattern) {
+      case 0: row[e] = (e % 3 == 0) ? -0.0f : 0.0f; break;         // all equal, signed zeros
+      case 1: row[e] = 1.5f; break;                                // all equal
+      case 2: row[e] = -kInf; break;                               // all -inf
+      case 3: row[e] = kNaN; break;                                // all NaN
+      case 4: row[e] = e % 2 ? kNaN : -kInf; break;                // NaN ties -inf
+      case 5: row[e] = any(rng); break;                            // one +inf (below)
+      case 6: row[e] = e % 5 == 1 ? kNaN : any(rng); break;        // +infs and NaNs
+      case 7: row[e] = e % 2 ? kNaN : -kInf; break;                // fewer finite than K
+      case 8: row[e] = huge[pick(rng) % 10]; break;                // huge and tiny magnitudes
+      case 9: row[e] = static_cast<float>(pick(rng) % 3 - 1); break;  // heavy ties
+      case 10: row[e] = e % 3 ? -kInf : kInf; break;               // only infinities
+      case 11: row[e] = -100.0f + any(rng) * 3; break;             // sigmoid underflow range
+      case 12: row[e] = any(rng) * 70; break;                      // wide spread
+      default: row[e] = 25.0f + any(rng) * 5; break;               // sigmoid saturates to 1
+    }
+  }
+  if (pattern == 5) row[pick(rng)] = kInf;
+  if (pattern == 6)
+    for (int i = 0; i < 3; ++i) row[pick(rng)] = kInf;
+  if (pattern == 7)
+    for (int i = 0; i < std::max(1, top_k / 2); ++i) row[pick(rng)] = any(rng);
+}
+
+// [T, E] logits, token t of pattern t % kAdversarialPatterns.
+inline std::vector<float> adversarial_logits(int num_tokens, int num_experts, int top_k,
+                                             std::mt19937_64& rng) {
+  std::vector<float> out(static_cast<std::size_t>(num_tokens) * num_experts);
+  for (int t = 0; t < num_tokens; ++t)
+    adversarial_row(t % kAdversarialPatterns, num_experts, top_k, rng,
+                    &out[static_cast<std::size_t>(t) * num_experts]);
+  return out;
+}
+
+// A DeepSeek bias in [-0.5, 0.5]; with `non_finite`, NaN, +-inf and 1e30
+// at fixed strides too.
+inline std::vector<float> adversarial_bias(int num_experts, bool non_finite, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> any(-0.5f, 0.5f);
+  std::vector<float> bias(num_experts);
+  for (float& b : bias) b = any(rng);
+  if (non_finite) {
+    for (int i = 0; i < num_experts; i += 7) bias[i] = kNaN;
+    for (int i = 3; i < num_experts; i += 11) bias[i] = kInf;
+    for (int i = 5; i < num_experts; i += 13) bias[i] = -kInf;
+    for (int i = 1; i < num_experts; i += 17) bias[i] = 1e30f;
+  }
+  return bias;
 }
 
 }  // namespace unimoe::test

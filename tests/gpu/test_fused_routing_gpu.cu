@@ -49,7 +49,7 @@ using Rig = test::RoutingRig;
 constexpr LogitsType kTypes[] = {LogitsType::F32, LogitsType::BF16};
 constexpr int kTokens[] = {0, 1, 2, 3, 7, 33, 100, 512};
 constexpr int kExperts[] = {8, 64, 128, 256, 384, 1024};
-constexpr int kTopKs[] = {1, 2, 4, 8, 22, 32};
+constexpr int kTopKs[] = {1, 2, 3, 4, 6, 8, 22, 32};
 
 TEST(FusedRoutingGpu, EveryPolicyAndShape) {
   UNIMOE_REQUIRE_GPU();
@@ -120,6 +120,38 @@ TEST(FusedRoutingGpu, DeepSeekNearTies) {
         ++cases;
       }
   EXPECT_EQ(cases, 12);
+}
+
+// The hard rows of test::adversarial_row (ties, signed zeros, NaN,
+// infinities, huge magnitudes; non-finite DeepSeek biases) through the
+// fused and cluster kernels: one token of each pattern, and a one-token call
+// of a pattern in turn (the decode path). K covers the tree rounds (1, 2)
+// and the merged lists (3..8), odd sizes included.
+TEST(FusedRoutingGpu, AdversarialLogits) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  int cases = 0;
+  for (RoutingPolicy policy : test::kAllPolicies)
+    for (LogitsType type : kTypes)
+      for (int e : {8, 64, 160, 256, 1024})
+        for (int k : {1, 2, 3, 6, 8})
+          for (int bias_kind = 0; bias_kind < (test::is_deepseek(policy) ? 3 : 1); ++bias_kind) {
+            const RoutingConfig c = make_routing(policy, e, k, type, bias_kind > 0);
+            if (!legal_routing(c)) continue;
+            SCOPED_TRACE("bias_kind " + std::to_string(bias_kind));
+            const std::vector<float> bias = test::adversarial_bias(e, bias_kind == 2, rng);
+            const Problem all{c, test::kAdversarialPatterns};
+            check_fused_and_split(
+                all, test::logits_inputs(all, test::adversarial_logits(all.num_tokens, e, k, rng), bias));
+            const Problem one{c, 1};
+            std::vector<float> row(e);
+            test::adversarial_row(cases % test::kAdversarialPatterns, e, k, rng, row.data());
+            check_fused_and_split(one, test::logits_inputs(one, std::move(row), bias));
+            ++cases;
+          }
+  EXPECT_GT(cases, 200);
 }
 
 TEST(FusedRoutingGpu, ExpertParallelRangeWithOffRankRows) {

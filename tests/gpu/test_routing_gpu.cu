@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
-#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -27,8 +26,6 @@ namespace {
 
 using test::DeviceBuffer;
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr double kWeightTolerance = 1e-6;
 
 constexpr RoutingPolicy kPolicies[] = {
@@ -221,37 +218,6 @@ TEST(RoutingGpu, GroupedDeepSeekV3) {
   EXPECT_GT(cases, 100);
 }
 
-// One row of a hard pattern; `pattern` picks which.
-void adversarial_row(int pattern, int num_experts, int top_k, std::mt19937_64& rng, float* row) {
-  std::uniform_int_distribution<int> pick(0, num_experts - 1);
-  std::uniform_real_distribution<float> any(-3, 3);
-  const float huge[] = {1e30f, -1e30f, 3e38f, -3e38f, FLT_MAX, -FLT_MAX, 1e-40f, -1e-40f, 0.0f, -0.0f};
-  for (int e = 0; e < num_experts; ++e) {
-    switch (pattern) {
-      case 0: row[e] = (e % 3 == 0) ? -0.0f : 0.0f; break;         // all equal, signed zeros
-      case 1: row[e] = 1.5f; break;                                // all equal
-      case 2: row[e] = -kInf; break;                               // all -inf
-      case 3: row[e] = kNaN; break;                                // all NaN
-      case 4: row[e] = e % 2 ? kNaN : -kInf; break;                // NaN ties -inf
-      case 5: row[e] = any(rng); break;                            // one +inf (below)
-      case 6: row[e] = e % 5 == 1 ? kNaN : any(rng); break;        // +infs and NaNs
-      case 7: row[e] = e % 2 ? kNaN : -kInf; break;                // fewer finite than K
-      case 8: row[e] = huge[pick(rng) % 10]; break;                // huge and tiny magnitudes
-      case 9: row[e] = static_cast<float>(pick(rng) % 3 - 1); break;  // heavy ties
-      case 10: row[e] = e % 3 ? -kInf : kInf; break;               // only infinities
-      case 11: row[e] = -100.0f + any(rng) * 3; break;             // sigmoid underflow range
-      case 12: row[e] = any(rng) * 70; break;                      // wide spread
-      default: row[e] = 25.0f + any(rng) * 5; break;               // sigmoid saturates to 1
-    }
-  }
-  if (pattern == 5) row[pick(rng)] = kInf;
-  if (pattern == 6)
-    for (int i = 0; i < 3; ++i) row[pick(rng)] = kInf;
-  if (pattern == 7)
-    for (int i = 0; i < std::max(1, top_k / 2); ++i) row[pick(rng)] = any(rng);
-}
-
-constexpr int kPatterns = 14;
 
 TEST(RoutingGpu, AdversarialLogits) {
   UNIMOE_REQUIRE_GPU();
@@ -271,17 +237,10 @@ TEST(RoutingGpu, AdversarialLogits) {
             c.has_bias = bias_kind > 0;
             c = with_groups(c);
             if (!test::legal_routing(c)) continue;
-            const int t = 4 * kPatterns;
+            const int t = 4 * test::kAdversarialPatterns;
             SCOPED_TRACE(describe(c, t) + " bias_kind " + std::to_string(bias_kind));
-            std::vector<float> values(static_cast<std::size_t>(t) * e);
-            for (int i = 0; i < t; ++i) adversarial_row(i % kPatterns, e, k, rng, &values[i * e]);
-            std::vector<float> bias = uniform(e, rng, -0.5f, 0.5f);
-            if (bias_kind == 2) {  // non-finite and huge biases too
-              for (int i = 0; i < e; i += 7) bias[i] = kNaN;
-              for (int i = 3; i < e; i += 11) bias[i] = kInf;
-              for (int i = 5; i < e; i += 13) bias[i] = -kInf;
-              for (int i = 1; i < e; i += 17) bias[i] = 1e30f;
-            }
+            std::vector<float> values = test::adversarial_logits(t, e, k, rng);
+            const std::vector<float> bias = test::adversarial_bias(e, bias_kind == 2, rng);
             expect_matches_reference(c, make_logits(std::move(values), c), t, bias);
           }
         }
