@@ -88,7 +88,21 @@ struct BlockPermuteParams {
   // host, so that no CTA divides before its first load.
   int tokens_per_routing_cta;
   int tokens_per_cta;
+  // The permutation's run of experts a thread, and the warps that own
+  // experts, for the launch's block size (for_block).
+  int experts_per_thread;
+  int owner_warps;
 };
+
+// p with the fields that depend on the block size, from the host: a
+// kernel's integer divisions cost about 20 dependent instructions each
+// (exact_quotient).
+BlockPermuteParams for_block(BlockPermuteParams p, int threads) {
+  p.experts_per_thread = (p.num_local + threads - 1) / threads;
+  const int owners = (p.num_local + p.experts_per_thread - 1) / p.experts_per_thread;
+  p.owner_warps = (owners + kWarpSize - 1) / kWarpSize;
+  return p;
+}
 
 struct BlockShared {
   union {
@@ -569,7 +583,7 @@ __device__ void permute_by_token_masks(const BlockPermuteParams& p, BlockShared&
   step_stamp(s, 1, tid == 0);
 
   // Each thread owns a run of consecutive experts.
-  const int per_thread = (num_local + threads - 1) / threads;
+  const int per_thread = p.experts_per_thread;
   const int first = min(tid * per_thread, num_local);
   const int last = min(first + per_thread, num_local);
   auto expert_sums = [&](int e) {
@@ -589,8 +603,7 @@ __device__ void permute_by_token_masks(const BlockPermuteParams& p, BlockShared&
   for (int e = first; e < last; ++e) mine += expert_sums(e);
   step_stamp(s, 2, tid == 0);
   uint64_t total = 0;
-  const int owner_warps = ((num_local + per_thread - 1) / per_thread + kWarpSize - 1) / kWarpSize;
-  uint64_t next = block_exclusive_sum(mine, s.scan64, total, owner_warps);
+  uint64_t next = block_exclusive_sum(mine, s.scan64, total, p.owner_warps);
   step_stamp(s, 3, tid == 0);
 #pragma unroll 1
   for (int e = first; e < last; ++e) {
@@ -676,7 +689,7 @@ __device__ void permute_block(const BlockPermuteParams& p, BlockShared& s) {
   __syncthreads();
 
   // Phase 3: each thread owns a run of consecutive experts.
-  const int per_thread = (num_local + threads - 1) / threads;
+  const int per_thread = p.experts_per_thread;
   const int first = min(tid * per_thread, num_local);
   const int last = min(first + per_thread, num_local);
   int mine = 0;
@@ -731,13 +744,12 @@ __device__ void permute_block(const BlockPermuteParams& p, BlockShared& s) {
 #pragma unroll 1
   for (int t = 0; t < kMaxTileSizes; ++t) {
     if (t >= p.num_tile_sizes) break;
-    const int tile_m = p.tile_m[t];
     int32_t* bases = s.work.words + t * (num_local + 1);
     int my_tiles = 0;
 #pragma unroll 1
     for (int e = first; e < last; ++e) {
       const int count = s.offsets[e + 1] - s.offsets[e];
-      my_tiles += count == 0 ? 0 : (count - 1) / tile_m + 1;  // no overflow for huge tile_m
+      my_tiles += count == 0 ? 0 : exact_quotient(count - 1, p.inv_tile_m[t]) + 1;
     }
     int num_tiles = 0;
     int base = block_exclusive_sum(my_tiles, s.scan, num_tiles);
@@ -745,7 +757,7 @@ __device__ void permute_block(const BlockPermuteParams& p, BlockShared& s) {
     for (int e = first; e < last; ++e) {
       bases[e] = base;
       const int count = s.offsets[e + 1] - s.offsets[e];
-      base += count == 0 ? 0 : (count - 1) / tile_m + 1;
+      base += count == 0 ? 0 : exact_quotient(count - 1, p.inv_tile_m[t]) + 1;
     }
     if (tid == 0) {
       bases[num_local] = num_tiles;
@@ -853,7 +865,7 @@ __device__ void route_deepseek_tokens(const RoutingKernelParams& r, const BlockP
                                       BlockShared& s, int16_t* staged, int begin, int end) {
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int warps = blockDim.x / kWarpSize;
-  const int chunk = kWorkWords / r.num_experts;
+  const int chunk = exact_quotient(kWorkWords, r.inv_num_experts);
 #pragma unroll 1
   for (int first = begin; first < end; first += chunk) {
     const int last = min(first + chunk, end);
@@ -1086,13 +1098,13 @@ void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, boo
                                   cluster, cluster ? cluster_min_tokens(kDeepSeek) : 1);
   if (shape.routing_ctas == 1) {
     launch_pdl(fused_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>, 1, shape.threads, 0, stream,
-               r, p);
+               r, for_block(p, shape.threads));
     return;
   }
   // One cluster: CTA 0 permutes, the others route (and CTA 0 too, where
   // the routing CTAs have fewer warps than tokens: shape.overlapped false).
   const int ctas = shape.routing_ctas + 1;
-  BlockPermuteParams q = p;
+  BlockPermuteParams q = for_block(p, shape.threads);
   q.tokens_per_routing_cta = routing_shape::tokens_per_routing_cta(r.num_tokens, ctas);
   q.tokens_per_cta = (r.num_tokens + ctas - 1) / ctas;
   launch_pdl_clustered(cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>, ctas,
@@ -1190,7 +1202,7 @@ void launch_block_or_cluster(const RoutingParams& routing, const PermuteParams& 
   p.inv_top_k = inverse_of(permute.top_k);
 
   if (!route || rows == 0) {
-    launch_pdl(fused_permute_kernel, 1, kMaxThreads, 0, stream, p);
+    launch_pdl(fused_permute_kernel, 1, kMaxThreads, 0, stream, for_block(p, kMaxThreads));
   } else {
     const RoutingKernelParams r = make_routing_kernel_params(routing);
     if (routing.config.logits_type == LogitsType::BF16) {
