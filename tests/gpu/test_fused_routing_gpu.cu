@@ -125,8 +125,8 @@ TEST(FusedRoutingGpu, DeepSeekNearTies) {
 // The hard rows of test::adversarial_row (ties, signed zeros, NaN,
 // infinities, huge magnitudes; non-finite DeepSeek biases) through the
 // fused and cluster kernels: one token of each pattern, and a one-token call
-// of a pattern in turn (the decode path). K covers the tree rounds (1, 2)
-// and the merged lists (3..8), odd sizes included.
+// of a pattern in turn (the decode path). K from 1 to 8, odd sizes
+// included.
 TEST(FusedRoutingGpu, AdversarialLogits) {
   UNIMOE_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
