@@ -67,6 +67,23 @@ UNIMOE_HD bool cluster_overlapped(int per_routing_cta, int warps, bool deepseek,
   return per_routing_cta <= warps && (!deepseek || per_routing_cta * num_experts <= kWorkWords);
 }
 
+// Tokens of each CTA of a cluster of `ctas` where every CTA routes (the
+// cluster kernel's way when it is not overlapped).
+UNIMOE_HD int tokens_per_cta(int num_tokens, int ctas) { return (num_tokens + ctas - 1) / ctas; }
+
+// The permutation's run of consecutive experts a thread of a block of
+// `threads` (at least 1 thread, 1 expert), and the warps whose threads own
+// at least one expert: the threads from tid = ceil(E_local / run) on own
+// none. The launcher computes both (a kernel's integer division is a chain
+// of about 20 dependent instructions).
+UNIMOE_HD int experts_per_thread(int num_local, int threads) {
+  return (num_local + threads - 1) / threads;
+}
+UNIMOE_HD int owner_warps(int num_local, int per_thread) {
+  const int owners = (num_local + per_thread - 1) / per_thread;
+  return (owners + kWarp - 1) / kWarp;
+}
+
 // What the routing launcher launches for T tokens of E experts (E_local on
 // this rank), `per_lane` experts a lane: the fused variant (cluster false)
 // one block; the cluster variant `routing_ctas` routing CTAs besides CTA 0
@@ -86,9 +103,8 @@ inline LaunchShape launch_shape(int per_lane, int num_tokens, int num_local, int
   c.routing_ctas = cluster ? cluster_routing_ctas(max_threads, num_tokens, min_tokens) : 1;
   // A warp per token of a routing CTA, and a thread per local expert for
   // the permutation (CTA 0 of a cluster, or the single block).
-  const int tokens_per_cta = (num_tokens + c.routing_ctas - 1) / c.routing_ctas;
-  c.threads = block_threads(max_threads, tokens_per_cta, num_local,
-                            deepseek ? tokens_per_cta * num_experts : 0);
+  const int per_cta = tokens_per_cta(num_tokens, c.routing_ctas);
+  c.threads = block_threads(max_threads, per_cta, num_local, deepseek ? per_cta * num_experts : 0);
   c.overlapped = c.routing_ctas > 1 &&
                  cluster_overlapped(tokens_per_routing_cta(num_tokens, c.routing_ctas + 1),
                                     c.threads / kWarp, deepseek, num_experts);

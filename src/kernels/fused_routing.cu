@@ -83,9 +83,9 @@ struct BlockPermuteParams {
   // divisions (exact_quotient).
   float inv_top_k;
   float inv_tile_m[kMaxTileSizes];
-  // Cluster launches: routing_shape::tokens_per_routing_cta, and the tokens
-  // of each CTA where every CTA routes ((T + ctas - 1) / ctas), from the
-  // host, so that no CTA divides before its first load.
+  // Cluster launches: routing_shape::tokens_per_routing_cta and
+  // tokens_per_cta, from the host, so that no CTA divides before its
+  // first load.
   int tokens_per_routing_cta;
   int tokens_per_cta;
   // The permutation's run of experts a thread, and the warps that own
@@ -94,13 +94,11 @@ struct BlockPermuteParams {
   int owner_warps;
 };
 
-// p with the fields that depend on the block size, from the host: a
-// kernel's integer divisions cost about 20 dependent instructions each
-// (exact_quotient).
+// p with the fields that depend on the block size, from the host
+// (routing_shape::experts_per_thread and owner_warps).
 BlockPermuteParams for_block(BlockPermuteParams p, int threads) {
-  p.experts_per_thread = (p.num_local + threads - 1) / threads;
-  const int owners = (p.num_local + p.experts_per_thread - 1) / p.experts_per_thread;
-  p.owner_warps = (owners + kWarpSize - 1) / kWarpSize;
+  p.experts_per_thread = routing_shape::experts_per_thread(p.num_local, threads);
+  p.owner_warps = routing_shape::owner_warps(p.num_local, p.experts_per_thread);
   return p;
 }
 
@@ -1106,7 +1104,7 @@ void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, boo
   const int ctas = shape.routing_ctas + 1;
   BlockPermuteParams q = for_block(p, shape.threads);
   q.tokens_per_routing_cta = routing_shape::tokens_per_routing_cta(r.num_tokens, ctas);
-  q.tokens_per_cta = (r.num_tokens + ctas - 1) / ctas;
+  q.tokens_per_cta = routing_shape::tokens_per_cta(r.num_tokens, ctas);
   launch_pdl_clustered(cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>, ctas,
                        shape.threads, 0, ctas, stream, r, q);
 }

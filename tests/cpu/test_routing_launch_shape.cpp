@@ -106,5 +106,34 @@ TEST(RoutingLaunchShape, OverlappedNeedsAWarpAndTheKeysOfEveryToken) {
   EXPECT_EQ(tokens_per_routing_cta(7, 8), 1);
 }
 
+// Where every CTA routes, the CTAs' contiguous runs cover the tokens with
+// the shortest run that does.
+TEST(RoutingLaunchShape, EveryCtaRoutesACoveringRun) {
+  for (int ctas = 2; ctas <= kClusterMaxCtas; ++ctas)
+    for (int t = 0; t <= 600; ++t) {
+      const int per = tokens_per_cta(t, ctas);
+      EXPECT_GE(per * ctas, t) << t << " tokens, " << ctas << " CTAs";
+      if (t > 0) EXPECT_LT((per - 1) * ctas, t) << t << " tokens, " << ctas << " CTAs";
+    }
+}
+
+// The permutation's runs of experts: together they cover the experts, the
+// run is the shortest that does, and the threads past the owner warps own
+// none (the block scan skips their shuffles).
+TEST(RoutingLaunchShape, ExpertRunsCoverTheExpertsAndOwnersAreWholeWarps) {
+  for (int threads = kWarp; threads <= kMaxThreads; threads += kWarp)
+    for (int num_local = 1; num_local <= 1024; ++num_local) {
+      const int run = experts_per_thread(num_local, threads);
+      const int warps = owner_warps(num_local, run);
+      const std::string where = std::to_string(num_local) + " experts, " + std::to_string(threads) +
+                                " threads";
+      ASSERT_GE(run * threads, num_local) << where;
+      ASSERT_LT((run - 1) * threads, num_local) << where;
+      ASSERT_LE(warps * kWarp, threads) << where;
+      ASSERT_GE(warps * kWarp * run, num_local) << where;              // the owners cover them
+      ASSERT_LT((warps - 1) * kWarp * run, num_local) << where;        // the last owner warp owns some
+    }
+}
+
 }  // namespace
 }  // namespace unimoe::routing_shape
