@@ -111,4 +111,38 @@ inline LaunchShape launch_shape(int per_lane, int num_tokens, int num_local, int
   return c;
 }
 
+// What a policy's weight costs the split routing kernel, for
+// split_weighs_in_batches: the logit itself (TopK), a share of the row's
+// softmax (Default, RenormalizeNaive), an fp64 function of the chosen
+// logits (Renormalize and the sigmoid policies), DeepSeek's (an fp64
+// sigmoid, a sum over the chosen, a division).
+enum class SplitWeight { kLogit, kRowSoftmax, kChosen, kDeepSeek };
+
+// Whether the split routing kernel weighs each block's four tokens together
+// (one warp for up to 32 chosen experts) rather than each warp its own
+// token's K: from T = split_batch_min_tokens on. Measured (session 13 run
+// 3, H200, batched against per-warp weights at every T, 384 points E
+// 64..512, K 1/4/8, geometric means): the shared pass saves instructions
+// but adds a block barrier's latency, so it pays only where the GPU is
+// full. DeepSeekV3 1.013 at T=1024, 0.999 at 2048, 0.985 at 3072, 0.936 at
+// 16384; Renormalize 1.003 at 2048, 0.997 at 3072, 0.990 at 4096, 0.939 at
+// 16384; Default 1.006 at 4096, 1.000 at 6144, 0.994 at 8192, 0.982 at
+// 16384; TopK no gain at any T. The other policies take the bound of the
+// measured one whose weight is most like theirs (not measured).
+// `forced` > 0 (UNIMOE_SPLIT_BATCH_MIN_TOKENS) replaces the bound.
+UNIMOE_HD int split_batch_min_tokens(SplitWeight weight) {
+  switch (weight) {
+    case SplitWeight::kDeepSeek: return 3072;
+    case SplitWeight::kChosen: return 4096;
+    case SplitWeight::kRowSoftmax: return 8192;
+    case SplitWeight::kLogit: break;
+  }
+  return 0;  // never
+}
+
+UNIMOE_HD bool split_weighs_in_batches(int num_tokens, SplitWeight weight, int forced) {
+  if (weight == SplitWeight::kLogit) return false;
+  return num_tokens >= (forced > 0 ? forced : split_batch_min_tokens(weight));
+}
+
 }  // namespace unimoe::routing_shape

@@ -915,7 +915,7 @@ __device__ void route_then_permute(const RoutingKernelParams& r, const BlockPerm
   __syncthreads();
   phase_stamp(s, 5, threadIdx.x == 0);
   if (routes) {
-    const float weight = weigh_experts<LogitT, kDeepSeek>(r, chosen, token, lane);
+    const float weight = weigh_experts<LogitT, kDeepSeek>(r, chosen, token, lane < r.top_k);
     if (lane < top_k) r.topk_weights[token * top_k + lane] = weight;
     phase_stamp(s, 6, threadIdx.x == 0);
   } else {
@@ -1047,7 +1047,7 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   // stores, and CTA 0 needs only the staged rows.
   __cluster_barrier_arrive();
   if (routes) {
-    const float weight = weigh_experts<LogitT, kDeepSeek>(r, chosen, token, lane);
+    const float weight = weigh_experts<LogitT, kDeepSeek>(r, chosen, token, lane < r.top_k);
     if (lane < r.top_k) {
       r.topk_ids[token * r.top_k + lane] = chosen.expert;
       r.topk_weights[token * r.top_k + lane] = weight;

@@ -1,9 +1,11 @@
 // Routing on the device (contract: routing.cuh, formulas: docs/routing.md).
-// One warp per token; the per-token math (selection keys, groups, weights)
-// lives in routing_device.cuh, shared with the fused routing + permute kernel.
+// A warp chooses one token's experts; at large T a block's four tokens are
+// weighed together; the per-token math (selection keys, groups, weights) lives in
+// routing_device.cuh, shared with the fused routing + permute kernel.
 #include <cstdint>
 #include <stdexcept>
 
+#include "core/routing_launch_shape.h"
 #include "kernels/common.cuh"
 #include "kernels/routing.cuh"
 #include "kernels/routing_device.cuh"
@@ -16,60 +18,149 @@ using namespace routing_detail;
 constexpr int kWarpsPerBlock = 4;
 constexpr int kThreads = kWarpsPerBlock * kWarpSize;
 
-template <typename LogitT, int kPerLane, bool kDeepSeek, bool kSortedRuns>
+// Warp w of a block routes token blockIdx.x * 4 + w. Weights two ways
+// (kBatched, from split_weighs_in_batches):
+//   - each warp weighs its own token's K experts on lanes 0..K-1;
+//   - batched: each warp parks its token's experts in shared memory, and
+//     after one barrier the block's first ceil(4 * W / 32) warps weigh all
+//     four tokens at once, token j's k-th expert on entry j * W + k (W:
+//     chosen_width, the smallest power of two >= K; chosen_weight's
+//     segments). One token's weights keep only K of a warp's lanes busy
+//     (fp64 exp, sums and divisions), so at K <= 8 one warp weighs four
+//     tokens for the instructions of one; the barrier costs latency.
+// Two kernels rather than a run-time switch: holding both ways made the
+// per-warp one 1-2% slower for DeepSeekV3 at T = 256..16384 (session 13
+// run 3).
+constexpr int kParked = kWarpsPerBlock * kMaxTopK;  // entries: 4 tokens at W = 32
+static_assert(kParked >= kWarpSize, "a weighing warp's entries lie within the parked rows");
+
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kSortedRuns, bool kBatched>
 __global__ void __launch_bounds__(kThreads) routing_kernel(RoutingKernelParams p) {
   pdl_begin();
   // Group keys of each warp; only DeepSeek's group stage uses them.
   __shared__ float s_keys[kWarpsPerBlock][kDeepSeek ? kPerLane * kWarpSize : 1];
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  const int token = blockIdx.x * kWarpsPerBlock + warp;
-  if (token >= p.num_tokens) return;  // the whole warp leaves together
-  const TokenChoice choice =
-      route_token<LogitT, kPerLane, kDeepSeek, false, true, kSortedRuns, true>(p, token, lane, s_keys[warp]);
-  if (lane < p.top_k) {
-    const size_t out = static_cast<size_t>(token) * p.top_k + lane;
-    p.topk_ids[out] = choice.expert;
-    p.topk_weights[out] = choice.weight;
+  if constexpr (!kBatched) {
+    const int token = blockIdx.x * kWarpsPerBlock + warp;
+    if (token >= p.num_tokens) return;  // the whole warp leaves together
+    const TokenChoice choice = route_token<LogitT, kPerLane, kDeepSeek, false, true, kSortedRuns, true>(
+        p, token, lane, s_keys[warp]);
+    if (lane < p.top_k) {
+      const size_t out = static_cast<size_t>(token) * p.top_k + lane;
+      p.topk_ids[out] = choice.expert;
+      p.topk_weights[out] = choice.weight;
+    }
+    return;
+  }
+  __shared__ int32_t s_expert[kBatched ? kParked : 1];
+  __shared__ float s_x[kBatched && !kDeepSeek ? kParked : 1];  // the logit, where the key gave it back
+  __shared__ RowSoftmax s_softmax[kBatched ? kWarpsPerBlock : 1];
+  const int first = blockIdx.x * kWarpsPerBlock;
+  const int width = p.chosen_width;
+  if (first + warp < p.num_tokens) {  // uniform per warp
+    const TokenExperts t = choose_experts<LogitT, kPerLane, kDeepSeek, false, true, kSortedRuns, true>(
+        p, first + warp, lane, s_keys[warp]);
+    if (lane < width) {  // lanes K..W-1 park values that are never weighed
+      s_expert[warp * width + lane] = t.expert;
+      if constexpr (!kDeepSeek) s_x[warp * width + lane] = t.x;
+    }
+    if (!kDeepSeek && lane == 0) s_softmax[warp] = t.softmax;
+  }
+  __syncthreads();
+  if (warp * kWarpSize >= kWarpsPerBlock * width) return;  // not a weighing warp (uniform)
+  const int entry = warp * kWarpSize + lane;
+  const int log2_width = __ffs(width) - 1;
+  const int j = entry >> log2_width, k = entry & (width - 1);
+  const int token = first + j;
+  const bool parked = j < kWarpsPerBlock && token < p.num_tokens;
+  TokenExperts mine{0, 0.0f, RowSoftmax{0.0f, 0.0, 0}};
+  if (parked) {
+    mine.expert = s_expert[entry];
+    if constexpr (!kDeepSeek) {
+      mine.x = s_x[entry];
+      mine.softmax = s_softmax[j];
+    }
+  }
+  const bool active = parked && k < p.top_k;
+  const float weight = weigh_experts<LogitT, kDeepSeek, true>(p, mine, token, active);
+  if (active) {
+    const size_t out = static_cast<size_t>(token) * p.top_k + k;
+    p.topk_ids[out] = mine.expert;
+    p.topk_weights[out] = weight;
   }
 }
 
 // kSortedRuns where the runs are short enough and K large enough
 // (sorts_runs); widths above kSortMaxSlots keep the tree.
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kSortedRuns>
+void launch_sorted(const RoutingKernelParams& p, int blocks, bool batched, cudaStream_t stream) {
+  if (batched) {
+    launch_pdl(routing_kernel<LogitT, kPerLane, kDeepSeek, kSortedRuns, true>, blocks, kThreads, 0,
+               stream, p);
+  } else {
+    launch_pdl(routing_kernel<LogitT, kPerLane, kDeepSeek, kSortedRuns, false>, blocks, kThreads, 0,
+               stream, p);
+  }
+}
+
 template <typename LogitT, int kPerLane, bool kDeepSeek>
-void launch_width(const RoutingKernelParams& p, int blocks, cudaStream_t stream) {
+void launch_width(const RoutingKernelParams& p, int blocks, bool batched, cudaStream_t stream) {
   if constexpr (kPerLane <= kSortMaxSlots) {
-    if (sorts_runs(kPerLane, p.top_k)) {
-      launch_pdl(routing_kernel<LogitT, kPerLane, kDeepSeek, true>, blocks, kThreads, 0, stream, p);
+    static const int sort_from = env_int("UNIMOE_SPLIT_SORT_FROM_TOPK", kSortFromTopK);
+    if (kPerLane <= kSortMaxSlots && p.top_k >= sort_from) {
+      launch_sorted<LogitT, kPerLane, kDeepSeek, true>(p, blocks, batched, stream);
       return;
     }
   }
-  launch_pdl(routing_kernel<LogitT, kPerLane, kDeepSeek, false>, blocks, kThreads, 0, stream, p);
+  launch_sorted<LogitT, kPerLane, kDeepSeek, false>(p, blocks, batched, stream);
 }
 
 template <typename LogitT, bool kDeepSeek>
-void launch_for_width(const RoutingKernelParams& p, int blocks, cudaStream_t stream) {
+void launch_for_width(const RoutingKernelParams& p, int blocks, bool batched, cudaStream_t stream) {
   switch (slots_per_lane(p.num_experts)) {
-    case 1: launch_width<LogitT, 1, kDeepSeek>(p, blocks, stream); break;
-    case 2: launch_width<LogitT, 2, kDeepSeek>(p, blocks, stream); break;
-    case 4: launch_width<LogitT, 4, kDeepSeek>(p, blocks, stream); break;
-    case 8: launch_width<LogitT, 8, kDeepSeek>(p, blocks, stream); break;
-    case 16: launch_width<LogitT, 16, kDeepSeek>(p, blocks, stream); break;
-    default: launch_width<LogitT, 32, kDeepSeek>(p, blocks, stream); break;
+    case 1: launch_width<LogitT, 1, kDeepSeek>(p, blocks, batched, stream); break;
+    case 2: launch_width<LogitT, 2, kDeepSeek>(p, blocks, batched, stream); break;
+    case 4: launch_width<LogitT, 4, kDeepSeek>(p, blocks, batched, stream); break;
+    case 8: launch_width<LogitT, 8, kDeepSeek>(p, blocks, batched, stream); break;
+    case 16: launch_width<LogitT, 16, kDeepSeek>(p, blocks, batched, stream); break;
+    default: launch_width<LogitT, 32, kDeepSeek>(p, blocks, batched, stream); break;
   }
   UNIMOE_LAUNCH_CHECK();
 }
 
 template <typename LogitT>
-void launch_for_type(const RoutingKernelParams& p, bool deepseek, int blocks,
+void launch_for_type(const RoutingKernelParams& p, bool deepseek, int blocks, bool batched,
                      cudaStream_t stream) {
   if (deepseek) {
-    launch_for_width<LogitT, true>(p, blocks, stream);
+    launch_for_width<LogitT, true>(p, blocks, batched, stream);
   } else {
-    launch_for_width<LogitT, false>(p, blocks, stream);
+    launch_for_width<LogitT, false>(p, blocks, batched, stream);
   }
 }
 
 }  // namespace
+
+routing_shape::SplitWeight split_weight(RoutingPolicy policy) {
+  using routing_shape::SplitWeight;
+  switch (policy) {
+    case RoutingPolicy::TopK: return SplitWeight::kLogit;
+    case RoutingPolicy::Default:
+    case RoutingPolicy::RenormalizeNaive: return SplitWeight::kRowSoftmax;
+    case RoutingPolicy::DeepSeekV3:
+    case RoutingPolicy::MiniMax2: return SplitWeight::kDeepSeek;
+    case RoutingPolicy::Renormalize:
+    case RoutingPolicy::Sigmoid:
+    case RoutingPolicy::SigmoidRenorm:
+    case RoutingPolicy::TopKSigmoid:
+    case RoutingPolicy::Llama4: break;
+  }
+  return SplitWeight::kChosen;
+}
+
+bool split_weighs_in_batches(int num_tokens, RoutingPolicy policy) {
+  static const int forced = env_int("UNIMOE_SPLIT_BATCH_MIN_TOKENS", 0);
+  return routing_shape::split_weighs_in_batches(num_tokens, split_weight(policy), forced);
+}
 
 void launch_routing(const RoutingParams& params, cudaStream_t stream) {
   check_routing_config(params, "launch_routing");
@@ -78,10 +169,11 @@ void launch_routing(const RoutingParams& params, cudaStream_t stream) {
     throw std::invalid_argument("launch_routing: logits, topk_ids and topk_weights must be set");
   const RoutingKernelParams p = make_routing_kernel_params(params);
   const int blocks = ceil_div(params.num_tokens, kWarpsPerBlock);
+  const bool batched = split_weighs_in_batches(params.num_tokens, p.policy);
   if (params.config.logits_type == LogitsType::BF16) {
-    launch_for_type<uint16_t>(p, is_deepseek(p.policy), blocks, stream);
+    launch_for_type<uint16_t>(p, is_deepseek(p.policy), blocks, batched, stream);
   } else {
-    launch_for_type<float>(p, is_deepseek(p.policy), blocks, stream);
+    launch_for_type<float>(p, is_deepseek(p.policy), blocks, batched, stream);
   }
 }
 

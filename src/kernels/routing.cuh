@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "core/routing_launch_shape.h"
 #include "unimoe/unimoe.h"
 
 namespace unimoe {
@@ -21,5 +22,12 @@ struct RoutingParams {
 };
 
 void launch_routing(const RoutingParams& params, cudaStream_t stream);
+
+// What a policy's weight costs the routing kernel
+// (routing_shape::SplitWeight), and whether the kernel weighs each block's
+// tokens together for T tokens (routing_shape::split_weighs_in_batches;
+// UNIMOE_SPLIT_BATCH_MIN_TOKENS, read once, replaces its bound, for sweeps).
+routing_shape::SplitWeight split_weight(RoutingPolicy policy);
+bool split_weighs_in_batches(int num_tokens, RoutingPolicy policy);
 
 }  // namespace unimoe

@@ -258,6 +258,13 @@ __device__ inline uint32_t kept_groups_of_runs(const RoutingKernelParams& p, int
   return rank_groups(p, lane, first, second);
 }
 
+// The lanes of this lane's aligned segment of `width` (a power of two).
+__device__ __forceinline__ unsigned segment_lanes(int width) {
+  const int lane = static_cast<int>(threadIdx.x % kWarpSize);
+  const unsigned ones = width >= kWarpSize ? kFullMask : (1u << width) - 1u;
+  return ones << (lane & ~(width - 1));
+}
+
 // w / sum(w) over the chosen lanes; an all-zero w stays zero.
 __device__ __forceinline__ double renormalize(double w, int width) {
   const double sum = chosen_sum(w, width);
@@ -269,7 +276,11 @@ __device__ __forceinline__ double renormalize(double w, int width) {
 // the DeepSeek policies holds only their case, the others only theirs: the
 // routing code runs once per call from a cold instruction cache, so code a
 // kernel never runs still costs it fetch time.
-template <bool kDeepSeek>
+// kSegments: the warp holds 32 / chosen_width tokens, token g's k-th
+// expert on lane g * chosen_width + k (the split kernel's batched weights);
+// every sum, maximum and count stays within a token's lanes. Without it,
+// one token on lanes 0..K-1.
+template <bool kDeepSeek, bool kSegments = false>
 __device__ inline double chosen_weight(const RoutingKernelParams& p, const RowSoftmax& row,
                                        float x, bool active) {
   if constexpr (kDeepSeek) {
@@ -287,7 +298,17 @@ __device__ inline double chosen_weight(const RoutingKernelParams& p, const RowSo
         return p.policy == RoutingPolicy::RenormalizeNaive ? renormalize(w, p.chosen_width) : w;
       }
       case RoutingPolicy::Renormalize: {
-        // Softmax over the chosen logits; lane 0 holds the largest.
+        // Softmax over the chosen logits; the token's first lane holds the
+        // largest, m.
+        if constexpr (kSegments) {
+          // m differs between tokens, so the ballot is taken on every lane.
+          const float m = __shfl_sync(kFullMask, x, 0, p.chosen_width);
+          const bool top = active && x == m;
+          const unsigned tied = __ballot_sync(kFullMask, top) & segment_lanes(p.chosen_width);
+          if (isinf(m)) return top ? 1.0 / __popc(tied) : 0.0;
+          const double v = active ? exp(static_cast<double>(x) - m) : 0.0;
+          return v / chosen_sum(v, p.chosen_width);
+        }
         const float m = __shfl_sync(kFullMask, x, 0);
         if (isinf(m)) {
           const int ties = __popc(__ballot_sync(kFullMask, active && x == m));
@@ -584,17 +605,18 @@ __device__ __forceinline__ TokenExperts choose_experts(const RoutingKernelParams
   return TokenExperts{chosen.expert, chosen_x, softmax};
 }
 
-// route_token's second part: lane k < K's weight of its expert. Every lane
-// of the warp calls it.
-template <typename LogitT, bool kDeepSeek>
+// route_token's second part: the weight of an active lane's expert t of
+// `token` (one token: lanes k < K active). Every lane of the warp calls it;
+// kSegments as chosen_weight's.
+template <typename LogitT, bool kDeepSeek, bool kSegments = false>
 __device__ __forceinline__ float weigh_experts(const RoutingKernelParams& p, const TokenExperts& t,
-                                               int token, int lane) {
+                                               int token, bool active) {
   float x = t.x;
-  if (kDeepSeek && lane < p.top_k) {
+  if (kDeepSeek && active) {
     const LogitT* row = static_cast<const LogitT*>(p.logits) + static_cast<size_t>(token) * p.num_experts;
     x = nan_to_neg_inf(load_logit(row, t.expert));
   }
-  return static_cast<float>(chosen_weight<kDeepSeek>(p, t.softmax, x, lane < p.top_k));
+  return static_cast<float>(chosen_weight<kDeepSeek, kSegments>(p, t.softmax, x, active));
 }
 
 // Routes `token` with the whole warp (every lane calls it); `keys` as
@@ -605,7 +627,7 @@ __device__ __forceinline__ TokenChoice route_token(const RoutingKernelParams& p,
                                                    int lane, float* keys) {
   const TokenExperts t = choose_experts<LogitT, kPerLane, kDeepSeek, kStagedKeys, kRuns, kSortedRuns,
                                         kWideLoads>(p, token, lane, keys);
-  return TokenChoice{t.expert, weigh_experts<LogitT, kDeepSeek>(p, t, token, lane)};
+  return TokenChoice{t.expert, weigh_experts<LogitT, kDeepSeek>(p, t, token, lane < p.top_k)};
 }
 
 // ------------------------------------------------------------------ host ----

@@ -1,6 +1,7 @@
 // The fused and cluster routing kernels' launch shape
 // (src/core/routing_launch_shape.h): threads a block, routing CTAs a
-// cluster, and the cluster kernel's way. The GPU tests compare outputs only,
+// cluster, and the cluster kernel's way; and where the split kernel weighs
+// a block's tokens together. The GPU tests compare outputs only,
 // so they cannot tell which way served a call; these pin the shapes they are
 // written against (tests/gpu/test_fused_routing_gpu.cu: TokenMaskPathAtItsBound,
 // ClusterWaysAtTheirBound).
@@ -133,6 +134,27 @@ TEST(RoutingLaunchShape, ExpertRunsCoverTheExpertsAndOwnersAreWholeWarps) {
       ASSERT_GE(warps * kWarp * run, num_local) << where;              // the owners cover them
       ASSERT_LT((warps - 1) * kWarp * run, num_local) << where;        // the last owner warp owns some
     }
+}
+
+TEST(RoutingLaunchShape, SplitWeighsInBatchesFromItsBoundExceptWhereTheWeightIsTheLogit) {
+  for (SplitWeight w : {SplitWeight::kRowSoftmax, SplitWeight::kChosen, SplitWeight::kDeepSeek}) {
+    const int bound = split_batch_min_tokens(w);
+    ASSERT_GT(bound, 1);
+    EXPECT_FALSE(split_weighs_in_batches(1, w, 0));
+    EXPECT_FALSE(split_weighs_in_batches(bound - 1, w, 0));
+    EXPECT_TRUE(split_weighs_in_batches(bound, w, 0));
+    EXPECT_TRUE(split_weighs_in_batches(1 << 20, w, 0));
+    // An override replaces the bound; 0 or below keeps it.
+    EXPECT_TRUE(split_weighs_in_batches(1, w, 1));
+    EXPECT_FALSE(split_weighs_in_batches(99, w, 100));
+    EXPECT_FALSE(split_weighs_in_batches(bound - 1, w, -5));
+  }
+  // The cheaper the weight, the later batching pays (the measured order).
+  EXPECT_LT(split_batch_min_tokens(SplitWeight::kDeepSeek), split_batch_min_tokens(SplitWeight::kChosen));
+  EXPECT_LT(split_batch_min_tokens(SplitWeight::kChosen), split_batch_min_tokens(SplitWeight::kRowSoftmax));
+  // TopK's weight is the logit: never, whatever the override.
+  EXPECT_FALSE(split_weighs_in_batches(1 << 20, SplitWeight::kLogit, 0));
+  EXPECT_FALSE(split_weighs_in_batches(1 << 20, SplitWeight::kLogit, 1));
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 
 #include "common/routing_cases.h"
 #include "common/test_util.h"
+#include "core/routing_launch_shape.h"
 #include "core/sigmoid_fp32.h"
 #include "gpu/gpu_test_util.h"
 #include "kernels/routing.cuh"
@@ -268,6 +269,40 @@ TEST(RoutingGpu, LargeTokenCount) {
     const Logits l = make_logits(uniform(static_cast<std::size_t>(t) * 256, rng, -4, 4), c);
     expect_matches_reference(c, l, t, uniform(256, rng, -0.2f, 0.2f));
   }
+}
+
+// The split kernel weighs a block's tokens together from
+// routing_shape::split_batch_min_tokens on (chosen_weight's segments): the
+// hard rows there, every policy, K from 1 to 22 (one to four weighing
+// warps, W = K and W > K), and a last block of 3 tokens.
+TEST(RoutingGpu, AdversarialLogitsWhereBlocksWeighTogether) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  int cases = 0;
+  for (RoutingPolicy policy : kPolicies) {
+    if (policy == RoutingPolicy::TopK) continue;  // never batched
+    const int t = routing_shape::split_batch_min_tokens(split_weight(policy)) + 3;
+    ASSERT_TRUE(split_weighs_in_batches(t, policy)) << "UNIMOE_SPLIT_BATCH_MIN_TOKENS set?";
+    for (int k : {1, 3, 8, 22}) {
+      RoutingConfig c;
+      c.policy = policy;
+      c.num_experts = 64;
+      c.top_k = policy == RoutingPolicy::Llama4 ? 1 : k;
+      c.logits_type = k == 3 ? LogitsType::BF16 : LogitsType::F32;
+      c.has_bias = is_deepseek(policy);
+      c.routed_scaling_factor = is_deepseek(policy) ? 2.5f : 1.0f;
+      c = with_groups(c);
+      if (!test::legal_routing(c) || (policy == RoutingPolicy::Llama4 && k > 1)) continue;
+      SCOPED_TRACE(describe(c, t));
+      std::vector<float> values = test::adversarial_logits(t, c.num_experts, c.top_k, rng);
+      const std::vector<float> bias = test::adversarial_bias(c.num_experts, k == 8, rng);
+      expect_matches_reference(c, make_logits(std::move(values), c), t, bias);
+      ++cases;
+    }
+  }
+  EXPECT_GT(cases, 25);
 }
 
 TEST(RoutingGpu, HandComputedSigmoidSaturation) {
