@@ -145,4 +145,34 @@ UNIMOE_HD bool split_weighs_in_batches(int num_tokens, SplitWeight weight, int f
   return num_tokens >= (forced > 0 ? forced : split_batch_min_tokens(weight));
 }
 
+// Whether the split routing kernel sorts each lane's run once and takes K
+// heads (routing_device.cuh: rounds_by_sorted_runs, or for DeepSeek's
+// groups rounds_by_kept_halves) rather than K rounds of a tree over the
+// slots: at most kSortMaxSlots slots a lane, and K above 8, or K from
+// kSortFromTopK (DeepSeek kSortFromTopKDeepSeek) and T from
+// kSortFromTokens (DeepSeek kSortFromTokensDeepSeek). Measured (session 13
+// run 4, H200, 420 points E 64..512, K 4/6/8, T 256..16384, the sort
+// against the tree): the tree wins at K = 4 and, for the policies other
+// than DeepSeek, at K = 6 (Renormalize K=6 T=16384 0.917 against 0.935 of
+// the base build); at K = 8 the tree wins below T = 2048..3072 (T=1024
+// 0.986-0.990 against 0.994-0.996) and the sort above (Renormalize K=8
+// T=16384 0.924 against 0.940; TopK 0.997 against 1.038); DeepSeek's
+// kept halves win from K = 6 and T = 2048 (K=8 T=2048 0.985 against 0.998).
+// K above 8 (up to 8 slots) was not measured and keeps the sort.
+// `forced_top_k` > 0 (UNIMOE_SPLIT_SORT_FROM_TOPK) sorts from that K at
+// every T.
+inline constexpr int kSortMaxSlots = 8;
+inline constexpr int kSortFromTopK = 8;
+inline constexpr int kSortFromTopKDeepSeek = 6;
+inline constexpr int kSortFromTokens = 3072;
+inline constexpr int kSortFromTokensDeepSeek = 2048;
+UNIMOE_HD bool split_sorts_runs(int slots, int top_k, int num_tokens, bool deepseek,
+                                int forced_top_k) {
+  if (slots > kSortMaxSlots) return false;
+  if (forced_top_k > 0) return top_k >= forced_top_k;
+  if (top_k > 8) return true;
+  return deepseek ? top_k >= kSortFromTopKDeepSeek && num_tokens >= kSortFromTokensDeepSeek
+                  : top_k >= kSortFromTopK && num_tokens >= kSortFromTokens;
+}
+
 }  // namespace unimoe::routing_shape

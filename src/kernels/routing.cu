@@ -34,17 +34,20 @@ constexpr int kThreads = kWarpsPerBlock * kWarpSize;
 constexpr int kParked = kWarpsPerBlock * kMaxTopK;  // entries: 4 tokens at W = 32
 static_assert(kParked >= kWarpSize, "a weighing warp's entries lie within the parked rows");
 
-template <typename LogitT, int kPerLane, bool kDeepSeek, bool kSortedRuns, bool kBatched>
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kSortedRuns, bool kBatched,
+          bool kKeptHalves>
 __global__ void __launch_bounds__(kThreads) routing_kernel(RoutingKernelParams p) {
   pdl_begin();
-  // Group keys of each warp; only DeepSeek's group stage uses them.
-  __shared__ float s_keys[kWarpsPerBlock][kDeepSeek ? kPerLane * kWarpSize : 1];
+  // Group keys of each warp; only DeepSeek's group stage uses them (and
+  // rounds_by_kept_halves, 8-byte entries).
+  __shared__ alignas(16) float s_keys[kWarpsPerBlock][kDeepSeek ? kPerLane * kWarpSize : 1];
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   if constexpr (!kBatched) {
     const int token = blockIdx.x * kWarpsPerBlock + warp;
     if (token >= p.num_tokens) return;  // the whole warp leaves together
-    const TokenChoice choice = route_token<LogitT, kPerLane, kDeepSeek, false, true, kSortedRuns, true>(
-        p, token, lane, s_keys[warp]);
+    const TokenChoice choice =
+        route_token<LogitT, kPerLane, kDeepSeek, false, true, kSortedRuns, true, kKeptHalves>(
+            p, token, lane, s_keys[warp]);
     if (lane < p.top_k) {
       const size_t out = static_cast<size_t>(token) * p.top_k + lane;
       p.topk_ids[out] = choice.expert;
@@ -58,8 +61,9 @@ __global__ void __launch_bounds__(kThreads) routing_kernel(RoutingKernelParams p
   const int first = blockIdx.x * kWarpsPerBlock;
   const int width = p.chosen_width;
   if (first + warp < p.num_tokens) {  // uniform per warp
-    const TokenExperts t = choose_experts<LogitT, kPerLane, kDeepSeek, false, true, kSortedRuns, true>(
-        p, first + warp, lane, s_keys[warp]);
+    const TokenExperts t =
+        choose_experts<LogitT, kPerLane, kDeepSeek, false, true, kSortedRuns, true, kKeptHalves>(
+            p, first + warp, lane, s_keys[warp]);
     if (lane < width) {  // lanes K..W-1 park values that are never weighed
       s_expert[warp * width + lane] = t.expert;
       if constexpr (!kDeepSeek) s_x[warp * width + lane] = t.x;
@@ -90,29 +94,39 @@ __global__ void __launch_bounds__(kThreads) routing_kernel(RoutingKernelParams p
   }
 }
 
-// kSortedRuns where the runs are short enough and K large enough
-// (sorts_runs); widths above kSortMaxSlots keep the tree.
-template <typename LogitT, int kPerLane, bool kDeepSeek, bool kSortedRuns>
-void launch_sorted(const RoutingKernelParams& p, int blocks, bool batched, cudaStream_t stream) {
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kSortedRuns, bool kKeptHalves>
+void launch_batched(const RoutingKernelParams& p, int blocks, bool batched, cudaStream_t stream) {
   if (batched) {
-    launch_pdl(routing_kernel<LogitT, kPerLane, kDeepSeek, kSortedRuns, true>, blocks, kThreads, 0,
-               stream, p);
+    launch_pdl(routing_kernel<LogitT, kPerLane, kDeepSeek, kSortedRuns, true, kKeptHalves>, blocks,
+               kThreads, 0, stream, p);
   } else {
-    launch_pdl(routing_kernel<LogitT, kPerLane, kDeepSeek, kSortedRuns, false>, blocks, kThreads, 0,
-               stream, p);
+    launch_pdl(routing_kernel<LogitT, kPerLane, kDeepSeek, kSortedRuns, false, kKeptHalves>, blocks,
+               kThreads, 0, stream, p);
   }
 }
 
+// kSortedRuns where routing_shape::split_sorts_runs says
+// (UNIMOE_SPLIT_SORT_FROM_TOPK overrides it, for sweeps); widths above
+// kSortMaxSlots keep the tree. DeepSeek's sorted rounds take the kept
+// halves where they can (compacts_kept_lanes; UNIMOE_SPLIT_KEPT_HALVES=0
+// turns them off, for sweeps).
 template <typename LogitT, int kPerLane, bool kDeepSeek>
 void launch_width(const RoutingKernelParams& p, int blocks, bool batched, cudaStream_t stream) {
   if constexpr (kPerLane <= kSortMaxSlots) {
-    static const int sort_from = env_int("UNIMOE_SPLIT_SORT_FROM_TOPK", kSortFromTopK);
-    if (kPerLane <= kSortMaxSlots && p.top_k >= sort_from) {
-      launch_sorted<LogitT, kPerLane, kDeepSeek, true>(p, blocks, batched, stream);
+    static const int forced_top_k = env_int("UNIMOE_SPLIT_SORT_FROM_TOPK", 0);
+    static const bool kept_halves = env_switch_on("UNIMOE_SPLIT_KEPT_HALVES");
+    if (routing_shape::split_sorts_runs(kPerLane, p.top_k, p.num_tokens, kDeepSeek, forced_top_k)) {
+      if constexpr (kDeepSeek && kPerLane % 2 == 0) {
+        if (kept_halves && compacts_kept_lanes(p, kPerLane)) {
+          launch_batched<LogitT, kPerLane, kDeepSeek, true, true>(p, blocks, batched, stream);
+          return;
+        }
+      }
+      launch_batched<LogitT, kPerLane, kDeepSeek, true, false>(p, blocks, batched, stream);
       return;
     }
   }
-  launch_sorted<LogitT, kPerLane, kDeepSeek, false>(p, blocks, batched, stream);
+  launch_batched<LogitT, kPerLane, kDeepSeek, false, false>(p, blocks, batched, stream);
 }
 
 template <typename LogitT, bool kDeepSeek>

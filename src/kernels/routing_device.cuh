@@ -24,6 +24,7 @@
 
 #include "core/exact_quotient.h"
 #include "core/group_index.h"
+#include "core/routing_launch_shape.h"
 #include "core/sigmoid_fp32.h"
 #include "kernels/routing.cuh"
 
@@ -443,29 +444,15 @@ __device__ __forceinline__ Chosen rounds_by_tree(uint32_t (&key)[kPerLane], int 
   return c;
 }
 
-// Each lane sorts its slots once (a bitonic network on (key, slot), best
-// first, the lower slot first among equal keys); then each round is one
-// max-reduce over the lanes' heads, the lowest lane that holds it wins (it
-// holds the lowest expert of that key), and the winner drops its head.
-// Counted from the SASS (not profiled): about 150 instructions to sort 8
-// slots, then about 30 a round against the tree's 45, so fewer in all from
-// K = 4 at 8 slots. Measured only together with the runs layout (session 9
-// run 2, the split kernel against strided slots and the tree): Renormalize
-// E=128 K=8 T=16384 23.75 -> 23.08 us.
-template <int kPerLane>
-__device__ __forceinline__ Chosen rounds_by_sorted_runs(const uint32_t (&key)[kPerLane], int top_k,
-                                                        Slots<kPerLane, true> slots) {
-  const int lane = slots.lane;
-  uint64_t run[kPerLane];  // key above, (kPerLane - 1 - slot) below: unique, best first when larger
+// Sorts kN packed values a lane, largest first (a bitonic network).
+template <int kN>
+__device__ __forceinline__ void sort_descending(uint64_t (&run)[kN]) {
 #pragma unroll
-  for (int j = 0; j < kPerLane; ++j)
-    run[j] = (static_cast<uint64_t>(key[j]) << 32) | static_cast<uint32_t>(kPerLane - 1 - j);
-#pragma unroll
-  for (int size = 2; size <= kPerLane; size *= 2) {
+  for (int size = 2; size <= kN; size *= 2) {
 #pragma unroll
     for (int stride = size / 2; stride > 0; stride /= 2) {
 #pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
+      for (int i = 0; i < kN; ++i) {
         const int l = i ^ stride;
         if (l > i) {
           const bool descending = (i & size) == 0;  // the last merge sorts all of it so
@@ -477,31 +464,104 @@ __device__ __forceinline__ Chosen rounds_by_sorted_runs(const uint32_t (&key)[kP
       }
     }
   }
+}
+
+// K rounds over sorted runs (sort_descending: key above, a tie-break below
+// that puts the lower expert first): each round one max-reduce over the
+// lanes' head keys, the lowest lane that holds it wins (the runs must so
+// lie that a lower lane holds lower experts), and the winner drops its
+// head. expert_of(winner, low word of its head) names the expert.
+template <int kN, class ExpertOf>
+__device__ __forceinline__ Chosen take_heads(uint64_t (&run)[kN], int top_k, int lane,
+                                             ExpertOf expert_of) {
   Chosen c{0, kNoKey};
   for (int k = 0; k < top_k; ++k) {
     const uint32_t head = static_cast<uint32_t>(run[0] >> 32);
     const uint32_t top = __reduce_max_sync(kFullMask, head);
     const int winner = __ffs(__ballot_sync(kFullMask, head == top)) - 1;
-    const uint32_t winner_slot = __shfl_sync(kFullMask, static_cast<uint32_t>(run[0]), winner);
-    if (lane == k) c = Chosen{winner * kPerLane + (kPerLane - 1) - static_cast<int>(winner_slot), top};
+    const uint32_t winner_low = __shfl_sync(kFullMask, static_cast<uint32_t>(run[0]), winner);
+    if (lane == k) c = Chosen{expert_of(winner, winner_low), top};
     if (lane == winner) {
 #pragma unroll
-      for (int j = 0; j + 1 < kPerLane; ++j) run[j] = run[j + 1];
-      run[kPerLane - 1] = 0;  // key 0: never wins (every real key is above it)
+      for (int j = 0; j + 1 < kN; ++j) run[j] = run[j + 1];
+      run[kN - 1] = 0;  // key 0: never wins (every real key is above it)
     }
   }
   return c;
 }
 
-// Where the split routing kernel sorts the runs (rounds_by_sorted_runs): up
-// to 8 slots a lane, from K = 4. A kernel holds one of the two ways only: a
-// one-token call fetches its code from a cold instruction cache, and the
-// fused kernels, which serve those calls, keep the tree.
-constexpr int kSortMaxSlots = 8;
-constexpr int kSortFromTopK = 4;
-inline bool sorts_runs(int slots, int top_k) {
-  return slots <= kSortMaxSlots && top_k >= kSortFromTopK;
+// Each lane sorts its slots once (sort_descending on (key, slot), the
+// lower slot first among equal keys); then take_heads.
+// Counted from the SASS (not profiled): about 150 instructions to sort 8
+// slots, then about 30 a round against the tree's 45, so fewer in all from
+// K = 4 at 8 slots. Measured only together with the runs layout (session 9
+// run 2, the split kernel against strided slots and the tree): Renormalize
+// E=128 K=8 T=16384 23.75 -> 23.08 us. Profiled (session 13 run 3,
+// DeepSeekV3 E=256 K=8 T=16384): the sort 240 instructions a token, the
+// rounds 32 each, half of them the winner's shift.
+template <int kPerLane>
+__device__ __forceinline__ Chosen rounds_by_sorted_runs(const uint32_t (&key)[kPerLane], int top_k,
+                                                        Slots<kPerLane, true> slots) {
+  uint64_t run[kPerLane];  // key above, (kPerLane - 1 - slot) below: unique, best first when larger
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j)
+    run[j] = (static_cast<uint64_t>(key[j]) << 32) | static_cast<uint32_t>(kPerLane - 1 - j);
+  sort_descending(run);
+  return take_heads(run, top_k, slots.lane, [](int winner, uint32_t low) {
+    return winner * kPerLane + (kPerLane - 1) - static_cast<int>(low);
+  });
 }
+
+// rounds_by_sorted_runs where the kept groups' lanes are at most half the
+// warp (compacts_kept_lanes: DeepSeekV3's 4 of 8 groups at E = 256 leave 16
+// lanes of 8 candidates): the kept lanes' candidates are spread two lanes
+// to one, half a run each, through `area` (this warp's kPerLane * 32 words
+// of shared memory, 8-byte aligned), so each lane sorts and shifts half as
+// many. Lane 2r + h takes half h of the r-th kept lane: lanes still hold
+// experts in increasing order, as take_heads needs. `kept`: the group mask
+// of the group stage; every lane calls it.
+template <int kPerLane>
+__device__ __forceinline__ Chosen rounds_by_kept_halves(const RoutingKernelParams& p,
+                                                        const uint32_t (&key)[kPerLane], uint32_t kept,
+                                                        int lane, uint64_t* area) {
+  constexpr int kHalf = kPerLane / 2;
+  constexpr int kRows = kWarpSize / 2;  // kept lanes at most
+  static_assert(kPerLane % 2 == 0, "two halves a run");
+  const bool in_kept = ((kept >> (lane >> p.lanes_per_group_log2)) & 1u) != 0u;
+  const unsigned kept_lanes = __ballot_sync(kFullMask, in_kept);
+  if (in_kept) {
+    const int rank = __popc(kept_lanes & ((1u << lane) - 1u));
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j)  // key above, the complement of the expert below
+      area[j * kRows + rank] =
+          (static_cast<uint64_t>(key[j]) << 32) | ~static_cast<uint32_t>(lane * kPerLane + j);
+  }
+  __syncwarp();
+  const int row = lane >> 1, half = lane & 1;
+  const bool filled = row < __popc(kept_lanes);
+  uint64_t run[kHalf];
+#pragma unroll
+  for (int i = 0; i < kHalf; ++i) run[i] = filled ? area[(half * kHalf + i) * kRows + row] : 0;
+  __syncwarp();  // the area is read before anyone writes it again
+  sort_descending(run);
+  return take_heads(run, p.top_k, lane,
+                    [](int, uint32_t low) { return static_cast<int>(~low); });
+}
+
+// Whether rounds_by_kept_halves serves a call (host and device): each group
+// a run of whole lanes of kPerLane slots, and the kept groups' lanes at
+// most half the warp.
+__host__ __device__ inline bool compacts_kept_lanes(const RoutingKernelParams& p, int per_lane) {
+  return p.n_group > 1 && p.experts_per_group == p.lanes_per_group * per_lane &&
+         per_lane % 2 == 0 && (p.topk_group << p.lanes_per_group_log2) <= kWarpSize / 2;
+}
+
+// Where the split routing kernel sorts the runs (rounds_by_sorted_runs or
+// rounds_by_kept_halves) rather than taking the tree:
+// routing_shape::split_sorts_runs. A kernel holds one of the two ways only:
+// a one-token call fetches its code from a cold instruction cache, and the
+// fused kernels, which serve those calls, keep the tree.
+using routing_shape::kSortMaxSlots;
 
 // The experts of `token`, chosen by the whole warp (every lane calls it):
 // route_token's first part, no weights. Lanes >= K get a value that means
@@ -515,10 +575,13 @@ inline bool sorts_runs(int slots, int top_k) {
 // by rounds_by_sorted_runs, else by rounds_by_tree. kWideLoads: as
 // load_slots'.
 template <typename LogitT, int kPerLane, bool kDeepSeek, bool kStagedKeys = false,
-          bool kRuns = false, bool kSortedRuns = false, bool kWideLoads = false>
+          bool kRuns = false, bool kSortedRuns = false, bool kWideLoads = false,
+          bool kKeptHalves = false>
 __device__ __forceinline__ TokenExperts choose_experts(const RoutingKernelParams& p, int token,
                                                        int lane, float* keys) {
   static_assert(kRuns || !kSortedRuns, "sorted rounds need runs");
+  static_assert(!kKeptHalves || (kDeepSeek && kSortedRuns && !kStagedKeys),
+                "kept halves: the split kernel's sorted DeepSeek rounds");
   const int num_experts = p.num_experts;
   const Slots<kPerLane, kRuns> slots{lane};
   const LogitT* row = static_cast<const LogitT*>(p.logits) + static_cast<size_t>(token) * num_experts;
@@ -538,6 +601,7 @@ __device__ __forceinline__ TokenExperts choose_experts(const RoutingKernelParams
     softmax = row_softmax(x, num_experts, slots);
 
   uint32_t key[kPerLane];
+  uint32_t kept = 1u;  // DeepSeek's kept groups, a bit each
   if constexpr (kDeepSeek) {
     float c[kPerLane];
     if constexpr (kStagedKeys) {
@@ -553,7 +617,6 @@ __device__ __forceinline__ TokenExperts choose_experts(const RoutingKernelParams
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) c[j] = deepseek_key(x[j], bias[j]);  // past E: never a candidate
     }
-    uint32_t kept = 1u;
     bool runs_hold_groups = false;  // each group a run of whole lanes (kept_groups_of_runs)
     if (p.n_group > 1) {
       if constexpr (kRuns) runs_hold_groups = p.experts_per_group == p.lanes_per_group * kPerLane;
@@ -594,7 +657,9 @@ __device__ __forceinline__ TokenExperts choose_experts(const RoutingKernelParams
   // itself, the winning key gives the logit back; DeepSeek's chosen lanes
   // load theirs afterwards.
   Chosen chosen;
-  if constexpr (kSortedRuns) {
+  if constexpr (kKeptHalves) {
+    chosen = rounds_by_kept_halves(p, key, kept, lane, reinterpret_cast<uint64_t*>(keys));
+  } else if constexpr (kSortedRuns) {
     chosen = rounds_by_sorted_runs(key, p.top_k, slots);
   } else {
     chosen = rounds_by_tree(key, p.top_k, slots);
@@ -622,11 +687,12 @@ __device__ __forceinline__ float weigh_experts(const RoutingKernelParams& p, con
 // Routes `token` with the whole warp (every lane calls it); `keys` as
 // choose_experts'.
 template <typename LogitT, int kPerLane, bool kDeepSeek, bool kStagedKeys = false,
-          bool kRuns = false, bool kSortedRuns = false, bool kWideLoads = false>
+          bool kRuns = false, bool kSortedRuns = false, bool kWideLoads = false,
+          bool kKeptHalves = false>
 __device__ __forceinline__ TokenChoice route_token(const RoutingKernelParams& p, int token,
                                                    int lane, float* keys) {
   const TokenExperts t = choose_experts<LogitT, kPerLane, kDeepSeek, kStagedKeys, kRuns, kSortedRuns,
-                                        kWideLoads>(p, token, lane, keys);
+                                        kWideLoads, kKeptHalves>(p, token, lane, keys);
   return TokenChoice{t.expert, weigh_experts<LogitT, kDeepSeek>(p, t, token, lane < p.top_k)};
 }
 

@@ -157,5 +157,25 @@ TEST(RoutingLaunchShape, SplitWeighsInBatchesFromItsBoundExceptWhereTheWeightIsT
   EXPECT_FALSE(split_weighs_in_batches(1 << 20, SplitWeight::kLogit, 1));
 }
 
+TEST(RoutingLaunchShape, SplitSortsRunsWhereTheSweepSaidSo) {
+  for (bool deepseek : {false, true}) {
+    const int k_min = deepseek ? kSortFromTopKDeepSeek : kSortFromTopK;
+    const int t_min = deepseek ? kSortFromTokensDeepSeek : kSortFromTokens;
+    for (int k = 1; k <= 32; ++k) {
+      for (int t : {1, t_min - 1, t_min, 1 << 20}) {
+        const bool sorts = split_sorts_runs(8, k, t, deepseek, 0);
+        EXPECT_EQ(sorts, k > 8 || (k >= k_min && t >= t_min)) << k << " " << t;
+        EXPECT_FALSE(split_sorts_runs(16, k, t, deepseek, 0));  // more slots: the tree
+        EXPECT_EQ(split_sorts_runs(4, k, t, deepseek, 3), k >= 3);  // the override
+      }
+    }
+  }
+  // DeepSeek sorts from a smaller K and T than the others.
+  EXPECT_TRUE(split_sorts_runs(8, 6, 2048, true, 0));
+  EXPECT_FALSE(split_sorts_runs(8, 6, 2048, false, 0));
+  EXPECT_FALSE(split_sorts_runs(8, 8, 2048, false, 0));
+  EXPECT_TRUE(split_sorts_runs(8, 8, 3072, false, 0));
+}
+
 }  // namespace
 }  // namespace unimoe::routing_shape

@@ -20,6 +20,7 @@
 #include "core/sigmoid_fp32.h"
 #include "gpu/gpu_test_util.h"
 #include "kernels/routing.cuh"
+#include "kernels/routing_device.cuh"
 #include "ref/ref.h"
 
 namespace unimoe {
@@ -219,6 +220,47 @@ TEST(RoutingGpu, GroupedDeepSeekV3) {
   EXPECT_GT(cases, 100);
 }
 
+// The split kernel's sorted DeepSeek rounds (from
+// routing_shape::kSortFromTokensDeepSeek tokens), most of them on the kept
+// halves (rounds_by_kept_halves: the kept groups' lanes spread two to one).
+TEST(RoutingGpu, GroupedDeepSeekV3WhereRunsSort) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int t = routing_shape::kSortFromTokensDeepSeek + 1;
+  int cases = 0, halves = 0;
+  for (int n_group : {2, 4, 8, 16}) {
+    for (int topk_group : {1, n_group / 2, n_group}) {
+      for (int e : {64, 256}) {
+        for (int k : {6, 8, 22}) {
+          RoutingConfig c;
+          c.policy = RoutingPolicy::DeepSeekV3;
+          c.num_experts = e;
+          c.top_k = k;
+          c.n_group = n_group;
+          c.topk_group = topk_group;
+          c.has_bias = true;
+          c.routed_scaling_factor = 2.5f;
+          c.logits_type = cases % 2 ? LogitsType::BF16 : LogitsType::F32;
+          if (!test::legal_routing(c)) continue;
+          RoutingParams rp;
+          rp.config = c;
+          const int slots = routing_detail::slots_per_lane(e);
+          ASSERT_TRUE(routing_shape::split_sorts_runs(slots, k, t, true, 0));
+          halves += routing_detail::compacts_kept_lanes(routing_detail::make_routing_kernel_params(rp),
+                                                        slots);
+          ++cases;
+          SCOPED_TRACE(describe(c, t));
+          const Logits l = make_logits(uniform(static_cast<std::size_t>(t) * e, rng, -4, 4), c);
+          expect_matches_reference(c, l, t, uniform(e, rng, -1, 1));
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 30);
+  EXPECT_GT(halves, 15);
+}
 
 TEST(RoutingGpu, AdversarialLogits) {
   UNIMOE_REQUIRE_GPU();
