@@ -186,6 +186,20 @@ TEST(RoutingGpu, RandomLogitsEveryPolicy) {
   EXPECT_GT(case_index, 400);  // the loops above did run
 }
 
+// DeepSeekV3 with groups, a bias and a scaling factor.
+RoutingConfig grouped_deepseek(int e, int k, int n_group, int topk_group, LogitsType type) {
+  RoutingConfig c;
+  c.policy = RoutingPolicy::DeepSeekV3;
+  c.num_experts = e;
+  c.top_k = k;
+  c.n_group = n_group;
+  c.topk_group = topk_group;
+  c.has_bias = true;
+  c.routed_scaling_factor = 2.5f;
+  c.logits_type = type;
+  return c;
+}
+
 TEST(RoutingGpu, GroupedDeepSeekV3) {
   UNIMOE_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
@@ -197,15 +211,7 @@ TEST(RoutingGpu, GroupedDeepSeekV3) {
       for (int e : {64, 160, 256, 384, 1024}) {
         for (int k : {1, 6, 8, 22}) {
           for (LogitsType type : kTypes) {
-            RoutingConfig c;
-            c.policy = RoutingPolicy::DeepSeekV3;
-            c.num_experts = e;
-            c.top_k = k;
-            c.n_group = n_group;
-            c.topk_group = topk_group;
-            c.has_bias = true;
-            c.routed_scaling_factor = 2.5f;
-            c.logits_type = type;
+            const RoutingConfig c = grouped_deepseek(e, k, n_group, topk_group, type);
             if (!test::legal_routing(c)) continue;
             const int t = cases++ % 2 ? 100 : 33;
             SCOPED_TRACE(describe(c, t));
@@ -234,15 +240,8 @@ TEST(RoutingGpu, GroupedDeepSeekV3WhereRunsSort) {
     for (int topk_group : {1, n_group / 2, n_group}) {
       for (int e : {64, 256}) {
         for (int k : {6, 8, 22}) {
-          RoutingConfig c;
-          c.policy = RoutingPolicy::DeepSeekV3;
-          c.num_experts = e;
-          c.top_k = k;
-          c.n_group = n_group;
-          c.topk_group = topk_group;
-          c.has_bias = true;
-          c.routed_scaling_factor = 2.5f;
-          c.logits_type = cases % 2 ? LogitsType::BF16 : LogitsType::F32;
+          const RoutingConfig c = grouped_deepseek(e, k, n_group, topk_group,
+                                                   cases % 2 ? LogitsType::BF16 : LogitsType::F32);
           if (!test::legal_routing(c)) continue;
           RoutingParams rp;
           rp.config = c;
