@@ -1,6 +1,6 @@
 // DeepSeek's fp32 score s = sigmoid(x) = 1 / (1 + exp(-x)), as one fixed
-// sequence of IEEE fp32 operations (fma, multiply, add, floor, one division,
-// each rounded to nearest), so that the CPU reference and every kernel form
+// sequence of IEEE fp32 operations (fma, multiply, add, floor, one
+// reciprocal, each rounded to nearest), so that the CPU reference and every kernel form
 // the same bits: selection keys that tie on one side tie on the other, and
 // the ids agree exactly. It costs a kernel about half the instructions of an
 // fp64 exp rounded to fp32, which DeepSeek's 256 keys a token paid before.
@@ -14,8 +14,8 @@
 // exp(z), z = -x: n = floor(z / ln 2) (moved by one where the rounded
 // quotient crossed an integer), r = z - n ln 2 in [0, ln 2] (two-part ln 2),
 // exp(r) by its Taylor polynomial of degree 9 (truncation below 0.1 ulp)
-// capped at 2, times 2^n in two exact steps so that the one rounding lands
-// where exp(z) is subnormal or overflows. With r >= 0 every Horner step
+// capped at 2, times 2^n in one multiply, exact but where exp(z) overflows
+// (z is clamped where exp(z) would be subnormal: 1 + exp(z) is 1 there). With r >= 0 every Horner step
 // adds and multiplies non-negative, increasing terms, and the cap keeps each
 // 2^n band below the next: that is what makes the result monotone.
 //
@@ -38,14 +38,16 @@ namespace sigmoid_fp32_detail {
 __device__ __forceinline__ float fma_rn(float a, float b, float c) { return __fmaf_rn(a, b, c); }
 __device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
 __device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
-__device__ __forceinline__ float div_rn(float a, float b) { return __fdiv_rn(a, b); }
+// 1 / a rounded to nearest: the same value as the division 1 / a (IEEE
+// rounds both exactly), in fewer instructions than __fdiv_rn(1, a).
+__device__ __forceinline__ float rcp_rn(float a) { return __frcp_rn(a); }
 __device__ __forceinline__ float floor_f(float a) { return floorf(a); }
 __device__ __forceinline__ float from_bits(uint32_t u) { return __uint_as_float(u); }
 #else
 inline float fma_rn(float a, float b, float c) { return std::fmaf(a, b, c); }
 inline float mul_rn(float a, float b) { return a * b; }
 inline float add_rn(float a, float b) { return a + b; }
-inline float div_rn(float a, float b) { return a / b; }
+inline float rcp_rn(float a) { return 1.0f / a; }
 inline float floor_f(float a) { return std::floor(a); }
 inline float from_bits(uint32_t u) {
   float f;
@@ -54,7 +56,7 @@ inline float from_bits(uint32_t u) {
 }
 #endif
 
-// 2^k for -126 <= k <= 127.
+// 2^k for -126 <= k <= 127; +inf for k = 128.
 UNIMOE_HD float pow2(int k) { return from_bits(static_cast<uint32_t>(k + 127) << 23); }
 
 }  // namespace sigmoid_fp32_detail
@@ -63,11 +65,12 @@ UNIMOE_HD float pow2(int k) { return from_bits(static_cast<uint32_t>(k + 127) <<
 // = 0, sigmoid(+inf) = 1.
 UNIMOE_HD float sigmoid_fp32(float x) {
   using namespace sigmoid_fp32_detail;
-  // z = -x clamped to [-104, 89]: exp of either end is already 0 (below half
-  // the least subnormal) or +inf in fp32, so the result is unchanged, and n
-  // stays within [-151, 128]. NaN takes the +inf end.
+  // z = -x clamped to [-87, 89]: below -87, 1 + exp(z) rounds to 1 in fp32
+  // (exp(-87) < 2^-125), above 89 exp(z) overflows, so the result is
+  // unchanged; n stays within [-126, 128], where 2^n is a normal float (128:
+  // +inf, and so is exp(z)). NaN takes the +inf end.
   float z = x != x ? 89.0f : -x;
-  z = z < -104.0f ? -104.0f : (z > 89.0f ? 89.0f : z);
+  z = z < -87.0f ? -87.0f : (z > 89.0f ? 89.0f : z);
   constexpr float kInvLn2 = 1.44269502f;
   constexpr float kLn2Hi = 0.693145751953125f;  // ln 2 to 16 bits: n * kLn2Hi is exact
   constexpr float kLn2Lo = 1.4286068e-6f;      // ln 2 - kLn2Hi, rounded
@@ -97,10 +100,10 @@ UNIMOE_HD float sigmoid_fp32(float x) {
   p = fma_rn(p, r, 1.0f);
   p = fma_rn(p, r, 1.0f);
   p = p > 2.0f ? 2.0f : p;
-  const int k = static_cast<int>(n);
-  const int k1 = k / 2;  // both halves within [-76, 64]: exact powers of two
-  const float e = mul_rn(mul_rn(p, pow2(k1)), pow2(k - k1));
-  return div_rn(1.0f, add_rn(1.0f, e));
+  // p in [1, 2] and 2^n normal: p 2^n is exact unless it overflows, where
+  // its one rounding gives +inf as exp(z)'s would.
+  const float e = mul_rn(p, pow2(static_cast<int>(n)));
+  return rcp_rn(add_rn(1.0f, e));
 }
 
 }  // namespace unimoe
