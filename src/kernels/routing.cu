@@ -1,7 +1,8 @@
 // Routing on the device (contract: routing.cuh, formulas: docs/routing.md).
 // A warp chooses one token's experts; at large T a block's four tokens are
-// weighed together; the per-token math (selection keys, groups, weights) lives in
-// routing_device.cuh, shared with the fused routing + permute kernel.
+// weighed together. The per-token math (selection keys, groups, weights)
+// lives in routing_device.cuh, shared with the fused routing + permute
+// kernel.
 #include <cstdint>
 #include <stdexcept>
 
