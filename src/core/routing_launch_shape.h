@@ -162,6 +162,7 @@ UNIMOE_HD bool split_weighs_in_batches(int num_tokens, SplitWeight weight, int f
 // `forced_top_k` > 0 (UNIMOE_SPLIT_SORT_FROM_TOPK) sorts from that K at
 // every T.
 inline constexpr int kSortMaxSlots = 8;
+inline constexpr int kSortAlwaysAboveTopK = 8;  // larger K were not measured
 inline constexpr int kSortFromTopK = 8;
 inline constexpr int kSortFromTopKDeepSeek = 6;
 inline constexpr int kSortFromTokens = 3072;
@@ -170,7 +171,7 @@ UNIMOE_HD bool split_sorts_runs(int slots, int top_k, int num_tokens, bool deeps
                                 int forced_top_k) {
   if (slots > kSortMaxSlots) return false;
   if (forced_top_k > 0) return top_k >= forced_top_k;
-  if (top_k > 8) return true;
+  if (top_k > kSortAlwaysAboveTopK) return true;
   return deepseek ? top_k >= kSortFromTopKDeepSeek && num_tokens >= kSortFromTokensDeepSeek
                   : top_k >= kSortFromTopK && num_tokens >= kSortFromTokens;
 }

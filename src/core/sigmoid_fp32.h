@@ -1,8 +1,8 @@
 // DeepSeek's fp32 score s = sigmoid(x) = 1 / (1 + exp(-x)), as one fixed
 // sequence of IEEE fp32 operations (fma, multiply, add, floor, one
-// reciprocal, each rounded to nearest), so that the CPU reference and every kernel form
-// the same bits: selection keys that tie on one side tie on the other, and
-// the ids agree exactly. It costs a kernel about half the instructions of an
+// reciprocal, each rounded to nearest), so that the CPU reference and every
+// kernel form the same bits: selection keys that tie on one side tie on the
+// other, and the ids agree exactly. It costs a kernel about half the instructions of an
 // fp64 exp rounded to fp32, which DeepSeek's 256 keys a token paid before.
 //
 // Properties (tests/cpu/test_sigmoid_fp32.cpp; every fp32 input checked
@@ -15,9 +15,10 @@
 // quotient crossed an integer), r = z - n ln 2 in [0, ln 2] (two-part ln 2),
 // exp(r) by its Taylor polynomial of degree 9 (truncation below 0.1 ulp)
 // capped at 2, times 2^n in one multiply, exact but where exp(z) overflows
-// (z is clamped where exp(z) would be subnormal: 1 + exp(z) is 1 there). With r >= 0 every Horner step
-// adds and multiplies non-negative, increasing terms, and the cap keeps each
-// 2^n band below the next: that is what makes the result monotone.
+// (z is clamped where exp(z) would be subnormal: 1 + exp(z) is 1 there).
+// With r >= 0 every Horner step adds and multiplies non-negative,
+// increasing terms, and the cap keeps each 2^n band below the next: that is
+// what makes the result monotone.
 //
 // Device code calls the _rn intrinsics, which the compiler never contracts
 // into other operations; host code calls std::fmaf and plain operators, and

@@ -132,9 +132,10 @@ static_assert(sizeof(BlockShared) <= 48 * 1024, "fits static shared memory");
 // ROUTING_STEPS, has the permutation's own steps (step_stamp), where it
 // ran: permute_counted_piece 0 counted, 1 the last counting thread
 // counted, 2 placed, 3 tiles written; permute_sorted_piece 0 sorted, 1
-// after its barrier, 2 placed, 3 tiles written; permute_by_token_masks 0 masks cleared, 1 set,
-// 2 expert sums, 3 scanned, 4 offsets and tiles written, 5 after their
-// barrier, 6 rows placed, 7 the last thread placed its rows.
+// after its barrier, 2 placed, 3 tiles written; permute_by_token_masks 0
+// masks cleared, 1 set, 2 expert sums, 3 scanned, 4 offsets and tiles
+// written, 5 after their barrier, 6 rows placed, 7 the last thread placed
+// its rows.
 #ifdef UNIMOE_ROUTING_STAMPS
 __device__ __forceinline__ void phase_stamp(BlockShared& s, int i, bool cond) {
   if (cond) s.stamps[i] = clock64();
@@ -304,13 +305,13 @@ __device__ __forceinline__ RowsBelow rows_below(const BlockShared& s, int rows, 
 }
 
 // Phases 2-4 for at most 16 rows (permute_piece), with no barrier: each
-// thread counts the
-// rows below and at its experts straight from s.expert, and the first warp,
-// a lane per row, places the rows (rank among the lanes of the same expert)
-// and writes the tiles, each expert's first lane its expert's. The same
-// outputs as the general path; small inputs (decode) so run a short stretch
-// of code. Only the threads from `first_thread` on (a multiple of 32) take
-// part; the warps below may be busy with something else.
+// thread counts the rows below and at its experts straight from s.expert,
+// and the first warp, a lane per row, places the rows (rank among the lanes
+// of the same expert) and writes the tiles, each expert's first lane its
+// expert's. The same outputs as the general path; small inputs (decode) so
+// run a short stretch of code. Only the threads from `first_thread` on (a
+// multiple of 32) take part; the warps below may be busy with something
+// else.
 __device__ void permute_counted_piece(const BlockPermuteParams& p, const BlockShared& s,
                                       int first_thread) {
   const int tid = threadIdx.x - first_thread, lane = threadIdx.x % kWarpSize;

@@ -57,7 +57,8 @@ __global__ void __launch_bounds__(kThreads) routing_kernel(RoutingKernelParams p
     return;
   }
   __shared__ int32_t s_expert[kBatched ? kParked : 1];
-  __shared__ float s_x[kBatched && !kDeepSeek ? kParked : 1];  // the logit, where the key gave it back
+  // The logit, where the key gave it back.
+  __shared__ float s_x[kBatched && !kDeepSeek ? kParked : 1];
   __shared__ RowSoftmax s_softmax[kBatched ? kWarpsPerBlock : 1];
   const int first = blockIdx.x * kWarpsPerBlock;
   const int width = p.chosen_width;

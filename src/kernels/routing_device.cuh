@@ -522,8 +522,8 @@ __device__ __forceinline__ Chosen rounds_by_sorted_runs(const uint32_t (&key)[kP
 // of the group stage; every lane calls it.
 template <int kPerLane>
 __device__ __forceinline__ Chosen rounds_by_kept_halves(const RoutingKernelParams& p,
-                                                        const uint32_t (&key)[kPerLane], uint32_t kept,
-                                                        int lane, uint64_t* area) {
+                                                        const uint32_t (&key)[kPerLane],
+                                                        uint32_t kept, int lane, uint64_t* area) {
   constexpr int kHalf = kPerLane / 2;
   constexpr int kRows = kWarpSize / 2;  // kept lanes at most
   static_assert(kPerLane % 2 == 0, "two halves a run");
@@ -572,7 +572,9 @@ using routing_shape::kSortMaxSlots;
 //   - kStagedKeys true: `keys` holds the token's E keys already, computed by
 //     the block (deepseek_key), visible to the warp.
 // kRuns: the slots' layout (Slots). kSortedRuns (runs only): the K rounds
-// by rounds_by_sorted_runs, else by rounds_by_tree. kWideLoads: as
+// by rounds_by_sorted_runs (kKeptHalves, DeepSeek's split kernel where
+// compacts_kept_lanes holds: by rounds_by_kept_halves, `keys` its area),
+// else by rounds_by_tree. kWideLoads: as
 // load_slots'.
 template <typename LogitT, int kPerLane, bool kDeepSeek, bool kStagedKeys = false,
           bool kRuns = false, bool kSortedRuns = false, bool kWideLoads = false,

@@ -164,7 +164,7 @@ TEST(RoutingLaunchShape, SplitSortsRunsWhereTheSweepSaidSo) {
     for (int k = 1; k <= 32; ++k) {
       for (int t : {1, t_min - 1, t_min, 1 << 20}) {
         const bool sorts = split_sorts_runs(8, k, t, deepseek, 0);
-        EXPECT_EQ(sorts, k > 8 || (k >= k_min && t >= t_min)) << k << " " << t;
+        EXPECT_EQ(sorts, k > kSortAlwaysAboveTopK || (k >= k_min && t >= t_min)) << k << " " << t;
         EXPECT_FALSE(split_sorts_runs(16, k, t, deepseek, 0));  // more slots: the tree
         EXPECT_EQ(split_sorts_runs(4, k, t, deepseek, 3), k >= 3);  // the override
       }
