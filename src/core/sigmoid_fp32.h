@@ -7,15 +7,18 @@
 //
 // Properties (tests/cpu/test_sigmoid_fp32.cpp; every fp32 input checked
 // once on the CPU, docs/routing.md):
-//   - within 3 ulp of the exact sigmoid wherever exp(-x) is finite in fp32
-//     (x > -88.72); below that, 0 (the exact value is under 3e-39);
+//   - within 3 ulp of the exact sigmoid wherever that is a normal float
+//     (x > -87.33); below about -87.34, 0 (the exact value is under 2^-126:
+//     subnormal results are flushed, since session 14; before, they were
+//     kept down to x = -88.72);
 //   - non-decreasing in x, so keys without bias order like the logits.
 //
 // exp(z), z = -x: n = floor(z / ln 2) (moved by one where the rounded
 // quotient crossed an integer), r = z - n ln 2 in [0, ln 2] (two-part ln 2),
 // exp(r) by its Taylor polynomial of degree 9 (truncation below 0.1 ulp)
 // capped at 2, times 2^n in one multiply, exact but where exp(z) overflows
-// (z is clamped where exp(z) would be subnormal: 1 + exp(z) is 1 there).
+// (z is clamped where exp(z) would be subnormal: 1 + exp(z) is 1 there);
+// then the reciprocal of 1 + exp(z), flushed to 0 where it is subnormal.
 // With r >= 0 every Horner step adds and multiplies non-negative,
 // increasing terms, and the cap keeps each 2^n band below the next: that is
 // what makes the result monotone.
@@ -39,10 +42,27 @@ namespace sigmoid_fp32_detail {
 __device__ __forceinline__ float fma_rn(float a, float b, float c) { return __fmaf_rn(a, b, c); }
 __device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
 __device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
-// 1 / a rounded to nearest: the same value as the division 1 / a (IEEE
-// rounds both exactly), in fewer instructions than __fdiv_rn(1, a).
-__device__ __forceinline__ float rcp_rn(float a) { return __frcp_rn(a); }
+// 1 / a rounded to nearest for 2^-126 <= a < 2^126 (the same value as the
+// division 1 / a): the fast path that ptxas emits for rcp.rn.f32 on such
+// inputs, MUFU.RCP and one FMA correction, without rcp.rn's test for the
+// other inputs and the call of its slow path. That branch sat in every key,
+// so a kernel could not overlap one key's chain with the next (session 14:
+// a lane of the octet kernel computed its 32 keys one after another).
+__device__ __forceinline__ float rcp_rn(float a) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a));
+  const float e = __fmaf_rn(a, r, -1.0f);
+  return __fmaf_rn(r, -e, r);
+}
 __device__ __forceinline__ float floor_f(float a) { return floorf(a); }
+// max(a, b), NaN where a is NaN (b is a number).
+__device__ __forceinline__ float max_or_nan(float a, float b) {
+  float m;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(m) : "f"(a), "f"(b));
+  return m;
+}
+// min(a, b), b where a is NaN (b is a number).
+__device__ __forceinline__ float min_or_b(float a, float b) { return fminf(a, b); }
 __device__ __forceinline__ float from_bits(uint32_t u) { return __uint_as_float(u); }
 #else
 inline float fma_rn(float a, float b, float c) { return std::fmaf(a, b, c); }
@@ -50,6 +70,8 @@ inline float mul_rn(float a, float b) { return a * b; }
 inline float add_rn(float a, float b) { return a + b; }
 inline float rcp_rn(float a) { return 1.0f / a; }
 inline float floor_f(float a) { return std::floor(a); }
+inline float max_or_nan(float a, float b) { return a != a || a > b ? a : b; }
+inline float min_or_b(float a, float b) { return a < b ? a : b; }
 inline float from_bits(uint32_t u) {
   float f;
   std::memcpy(&f, &u, sizeof f);
@@ -69,9 +91,9 @@ UNIMOE_HD float sigmoid_fp32(float x) {
   // z = -x clamped to [-87, 89]: below -87, 1 + exp(z) rounds to 1 in fp32
   // (exp(-87) < 2^-125), above 89 exp(z) overflows, so the result is
   // unchanged; n stays within [-126, 128], where 2^n is a normal float (128:
-  // +inf, and so is exp(z)). NaN takes the +inf end.
-  float z = x != x ? 89.0f : -x;
-  z = z < -87.0f ? -87.0f : (z > 89.0f ? 89.0f : z);
+  // +inf, and so is exp(z)). NaN takes the +inf end: the first bound keeps
+  // it, the second replaces it (two instructions on the device, no test).
+  const float z = min_or_b(max_or_nan(-x, -87.0f), 89.0f);
   constexpr float kInvLn2 = 1.44269502f;
   constexpr float kLn2Hi = 0.693145751953125f;  // ln 2 to 16 bits: n * kLn2Hi is exact
   constexpr float kLn2Lo = 1.4286068e-6f;      // ln 2 - kLn2Hi, rounded
@@ -104,7 +126,12 @@ UNIMOE_HD float sigmoid_fp32(float x) {
   // p in [1, 2] and 2^n normal: p 2^n is exact unless it overflows, where
   // its one rounding gives +inf as exp(z)'s would.
   const float e = mul_rn(p, pow2(static_cast<int>(n)));
-  return rcp_rn(add_rn(1.0f, e));
+  // 1 / (1 + e) where that is a normal float; 0 where it would be
+  // subnormal (1 + e >= 2^126: x below about -87.34, the exact value under
+  // 2^-126) or 1 + e is +inf. With no subnormal result the reciprocal needs
+  // no slow path on the device (rcp_rn).
+  const float a = add_rn(1.0f, e);
+  return a < 0x1p126f ? rcp_rn(a) : 0.0f;
 }
 
 }  // namespace unimoe

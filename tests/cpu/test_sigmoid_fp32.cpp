@@ -38,8 +38,8 @@ int64_t ulps_off(float got, double exact) {
 double exact_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 // Every 257th bit pattern (about 16.7 million inputs, both signs, every
-// binade, subnormals included), wherever exp(-x) is finite in fp32 (x >
-// -88.72); below, the score is 0 and the exact value under 3e-39. Every
+// binade, subnormals included), wherever the exact value is a normal float
+// (x > -87.33); below -87.34 the score is 0 (flushed). Every
 // float, checked once on the CPU: within 3 ulp, non-decreasing
 // (docs/routing.md).
 TEST(SigmoidFp32, WithinThreeUlpsOverTheFloatRange) {
@@ -49,10 +49,11 @@ TEST(SigmoidFp32, WithinThreeUlpsOverTheFloatRange) {
     const float x = from_bits(static_cast<uint32_t>(u));
     if (std::isnan(x)) continue;
     ++evaluated;
-    if (x <= -88.72f) {
-      EXPECT_LT(sigmoid_fp32(x), 3e-39f) << x;
+    if (x <= -87.34f) {  // the exact value is subnormal: flushed
+      EXPECT_EQ(sigmoid_fp32(x), 0.0f) << x;
       continue;
     }
+    if (x <= -87.33f) continue;  // 2^-126 lies between: normal or flushed
     const int64_t off = ulps_off(sigmoid_fp32(x), exact_sigmoid(x));
     if (off > worst) {
       worst = off;
@@ -89,11 +90,13 @@ TEST(SigmoidFp32, SpecialValues) {
   EXPECT_EQ(sigmoid_fp32(20.0f), 1.0f);   // 1 + exp(-20) rounds to 1
   EXPECT_EQ(sigmoid_fp32(1e30f), 1.0f);
   EXPECT_EQ(sigmoid_fp32(-1e30f), 0.0f);
-  // Where exp(-x) overflows fp32 but the sigmoid does not underflow.
-  // Subnormal results, while exp(-x) is still finite.
-  for (float x : {-80.5f, -87.0f, -88.5f, -88.7f})
+  // Results near the smallest normal float, 2^-126 (x = -87.3365).
+  for (float x : {-80.5f, -87.0f, -87.33f})
     EXPECT_LE(ulps_off(sigmoid_fp32(x), exact_sigmoid(x)), 3) << x;
-  EXPECT_EQ(sigmoid_fp32(-90.0f), 0.0f);  // exp(90) overflows fp32; exact 8e-40
+  EXPECT_GE(sigmoid_fp32(-87.33f), 0x1p-126f);
+  // Subnormal exact values are flushed to 0, while exp(-x) is finite and
+  // where it overflows fp32.
+  for (float x : {-87.34f, -88.5f, -88.7f, -90.0f}) EXPECT_EQ(sigmoid_fp32(x), 0.0f) << x;
 }
 
 // The score never falls as x rises: every float in [-1, 1] with |x| >= 1/8
