@@ -176,4 +176,41 @@ UNIMOE_HD bool split_sorts_runs(int slots, int top_k, int num_tokens, bool deeps
                   : top_k >= kSortFromTopK && num_tokens >= kSortFromTokens;
 }
 
+// Whether the split chain routes DeepSeek's policies with the octet kernel
+// (kernels/routing_octets.cu: eight lanes a token, a lane an eighth of the
+// experts; a threshold from the kept lanes' second-best keys leaves a few
+// candidates a token, ranked in shared memory) rather than a warp a token.
+// It serves E = 8 * kPerLane for kPerLane in octet_slots_supported (E = 64,
+// 128, 256, 384), K <= kOctetLanes, and n_group dividing kOctetLanes (a
+// group one or more whole lanes). Each lane computes E / 8 keys where the
+// warp kernel's lanes compute E / 32, so a token's chain is longer and the
+// octet kernel pays only where the GPU is full: from
+// octets_from_tokens(E, grouped) tokens. Measured (session 14 run 4, H200,
+// 168 points, DeepSeekV3 with 8 groups and MiniMax2, E 64..384, K 1/4/8,
+// T 512..16384, against the warp kernel): grouped, the octets win from
+// T = 4096 (E=256 K=8 18.74 -> 17.74 us; at 3072 0.99-1.04) and at E = 384
+// from 2048 (K=8 17.09 -> 15.68); with one group, where the warp kernel
+// has no group stage, from 3072 at E = 384, 4096 at E = 256 (K=1 4% behind
+// there, K=4/8 ahead), 8192 at E = 128 and 16384 at E = 64. At T=16384:
+// E=256 K=8 34.41 -> 26.91 us (grouped), E=384 K=8 63.08 -> 35.78 (the
+// warp kernel's 12 experts a lane take 16 slots). `forced` > 0
+// (UNIMOE_SPLIT_OCTETS_MIN_TOKENS) replaces the bound.
+inline constexpr int kOctetLanes = 8;
+UNIMOE_HD bool octet_slots_supported(int per_lane) {
+  return per_lane == 8 || per_lane == 16 || per_lane == 32 || per_lane == 48;
+}
+UNIMOE_HD int octets_from_tokens(int num_experts, bool grouped) {
+  if (grouped) return num_experts >= 384 ? 2048 : 4096;
+  if (num_experts >= 384) return 3072;
+  if (num_experts >= 256) return 4096;
+  return num_experts >= 128 ? 8192 : 16384;
+}
+UNIMOE_HD bool split_takes_octets(bool deepseek, int num_experts, int top_k, int n_group,
+                                  int num_tokens, int forced) {
+  if (!deepseek || top_k > kOctetLanes || num_experts % kOctetLanes != 0) return false;
+  if (!octet_slots_supported(num_experts / kOctetLanes)) return false;
+  if (n_group < 1 || n_group > kOctetLanes || kOctetLanes % n_group != 0) return false;
+  return num_tokens >= (forced > 0 ? forced : octets_from_tokens(num_experts, n_group > 1));
+}
+
 }  // namespace unimoe::routing_shape

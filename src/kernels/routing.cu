@@ -178,6 +178,12 @@ bool split_weighs_in_batches(int num_tokens, RoutingPolicy policy) {
   return routing_shape::split_weighs_in_batches(num_tokens, split_weight(policy), forced);
 }
 
+bool split_takes_octets(const routing_detail::RoutingKernelParams& p) {
+  static const int forced = env_int("UNIMOE_SPLIT_OCTETS_MIN_TOKENS", 0);
+  return routing_shape::split_takes_octets(is_deepseek(p.policy), p.num_experts, p.top_k,
+                                           p.n_group, p.num_tokens, forced);
+}
+
 void launch_routing(const RoutingParams& params, cudaStream_t stream) {
   check_routing_config(params, "launch_routing");
   if (params.num_tokens == 0) return;
@@ -185,6 +191,10 @@ void launch_routing(const RoutingParams& params, cudaStream_t stream) {
     throw std::invalid_argument("launch_routing: logits, topk_ids and topk_weights must be set");
   const RoutingKernelParams p = make_routing_kernel_params(params);
   const int blocks = ceil_div(params.num_tokens, kWarpsPerBlock);
+  if (split_takes_octets(p)) {
+    launch_routing_octets(p, params.config.logits_type == LogitsType::BF16, stream);
+    return;
+  }
   const bool batched = split_weighs_in_batches(params.num_tokens, p.policy);
   if (params.config.logits_type == LogitsType::BF16) {
     launch_for_type<uint16_t>(p, is_deepseek(p.policy), blocks, batched, stream);

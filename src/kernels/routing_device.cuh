@@ -769,3 +769,15 @@ inline RoutingKernelParams make_routing_kernel_params(const RoutingParams& param
 }
 
 }  // namespace unimoe::routing_detail
+
+namespace unimoe {
+
+// The split chain's DeepSeek routing kernel of eight lanes a token
+// (routing_octets.cu), for the calls routing_shape::split_takes_octets
+// allows; split_takes_octets(p) applies it to checked params
+// (UNIMOE_SPLIT_OCTETS_MIN_TOKENS, read once, replaces its bound).
+bool split_takes_octets(const routing_detail::RoutingKernelParams& p);
+void launch_routing_octets(const routing_detail::RoutingKernelParams& p, bool bf16_logits,
+                           cudaStream_t stream);
+
+}  // namespace unimoe

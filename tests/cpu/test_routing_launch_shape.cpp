@@ -177,5 +177,37 @@ TEST(RoutingLaunchShape, SplitSortsRunsWhereTheSweepSaidSo) {
   EXPECT_TRUE(split_sorts_runs(8, 8, 3072, false, 0));
 }
 
+// The octet kernel serves DeepSeek's policies at E = 64, 128, 256, 384 (an
+// eighth a lane in registers), K <= 8 (a lane a chosen expert), groups of
+// whole lanes, from the measured token bounds.
+TEST(RoutingLaunchShape, SplitTakesOctetsWhereItServes) {
+  for (int e : {64, 128, 256, 384})
+    for (int k = 1; k <= 8; ++k)
+      for (int n_group : {1, 2, 4, 8}) {
+        const int t = octets_from_tokens(e, n_group > 1);
+        EXPECT_TRUE(split_takes_octets(true, e, k, n_group, t, 0));
+        EXPECT_FALSE(split_takes_octets(true, e, k, n_group, t - 1, 0));
+        EXPECT_TRUE(split_takes_octets(true, e, k, n_group, 1 << 20, 0));
+      }
+  const int t = 1 << 20;
+  EXPECT_FALSE(split_takes_octets(false, 256, 8, 1, t, 0));    // not DeepSeek
+  EXPECT_FALSE(split_takes_octets(true, 256, 9, 1, t, 0));     // K > 8
+  EXPECT_FALSE(split_takes_octets(true, 256, 8, 16, t, 0));    // two groups a lane
+  EXPECT_FALSE(split_takes_octets(true, 256, 8, 3, t, 0));     // a group across lanes
+  for (int e : {8, 160, 192, 320, 512, 1024}) EXPECT_FALSE(split_takes_octets(true, e, 1, 1, t, 0));
+  // The measured bounds: groups from 4096 (2048 at E = 384); one group later
+  // the fewer the experts.
+  EXPECT_EQ(octets_from_tokens(256, true), 4096);
+  EXPECT_EQ(octets_from_tokens(384, true), 2048);
+  EXPECT_EQ(octets_from_tokens(384, false), 3072);
+  EXPECT_EQ(octets_from_tokens(256, false), 4096);
+  EXPECT_EQ(octets_from_tokens(128, false), 8192);
+  EXPECT_EQ(octets_from_tokens(64, false), 16384);
+  // An override replaces the bound, not the shapes.
+  EXPECT_TRUE(split_takes_octets(true, 256, 8, 8, 1, 1));
+  EXPECT_FALSE(split_takes_octets(true, 256, 8, 8, 4096, 4097));
+  EXPECT_FALSE(split_takes_octets(true, 512, 8, 8, 1, 1));
+}
+
 }  // namespace
 }  // namespace unimoe::routing_shape

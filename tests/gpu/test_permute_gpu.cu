@@ -263,8 +263,12 @@ TEST(PermuteGpu, NoTokensStillWritesCountsOffsetsAndTileCounts) {
 
 // ------------------------------------------------------------ CUDA graph ----
 
+// Twice: T = 333 (the warp routing kernel) and a T the octet kernel routes
+// (routing_shape::octets_from_tokens).
 TEST(PermuteGpu, GraphReplayOfRoutingAndPermute) {
   UNIMOE_REQUIRE_GPU();
+  for (const int t : {333, routing_shape::octets_from_tokens(256, true) + 7}) {
+  SCOPED_TRACE("T=" + std::to_string(t));
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
@@ -276,7 +280,7 @@ TEST(PermuteGpu, GraphReplayOfRoutingAndPermute) {
   c.topk_group = 4;
   c.has_bias = true;
   c.routed_scaling_factor = 2.5f;
-  const int t = 333, local_offset = 32, num_local = 128;
+  const int local_offset = 32, num_local = 128;
   const std::size_t expanded = static_cast<std::size_t>(t) * c.top_k;
 
   DeviceBuffer<float> logits(static_cast<std::size_t>(t) * c.num_experts);
@@ -327,6 +331,7 @@ TEST(PermuteGpu, GraphReplayOfRoutingAndPermute) {
   UNIMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
   UNIMOE_CUDA_CHECK(cudaGraphDestroy(graph));
   UNIMOE_CUDA_CHECK(cudaStreamDestroy(stream));
+  }
 }
 
 }  // namespace

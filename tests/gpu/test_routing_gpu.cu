@@ -261,6 +261,80 @@ TEST(RoutingGpu, GroupedDeepSeekV3WhereRunsSort) {
   EXPECT_GT(halves, 15);
 }
 
+// The octet kernel (routing_octets.cu; from routing_shape::octets_from_tokens
+// tokens): every E and n_group it serves, K 1..8, kept groups from one to
+// all, fp32 and bf16, MiniMax2; T leaves a partial last block and warp.
+// Every fourth case has a hot expert (ahead in every token).
+TEST(RoutingGpu, DeepSeekOctets) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  int cases = 0;
+  for (int e : {64, 128, 256, 384}) {
+    for (int k : {1, 2, 3, 6, 8}) {
+      for (int n_group : {0, 1, 2, 4, 8}) {  // 0: MiniMax2
+        for (int topk_group : {1, std::max(1, n_group / 2), std::max(1, n_group)}) {
+          if (n_group <= 1 && topk_group != 1) continue;
+          RoutingConfig c = grouped_deepseek(e, k, std::max(1, n_group), topk_group,
+                                             cases % 2 ? LogitsType::BF16 : LogitsType::F32);
+          if (n_group == 0) c.policy = RoutingPolicy::MiniMax2;
+          if (!test::legal_routing(c)) continue;
+          const int t = routing_shape::octets_from_tokens(e, c.n_group > 1) + 13;
+          RoutingParams rp;
+          rp.config = c;
+          rp.num_tokens = t;
+          ASSERT_TRUE(split_takes_octets(routing_detail::make_routing_kernel_params(rp)))
+              << "UNIMOE_SPLIT_OCTETS_MIN_TOKENS set?";
+          SCOPED_TRACE(describe(c, t));
+          std::vector<float> values = uniform(static_cast<std::size_t>(t) * e, rng, -4, 4);
+          if (cases % 4 == 3) {
+            const int hot = static_cast<int>(rng() % static_cast<uint64_t>(e));
+            for (int i = 0; i < t; ++i) values[static_cast<std::size_t>(i) * e + hot] += 8.0f;
+          }
+          const Logits l = make_logits(std::move(values), c);
+          expect_matches_reference(c, l, t, uniform(e, rng, -1, 1));
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 100);
+}
+
+// The octet kernel on the hard rows (ties, NaN, infinities, all equal: more
+// candidates than its list holds, so K octet rounds instead), with finite
+// and non-finite biases.
+TEST(RoutingGpu, AdversarialLogitsOfOctets) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  int cases = 0;
+  for (RoutingPolicy policy : {RoutingPolicy::DeepSeekV3, RoutingPolicy::MiniMax2}) {
+    for (int e : {64, 256, 384}) {
+      for (int k : {1, 4, 8}) {
+        for (int bias_kind = 0; bias_kind < 3; ++bias_kind) {
+          RoutingConfig c = grouped_deepseek(e, k, 1, 1, bias_kind == 1 ? LogitsType::BF16
+                                                                        : LogitsType::F32);
+          c.policy = policy;
+          c.has_bias = bias_kind > 0;
+          c = with_groups(c);
+          if (!test::legal_routing(c)) continue;
+          const int t = routing_shape::octets_from_tokens(e, c.n_group > 1) + 5;
+          ASSERT_TRUE(routing_shape::split_takes_octets(true, e, k, c.n_group, t, 0));
+          SCOPED_TRACE(describe(c, t) + " bias_kind " + std::to_string(bias_kind));
+          std::vector<float> values = test::adversarial_logits(t, e, k, rng);
+          const std::vector<float> bias = test::adversarial_bias(e, bias_kind == 2, rng);
+          expect_matches_reference(c, make_logits(std::move(values), c), t, bias);
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 2 * 3 * 3 * 3);
+}
+
 TEST(RoutingGpu, AdversarialLogits) {
   UNIMOE_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
@@ -430,6 +504,29 @@ TEST(RoutingGpu, DeepSeekScoreIsTheHostsBitForBit) {
   }
   EXPECT_GT(checked, 70000000);
   EXPECT_EQ(mismatches, 0) << first;
+}
+
+// sigmoid_fp32's device reciprocal (rcp.rn's fast path without its branch)
+// against rcp.rn itself for every float a in [1, 2^126), the denominators
+// 1 + exp(-x) it serves: counts the differences on the device.
+__global__ void reciprocal_mismatches_kernel(unsigned long long* mismatches) {
+  constexpr uint32_t kOne = 0x3f800000u, kEnd = 0x7e800000u;  // 1, 2^126
+  unsigned long long local = 0;
+  for (uint32_t u = kOne + blockIdx.x * blockDim.x + threadIdx.x; u < kEnd;
+       u += gridDim.x * blockDim.x) {
+    const float a = __uint_as_float(u);
+    local += __float_as_uint(sigmoid_fp32_detail::rcp_rn(a)) != __float_as_uint(__frcp_rn(a));
+  }
+  if (local != 0) atomicAdd(mismatches, local);
+}
+
+TEST(RoutingGpu, SigmoidReciprocalIsCorrectlyRoundedOnEveryDenominator) {
+  UNIMOE_REQUIRE_GPU();
+  DeviceBuffer<unsigned long long> mismatches(1);
+  UNIMOE_CUDA_CHECK(cudaMemset(mismatches.get(), 0, sizeof(unsigned long long)));
+  reciprocal_mismatches_kernel<<<1024, 256>>>(mismatches.get());
+  UNIMOE_CUDA_CHECK(cudaGetLastError());
+  EXPECT_EQ(mismatches.download()[0], 0ull);
 }
 
 TEST(RoutingGpu, NoTokensLaunchesNothing) {
