@@ -32,7 +32,8 @@ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 // grid writes is read, and nothing is written, before it, so the stream
 // order holds as without PDL; only data older than the previous grid (the
 // stream GEMM2's tile schedule and weights, the finalize's routing outputs:
-// grouped_gemm.cuh says when) is read before it. Kernels that trigger their
+// grouped_gemm.cuh says when; the octet routing kernel's bias, a model
+// weight) is read before it. Kernels that trigger their
 // dependents early, through pdl_launch_dependents(): the single-CTA (or
 // single-cluster) routing kernels, and the stream GEMMs once their loads are
 // done (session 5). Every other dependent launches as its predecessor
