@@ -1113,14 +1113,9 @@ void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, boo
 template <typename LogitT, bool kDeepSeek>
 void launch_routing_block(const RoutingKernelParams& r, const BlockPermuteParams& p, bool cluster,
                           cudaStream_t stream) {
-  switch (slots_per_lane(r.num_experts)) {
-    case 1: launch_width<LogitT, 1, kDeepSeek>(r, p, cluster, stream); break;
-    case 2: launch_width<LogitT, 2, kDeepSeek>(r, p, cluster, stream); break;
-    case 4: launch_width<LogitT, 4, kDeepSeek>(r, p, cluster, stream); break;
-    case 8: launch_width<LogitT, 8, kDeepSeek>(r, p, cluster, stream); break;
-    case 16: launch_width<LogitT, 16, kDeepSeek>(r, p, cluster, stream); break;
-    default: launch_width<LogitT, 32, kDeepSeek>(r, p, cluster, stream); break;
-  }
+  with_slots_per_lane(r.num_experts, [&](auto slots) {
+    launch_width<LogitT, decltype(slots)::value, kDeepSeek>(r, p, cluster, stream);
+  });
 }
 
 template <typename LogitT>

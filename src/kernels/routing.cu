@@ -133,14 +133,9 @@ void launch_width(const RoutingKernelParams& p, int blocks, bool batched, cudaSt
 
 template <typename LogitT, bool kDeepSeek>
 void launch_for_width(const RoutingKernelParams& p, int blocks, bool batched, cudaStream_t stream) {
-  switch (slots_per_lane(p.num_experts)) {
-    case 1: launch_width<LogitT, 1, kDeepSeek>(p, blocks, batched, stream); break;
-    case 2: launch_width<LogitT, 2, kDeepSeek>(p, blocks, batched, stream); break;
-    case 4: launch_width<LogitT, 4, kDeepSeek>(p, blocks, batched, stream); break;
-    case 8: launch_width<LogitT, 8, kDeepSeek>(p, blocks, batched, stream); break;
-    case 16: launch_width<LogitT, 16, kDeepSeek>(p, blocks, batched, stream); break;
-    default: launch_width<LogitT, 32, kDeepSeek>(p, blocks, batched, stream); break;
-  }
+  with_slots_per_lane(p.num_experts, [&](auto slots) {
+    launch_width<LogitT, decltype(slots)::value, kDeepSeek>(p, blocks, batched, stream);
+  });
   UNIMOE_LAUNCH_CHECK();
 }
 
@@ -190,11 +185,11 @@ void launch_routing(const RoutingParams& params, cudaStream_t stream) {
   if (params.logits == nullptr || params.topk_ids == nullptr || params.topk_weights == nullptr)
     throw std::invalid_argument("launch_routing: logits, topk_ids and topk_weights must be set");
   const RoutingKernelParams p = make_routing_kernel_params(params);
-  const int blocks = ceil_div(params.num_tokens, kWarpsPerBlock);
   if (split_takes_octets(p)) {
     launch_routing_octets(p, params.config.logits_type == LogitsType::BF16, stream);
     return;
   }
+  const int blocks = ceil_div(params.num_tokens, kWarpsPerBlock);
   const bool batched = split_weighs_in_batches(params.num_tokens, p.policy);
   if (params.config.logits_type == LogitsType::BF16) {
     launch_for_type<uint16_t>(p, is_deepseek(p.policy), blocks, batched, stream);

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "core/exact_quotient.h"
 #include "core/group_index.h"
@@ -512,6 +513,16 @@ __device__ __forceinline__ Chosen rounds_by_sorted_runs(const uint32_t (&key)[kP
   });
 }
 
+// A (key, expert) pair in one 64-bit value: the key above, the expert's
+// complement below, so that the larger pair has the larger key or, on equal
+// keys, the lower expert; unique per expert. expert_of_pair gives it back.
+__device__ __forceinline__ uint64_t key_expert_pair(uint32_t key, int expert) {
+  return (static_cast<uint64_t>(key) << 32) | ~static_cast<uint32_t>(expert);
+}
+__device__ __forceinline__ int expert_of_pair(uint64_t pair) {
+  return static_cast<int>(~static_cast<uint32_t>(pair));
+}
+
 // rounds_by_sorted_runs where the kept groups' lanes are at most half the
 // warp (compacts_kept_lanes: DeepSeekV3's 4 of 8 groups at E = 256 leave 16
 // lanes of 8 candidates): the kept lanes' candidates are spread two lanes
@@ -532,9 +543,8 @@ __device__ __forceinline__ Chosen rounds_by_kept_halves(const RoutingKernelParam
   if (in_kept) {
     const int rank = __popc(kept_lanes & ((1u << lane) - 1u));
 #pragma unroll
-    for (int j = 0; j < kPerLane; ++j)  // key above, the complement of the expert below
-      area[j * kRows + rank] =
-          (static_cast<uint64_t>(key[j]) << 32) | ~static_cast<uint32_t>(lane * kPerLane + j);
+    for (int j = 0; j < kPerLane; ++j)
+      area[j * kRows + rank] = key_expert_pair(key[j], lane * kPerLane + j);
   }
   __syncwarp();
   const int row = lane >> 1, half = lane & 1;
@@ -545,7 +555,7 @@ __device__ __forceinline__ Chosen rounds_by_kept_halves(const RoutingKernelParam
   __syncwarp();  // the area is read before anyone writes it again
   sort_descending(run);
   return take_heads(run, p.top_k, lane,
-                    [](int, uint32_t low) { return static_cast<int>(~low); });
+                    [](int, uint32_t low) { return expert_of_pair(low); });
 }
 
 // Whether rounds_by_kept_halves serves a call (host and device): each group
@@ -705,6 +715,20 @@ inline int slots_per_lane(int num_experts) {
   int slots = 1;
   while (slots * kWarpSize < num_experts && slots < kMaxExperts / kWarpSize) slots *= 2;
   return slots;
+}
+
+// Calls f(std::integral_constant<int, S>{}) with S = slots_per_lane(E), so
+// that a launcher picks the kernel instantiated for its slots.
+template <class F>
+void with_slots_per_lane(int num_experts, F&& f) {
+  switch (slots_per_lane(num_experts)) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 8: f(std::integral_constant<int, 8>{}); break;
+    case 16: f(std::integral_constant<int, 16>{}); break;
+    default: f(std::integral_constant<int, 32>{}); break;
+  }
 }
 
 inline bool is_deepseek(RoutingPolicy p) {

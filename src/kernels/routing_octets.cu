@@ -54,9 +54,10 @@ constexpr int kListMax = 28;
 constexpr int kChunk = 8;  // keys a lane computes between stores
 static_assert(kOctetLanes == 8, "octet shuffles below are three butterfly levels");
 
-// (key, ~expert): larger is better, ties to the lower expert; unique.
+// A candidate's (key, expert) pair: the larger is better, ties to the lower
+// expert.
 __device__ __forceinline__ uint64_t candidate_pair(float c, int expert) {
-  return (static_cast<uint64_t>(order_key(c)) << 32) | ~static_cast<uint32_t>(expert);
+  return key_expert_pair(order_key(c), expert);
 }
 
 __device__ __forceinline__ uint64_t octet_max(uint64_t v, unsigned mask) {
@@ -210,7 +211,7 @@ __global__ void __launch_bounds__(kThreads) routing_octets_kernel(RoutingKernelP
         rank += (two.x > v) + (two.y > v);
       }
       if (q < total) rank += s_list[slot][q] > v;
-      if (rank < p.top_k) s_chosen[slot][rank] = static_cast<int>(~static_cast<uint32_t>(v));
+      if (rank < p.top_k) s_chosen[slot][rank] = expert_of_pair(v);
     }
   }
   const unsigned rounds_lanes = __ballot_sync(kFullMask, !listed);
@@ -225,7 +226,7 @@ __global__ void __launch_bounds__(kThreads) routing_octets_kernel(RoutingKernelP
         best = pair > best ? pair : best;
       }
       best = octet_max(best, rounds_lanes);
-      const int winner = static_cast<int>(~static_cast<uint32_t>(best));
+      const int winner = expert_of_pair(best);
       if (sub == k) s_chosen[slot][k] = winner;
       if (winner / kPerLane == sub) left &= ~(Mask{1} << (winner - base));
     }
