@@ -16,7 +16,8 @@
 //      least K kept keys reach t and the K best are among the candidates,
 //      the kept keys >= t (ties at t included). -inf where no value
 //      qualifies: then every kept key is a candidate.
-//   4. the candidates (a dozen or so at E=256 K=8 on random logits) go to
+//   4. the candidates (about ten at E=256 K=8 on the sweep's logits, in a
+//      host simulation: docs/notes.md, session 14) go to
 //      shared memory as (key, ~expert) pairs, the order of the reference
 //      (larger key, then lower expert, is larger); each one's rank is the
 //      count of larger pairs, and ranks below K name the chosen. More than
@@ -26,9 +27,10 @@
 //      lanes k of its octet as the warp kernel does on lanes k of its warp.
 // The keys cost what they cost the warp kernel; the selection costs a few
 // hundred thread instructions a token instead of K warp-wide rounds. ncu at
-// DeepSeekV3 E=256 K=8 T=16384 (session 14 run 4): 8.6M warp instructions
-// against the warp kernel's 19.3M, about 325 a token in the keys and 180 in
-// the selection.
+// DeepSeekV3 E=256 K=8 T=16384 (session 14): 8.65M warp instructions (run
+// 8; run 4's build 9.32M: 350 a token up to the keys' last store, 181 in
+// the groups, threshold and selection, 33 in the weights) against the warp
+// kernel's 19.3M (run 1).
 #include <cstdint>
 #include <type_traits>
 
