@@ -14,7 +14,11 @@
 //               tile schedules.
 // Measured on the H200 (session 9 run 1, ncu, T = 16384, K = 8, E = 256):
 // a one-block scan of the 128 x 256 counts took 11.5 us of the chain's 23,
-// the count kernel 3.2 and the scatter 8.3.
+// the count kernel 3.2 and the scatter 8.3. Session 15 (runs 1-3, ncu, the
+// kernels serialized, DeepSeekV3 E=256 K=8 T=16384): count 2.7, scan 3.0,
+// scatter 9.0 -> 7.4 once each kernel's loads are all in flight at once,
+// one vote a piece instead of two, and one scan for the offsets and the
+// first tile schedule.
 // Expanded rows are split into chunks of whole warp pieces, and each chunk
 // into one contiguous span per warp, so that ranks come from warp votes and
 // per-warp counters in shared memory: no global atomics, the same result on
@@ -112,22 +116,33 @@ __device__ __forceinline__ int local_expert(const int32_t* topk_ids, int row, in
 }
 
 // ---------------------------------------------------------------- count ----
+// A chunk's rows a thread: kMaxChunkRows / kCountThreads at most, loaded into
+// registers before any is counted. (A loop that loaded and counted each row
+// in turn kept one load in flight a thread: the ids come through a generic
+// pointer that may alias the shared counters, so no load moved above the
+// previous row's atomic. Session 15 run 1, ncu: four load round trips in a
+// row, the kernel's main stall.)
+constexpr int kCountRowsPerThread = kMaxChunkRows / kCountThreads;
+static_assert(kMaxChunkRows % kCountThreads == 0, "a chunk is whole rows for every count thread");
+
 // counts[chunk][e]: rows of the chunk routed to local expert e.
 __global__ void __launch_bounds__(kCountThreads)
     permute_count_kernel(const int32_t* topk_ids, int rows, int chunk_rows, int local_offset,
                          int num_local, int32_t* chunk_counts) {
   pdl_begin();
   __shared__ int s_count[kMaxLocalExperts];
-  for (int e = threadIdx.x; e < num_local; e += blockDim.x) s_count[e] = 0;
-  __syncthreads();
-
   const int begin = blockIdx.x * chunk_rows;
   const int end = min(begin + chunk_rows, rows);
-#pragma unroll 4
-  for (int row = begin + threadIdx.x; row < end; row += blockDim.x) {
-    const int e = local_expert(topk_ids, row, rows, local_offset, num_local);
-    if (e >= 0) atomicAdd(&s_count[e], 1);
-  }
+  int expert[kCountRowsPerThread];
+#pragma unroll
+  for (int u = 0; u < kCountRowsPerThread; ++u)
+    expert[u] = local_expert(topk_ids, begin + threadIdx.x + u * kCountThreads, end, local_offset,
+                             num_local);
+  for (int e = threadIdx.x; e < num_local; e += blockDim.x) s_count[e] = 0;
+  __syncthreads();
+#pragma unroll
+  for (int u = 0; u < kCountRowsPerThread; ++u)
+    if (expert[u] >= 0) atomicAdd(&s_count[expert[u]], 1);
   __syncthreads();
 
   int32_t* out = chunk_counts + static_cast<size_t>(blockIdx.x) * num_local;
@@ -136,31 +151,32 @@ __global__ void __launch_bounds__(kCountThreads)
 
 // ----------------------------------------------------------------- scan ----
 // Exclusive scan of one value per thread over the whole block; returns the
-// block total too. `s_warp` holds kWarpSize + 1 ints.
-__device__ int block_exclusive_scan(int value, int* total, int* s_warp) {
+// block total too. `s_warp` holds kWarpSize + 1 values.
+template <typename V>
+__device__ V block_exclusive_scan(V value, V* total, V* s_warp) {
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int num_warps = blockDim.x / kWarpSize;
-  int inclusive = value;
+  V inclusive = value;
 #pragma unroll
   for (int d = 1; d < kWarpSize; d *= 2) {
-    const int other = __shfl_up_sync(kFullMask, inclusive, d);
+    const V other = __shfl_up_sync(kFullMask, inclusive, d);
     if (lane >= d) inclusive += other;
   }
   if (lane == kWarpSize - 1) s_warp[warp] = inclusive;
   __syncthreads();
   if (warp == 0) {
-    const int w = lane < num_warps ? s_warp[lane] : 0;
-    int w_inclusive = w;
+    const V w = lane < num_warps ? s_warp[lane] : V(0);
+    V w_inclusive = w;
 #pragma unroll
     for (int d = 1; d < kWarpSize; d *= 2) {
-      const int other = __shfl_up_sync(kFullMask, w_inclusive, d);
+      const V other = __shfl_up_sync(kFullMask, w_inclusive, d);
       if (lane >= d) w_inclusive += other;
     }
     if (lane < num_warps) s_warp[lane] = w_inclusive - w;  // exclusive warp base
     if (lane == kWarpSize - 1) s_warp[kWarpSize] = w_inclusive;
   }
   __syncthreads();
-  const int result = s_warp[warp] + inclusive - value;
+  const V result = s_warp[warp] + inclusive - value;
   *total = s_warp[kWarpSize];
   __syncthreads();  // s_warp may be reused by the next call
   return result;
@@ -294,45 +310,54 @@ struct ScatterParams {
   int32_t* num_tiles[kMaxTileSizes];  // written by block 0
 };
 
-// Exclusive scan of value(count[e]) over e < n into out[0..n) and the total
-// into out[n]; every thread of the block calls this, and a __syncthreads()
-// must follow before out is read.
-template <typename Value>
-__device__ void scan_experts(const int* count, int n, Value value, int* out, int* s_warp) {
+// Exclusive scan of value(e) over e < n: emit(e, the sum of value over
+// the experts below e) for e < n, and emit(n, the total). Every thread of
+// the block calls this, and a __syncthreads() must follow before what emit
+// wrote is read.
+template <typename V, typename Value, typename Emit>
+__device__ void scan_experts(int n, Value value, Emit emit, V* s_warp) {
   const int first = threadIdx.x * kExpertsPerScatterThread;
-  int v[kExpertsPerScatterThread];
-  int sum = 0;
+  V v[kExpertsPerScatterThread];
+  V sum = 0;
 #pragma unroll
   for (int u = 0; u < kExpertsPerScatterThread; ++u) {
-    v[u] = first + u < n ? value(count[first + u]) : 0;
+    v[u] = first + u < n ? value(first + u) : V(0);
     sum += v[u];
   }
-  int total = 0;
-  int next = block_exclusive_scan(sum, &total, s_warp);
+  V total = 0;
+  V next = block_exclusive_scan(sum, &total, s_warp);
 #pragma unroll
   for (int u = 0; u < kExpertsPerScatterThread; ++u) {
-    if (first + u < n) out[first + u] = next;
+    if (first + u < n) emit(first + u, next);
     next += v[u];
   }
-  if (threadIdx.x == 0) out[n] = total;
+  if (threadIdx.x == 0) emit(n, total);
 }
+
+// The tiles of `count` rows, tile_m rows a tile.
+__device__ __forceinline__ int tiles_of(int count, int tile_m) { return (count + tile_m - 1) / tile_m; }
 
 // Tile i of every schedule, spread over the whole grid so that one hot
 // expert's many tiles do not serialize: tile i belongs to the last expert
 // whose first tile is <= i (empty experts share their successor's base).
-// Each block scans the tile bases into shared memory for the binary search;
-// every thread of the block calls this.
-__device__ void write_tiles(const ScatterParams& p, const int* s_count, const int* s_offset,
-                            int* s_bases, int* s_warp) {
+// The first schedule's bases come in s_bases (from the offsets' scan); each
+// further one is scanned into s_bases here, for the binary search. Every
+// thread of the block calls this, after a barrier.
+__device__ void write_tiles(const ScatterParams& p, const int* s_offset, int* s_bases,
+                            uint64_t* s_warp) {
   const int stride = gridDim.x * blockDim.x;
-#pragma unroll
+#pragma unroll 1
   for (int s = 0; s < kMaxTileSizes; ++s) {
     if (s >= p.num_tile_sizes) break;
     const int tile_m = p.tile_m[s];
-    __syncthreads();  // the previous schedule's searches are done with s_bases
-    scan_experts(s_count, p.num_local, [tile_m](int c) { return (c + tile_m - 1) / tile_m; }, s_bases,
-                 s_warp);
-    __syncthreads();
+    if (s > 0) {
+      __syncthreads();  // the previous schedule's searches are done with s_bases
+      scan_experts<uint64_t>(
+          p.num_local,
+          [s_offset, tile_m](int e) { return uint64_t(tiles_of(s_offset[e + 1] - s_offset[e], tile_m)); },
+          [s_bases](int e, uint64_t v) { s_bases[e] = static_cast<int>(v); }, s_warp);
+      __syncthreads();
+    }
     const int num_tiles = s_bases[p.num_local];
     if (blockIdx.x == 0 && threadIdx.x == 0) *p.num_tiles[s] = num_tiles;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < num_tiles; i += stride) {
@@ -348,48 +373,87 @@ __device__ void write_tiles(const ScatterParams& p, const int* s_count, const in
   }
 }
 
-// The chunk's local experts are staged in shared memory first (one coalesced
-// read, all loads in flight), with the experts' totals and this chunk's base
-// rows; the totals are scanned into expert offsets. Warp w then handles the
-// w-th contiguous span of the chunk, 32 rows a piece, in order: pass 1 counts
-// each warp's rows per expert; a scan over warps turns the counts into each
-// warp's first row within the chunk's rows of that expert; pass 2 places each
-// row at the chunk's first row of its expert plus its warp's cursor plus its
-// rank among the piece's lanes of the same expert. A block past the rows
-// (T = 0 launches one) writes only its share of the offsets and schedules.
+// The chunk's local experts are staged in shared memory first (every load
+// in flight before the first is used), with the experts' totals and this
+// chunk's base rows; the totals are scanned into expert offsets. Warp w then
+// handles the w-th contiguous span of the chunk, 32 rows a piece, in order:
+// pass 1 ranks each row among its warp's earlier rows of the same expert (a
+// per-warp counter a expert, and the rank among the piece's lanes of that
+// expert, from one __match_any_sync), and packs the rank beside the expert;
+// a scan over warps turns the counters into each warp's first row within
+// the chunk's rows of that expert; pass 2 places each row at the chunk's
+// first row of its expert plus its warp's base plus its rank: no vote and
+// no order between the rows. A block past the rows (T = 0 launches one)
+// writes only its share of the offsets and schedules.
+// Session 15 run 1 (ncu, T=16384, the former kernel): the ids loaded one
+// round trip at a time (a loop that stored each to shared memory before
+// the next load), and each piece's vote stalled its warp twice (a vote in
+// each pass, each after the previous piece's counter update).
+constexpr int kScatterRowsPerThread = kMaxChunkRows / kScatterThreads;
+constexpr int kPiecesAtOnce = 4;  // votes a warp issues before it waits on the first
+
+__device__ __forceinline__ int packed_row(int e, int rank) { return rank << 16 | (e & 0xffff); }
+__device__ __forceinline__ int packed_expert(int packed) { return static_cast<int16_t>(packed & 0xffff); }
+__device__ __forceinline__ int packed_rank(int packed) { return packed >> 16; }
+static_assert(kMaxChunkRows / kScatterWarps < (1 << 15), "a rank packs into the upper 16 bits");
+
 __global__ void __launch_bounds__(kScatterThreads) permute_scatter_kernel(ScatterParams p) {
   pdl_begin();
-  __shared__ int16_t s_cursor[kScatterWarps][kMaxLocalExperts];  // within the chunk's rows
-  __shared__ int16_t s_expert[kMaxChunkRows];  // -1: off rank or past the end
-  __shared__ int s_count[kMaxLocalExperts];    // rows of each expert
+  __shared__ int16_t s_cursor[kScatterWarps][kMaxLocalExperts];  // counts, then warp bases
+  __shared__ int32_t s_row[kMaxChunkRows];      // expert (-1: off rank or past the end), then rank
   __shared__ int s_offset[kMaxLocalExperts + 1];
-  __shared__ int s_first[kMaxLocalExperts];    // the chunk's first row of each expert
-  __shared__ int s_bases[kMaxLocalExperts + 1];  // one tile schedule's expert bases
-  __shared__ int s_warp[kWarpSize + 1];
+  __shared__ int s_first[kMaxLocalExperts];     // the chunk's first row of each expert
+  __shared__ int s_bases[kMaxLocalExperts + 1];  // the totals, then one tile schedule's bases
+  __shared__ uint64_t s_warp[kWarpSize + 1];
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const unsigned lanes_below = (1u << lane) - 1u;
   const int chunk_begin = blockIdx.x * p.chunk_rows;
+  const int chunk_end = min(chunk_begin + p.chunk_rows, p.rows);
   const int span = p.chunk_rows / kScatterWarps;
   const bool has_rows = blockIdx.x < p.num_chunks;
 
   // Loads first, all in flight: the chunk's experts, the totals, the bases.
-  int base[kExpertsPerScatterThread];
+  int expert[kScatterRowsPerThread];
+#pragma unroll
+  for (int u = 0; u < kScatterRowsPerThread; ++u)
+    expert[u] = local_expert(p.topk_ids, chunk_begin + threadIdx.x + u * kScatterThreads, chunk_end,
+                             p.local_offset, p.num_local);
+  int base[kExpertsPerScatterThread], total[kExpertsPerScatterThread];
 #pragma unroll
   for (int u = 0; u < kExpertsPerScatterThread; ++u) {
     const int e = threadIdx.x + u * kScatterThreads;
     base[u] = has_rows && e < p.num_local
                   ? p.chunk_base[static_cast<size_t>(blockIdx.x) * p.num_local + e] : 0;
-    if (e < p.num_local) s_count[e] = p.totals[e];
+    total[u] = e < p.num_local ? p.totals[e] : 0;
   }
-#pragma unroll 4
-  for (int i = threadIdx.x; i < p.chunk_rows; i += blockDim.x)
-    s_expert[i] = static_cast<int16_t>(
-        local_expert(p.topk_ids, chunk_begin + i, p.rows, p.local_offset, p.num_local));
-  for (int i = threadIdx.x; i < kScatterWarps * p.num_local; i += blockDim.x)
-    s_cursor[i / p.num_local][i % p.num_local] = 0;
+#pragma unroll
+  for (int u = 0; u < kExpertsPerScatterThread; ++u) {
+    const int e = threadIdx.x + u * kScatterThreads;
+    if (e < p.num_local) s_bases[e] = total[u];
+  }
+#pragma unroll
+  for (int u = 0; u < kScatterRowsPerThread; ++u) {
+    const int i = threadIdx.x + u * kScatterThreads;
+    if (i < p.chunk_rows) s_row[i] = expert[u];
+  }
+#pragma unroll
+  for (int w = 0; w < kScatterWarps; ++w)
+    for (int e = threadIdx.x; e < p.num_local; e += kScatterThreads) s_cursor[w][e] = 0;
   __syncthreads();
 
-  scan_experts(s_count, p.num_local, [](int c) { return c; }, s_offset, s_warp);
+  // Offsets and the first schedule's tile bases in one scan: rows in the
+  // low 32 bits, tiles in the high (each total below 2^31).
+  {
+    const int tile_m = p.num_tile_sizes > 0 ? p.tile_m[0] : 1;
+    scan_experts<uint64_t>(
+        p.num_local,
+        [&](int e) { return uint64_t(s_bases[e]) | uint64_t(tiles_of(s_bases[e], tile_m)) << 32; },
+        [&](int e, uint64_t v) {
+          s_offset[e] = static_cast<int>(v & 0xffffffffu);
+          s_bases[e] = static_cast<int>(v >> 32);
+        },
+        s_warp);
+  }
   __syncthreads();
 #pragma unroll
   for (int u = 0; u < kExpertsPerScatterThread; ++u) {
@@ -398,26 +462,44 @@ __global__ void __launch_bounds__(kScatterThreads) permute_scatter_kernel(Scatte
   }
   if (blockIdx.x == 0) {
     for (int e = threadIdx.x; e < p.num_local; e += blockDim.x) {
-      p.expert_counts[e] = s_count[e];
+      p.expert_counts[e] = s_offset[e + 1] - s_offset[e];
       p.expert_offsets[e] = s_offset[e];
     }
     if (threadIdx.x == 0) p.expert_offsets[p.num_local] = s_offset[p.num_local];
   }
 
   if (has_rows) {
-    // Pass 1: rows per (warp, expert). Only the lowest lane of each group of
-    // equal experts writes, so the warp's counters need no atomics.
-    for (int piece = warp * span; piece < (warp + 1) * span; piece += kWarpSize) {
-      const int e = s_expert[piece + lane];
-      const unsigned same = __match_any_sync(kFullMask, e);
-      if (e >= 0 && (same & lanes_below) == 0) s_cursor[warp][e] += __popc(same);
-      __syncwarp();
+    // Pass 1: each row's rank among its warp's earlier rows of its expert,
+    // kPiecesAtOnce pieces a step (their votes in flight together); only
+    // the lowest lane of each group of equal experts moves the warp's
+    // counter, so the counters need no atomics.
+    const int span_begin = warp * span, span_end = span_begin + span;
+    for (int piece = span_begin; piece < span_end; piece += kPiecesAtOnce * kWarpSize) {
+      int e[kPiecesAtOnce];
+      unsigned same[kPiecesAtOnce];
+#pragma unroll
+      for (int j = 0; j < kPiecesAtOnce; ++j) {
+        const int i = piece + j * kWarpSize + lane;
+        e[j] = i < span_end ? s_row[i] : -1;
+      }
+#pragma unroll
+      for (int j = 0; j < kPiecesAtOnce; ++j) same[j] = __match_any_sync(kFullMask, e[j]);
+#pragma unroll
+      for (int j = 0; j < kPiecesAtOnce; ++j) {
+        const int i = piece + j * kWarpSize + lane;
+        const int before = e[j] >= 0 ? s_cursor[warp][e[j]] : 0;
+        __syncwarp();  // every lane has read its counter before the leader moves it
+        if (e[j] >= 0 && (same[j] & lanes_below) == 0) s_cursor[warp][e[j]] = before + __popc(same[j]);
+        if (i < span_end) s_row[i] = packed_row(e[j], before + __popc(same[j] & lanes_below));
+        __syncwarp();
+      }
     }
     __syncthreads();
 
     // Counts -> each warp's first row within the chunk's rows of the expert.
     for (int e = threadIdx.x; e < p.num_local; e += blockDim.x) {
       int next = 0;
+#pragma unroll
       for (int w = 0; w < kScatterWarps; ++w) {
         const int n = s_cursor[w][e];
         s_cursor[w][e] = static_cast<int16_t>(next);
@@ -426,25 +508,34 @@ __global__ void __launch_bounds__(kScatterThreads) permute_scatter_kernel(Scatte
     }
     __syncthreads();
 
-    // Pass 2: place the rows.
-    for (int piece = warp * span; piece < (warp + 1) * span; piece += kWarpSize) {
-      const int row = chunk_begin + piece + lane;
-      const int e = s_expert[piece + lane];
-      const unsigned same = __match_any_sync(kFullMask, e);
-      if (e >= 0) {
-        const int dst = s_first[e] + s_cursor[warp][e] + __popc(same & lanes_below);
-        p.permuted_to_expanded[dst] = row;
-        p.expanded_to_permuted[row] = dst;
-      } else if (row < p.rows) {
-        p.expanded_to_permuted[row] = -1;
+    // Pass 2: place the rows, each on its own (the warp that ranked them:
+    // its bases are s_cursor[warp]); kPiecesAtOnce rows a lane read before
+    // any is placed.
+    for (int piece = span_begin; piece < span_end; piece += kPiecesAtOnce * kWarpSize) {
+      int packed[kPiecesAtOnce];
+#pragma unroll
+      for (int j = 0; j < kPiecesAtOnce; ++j) {
+        const int i = piece + j * kWarpSize + lane;
+        packed[j] = i < span_end ? s_row[i] : -1;
       }
-      __syncwarp();  // every lane has read its cursor before the leader moves it
-      if (e >= 0 && (same & lanes_below) == 0) s_cursor[warp][e] += __popc(same);
-      __syncwarp();
+#pragma unroll
+      for (int j = 0; j < kPiecesAtOnce; ++j) {
+        const int i = piece + j * kWarpSize + lane;
+        const int row = chunk_begin + i;
+        if (i >= span_end || row >= p.rows) continue;
+        const int e = packed_expert(packed[j]);
+        if (e >= 0) {
+          const int dst = s_first[e] + s_cursor[warp][e] + packed_rank(packed[j]);
+          p.permuted_to_expanded[dst] = row;
+          p.expanded_to_permuted[row] = dst;
+        } else {
+          p.expanded_to_permuted[row] = -1;
+        }
+      }
     }
   }
 
-  write_tiles(p, s_count, s_offset, s_bases, s_warp);
+  write_tiles(p, s_offset, s_bases, s_warp);
 }
 
 void require(bool ok, const std::string& message) {
