@@ -205,6 +205,30 @@ UNIMOE_HD int octets_from_tokens(int num_experts, bool grouped) {
   if (num_experts >= 256) return 4096;
   return num_experts >= 128 ? 8192 : 16384;
 }
+// From how many tokens the octet kernel takes its filter mode (a token's
+// logits staged into shared memory by coalesced copies, filter keys from the
+// SFU's exp and reciprocal, exact keys only for the candidates near the
+// threshold) instead of exact keys for every expert. The filter mode
+// issues fewer instructions (DeepSeekV3 E=256 K=8 T=16384: 6.39M against
+// 8.65M) but a longer chain a warp (the candidates' logits load again), so
+// it pays where the GPU is full. Measured (session 15 run 7, H200, against
+// the exact mode, DeepSeekV3 with 8 groups and MiniMax2, K 1/4/8): grouped,
+// E=256 T=16384 0.90-0.95 (K=8 24.50 -> 22.31 us), T=8192 1.00, T=4096
+// 1.08; E=384 0.96 at 8192, 0.85-0.90 at 16384; E = 64 and 128 1.02-1.12
+// slower everywhere. With one group: E = 256 and 384 0.93-0.98 from 4096
+// (0.84-0.86 at 16384), E=128 0.95-0.98 from 8192, E=64 1.02-1.03 slower.
+// 0: never. `forced` > 0 (UNIMOE_SPLIT_OCTET_FILTER_MIN_TOKENS) replaces
+// the bound.
+UNIMOE_HD int octet_filter_from_tokens(int num_experts, bool grouped) {
+  if (grouped) return num_experts >= 256 ? 8192 : 0;
+  if (num_experts >= 256) return 4096;
+  return num_experts >= 128 ? 8192 : 0;
+}
+UNIMOE_HD bool octets_filter(int num_experts, int n_group, int num_tokens, int forced) {
+  const int from = forced > 0 ? forced : octet_filter_from_tokens(num_experts, n_group > 1);
+  return from > 0 && num_tokens >= from;
+}
+
 UNIMOE_HD bool split_takes_octets(bool deepseek, int num_experts, int top_k, int n_group,
                                   int num_tokens, int forced) {
   if (!deepseek || top_k > kOctetLanes || num_experts % kOctetLanes != 0) return false;

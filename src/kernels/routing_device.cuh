@@ -68,6 +68,14 @@ __device__ __forceinline__ float load_logit(const uint16_t* row, int e) {
   return __uint_as_float(static_cast<uint32_t>(row[e]) << 16);
 }
 
+// The same through the read-only path (ld.global.nc): for rows no kernel
+// writes while it runs, so that the load may move above shared-memory
+// stores.
+__device__ __forceinline__ float load_logit_ro(const float* row, int e) { return __ldg(row + e); }
+__device__ __forceinline__ float load_logit_ro(const uint16_t* row, int e) {
+  return __uint_as_float(static_cast<uint32_t>(__ldg(row + e)) << 16);
+}
+
 __device__ __forceinline__ float nan_to_neg_inf(float v) { return isnan(v) ? -INFINITY : v; }
 
 // Order-preserving map of a NaN-free float to uint32 (-inf -> 0x007fffff,
@@ -124,6 +132,23 @@ __device__ __forceinline__ double sigmoid(double x) {
 // DeepSeek's fp32 score, formed as the reference forms it: the fixed fp32
 // operation sequence of core/sigmoid_fp32.h, bit for bit the host's.
 __device__ __forceinline__ float deepseek_score(float x) { return sigmoid_fp32(x); }
+
+// A fast stand-in for deepseek_score, for filtering only (the octet kernel:
+// its keys pick candidates within a margin, whose exact keys then decide):
+// 1 / (1 + 2^(-x log2 e)) by the SFU's ex2.approx and rcp.approx, five
+// instructions against about 35. NaN gives 0, as deepseek_score does (the
+// clamp takes NaN to its bound, where the power overflows to +inf).
+// |approx_score(x) - deepseek_score(x)| <= kApproxScoreError for every
+// float x: checked on the GPU over all 2^32 inputs
+// (RoutingGpu.ApproxScoreIsWithinItsBoundOfEveryScore).
+inline constexpr float kApproxScoreError = 0x1p-22f;  // measured: 1.79e-7 (1.5 * 2^-23)
+__device__ __forceinline__ float approx_score(float x) {
+  const float z = fminf(-x, 126.0f) * 1.44269504f;  // -x log2 e; NaN -> 126 log2 e
+  float e, s;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(z));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(s) : "f"(1.0f + e));
+  return s;
+}
 
 // The experts a lane holds in its kPerLane slots.
 //   - kRuns: lane l holds l * kPerLane .. l * kPerLane + kPerLane - 1. A

@@ -31,6 +31,24 @@
 // 8; run 4's build 9.32M: 350 a token up to the keys' last store, 181 in
 // the groups, threshold and selection, 33 in the weights) against the warp
 // kernel's 19.3M (run 1).
+//
+// The filter mode (routing_shape::octets_filter: the largest T, 16-byte
+// aligned logits) takes steps 1-3 with filter keys first:
+//   - each token's row is staged into its octet's slots by coalesced
+//     cp.async copies (stage_row), and each key is approx_score(x) + bias,
+//     within kApproxScoreError of the exact score (checked on the GPU for
+//     every float);
+//   - the kept groups are taken only where the filter scores decide them
+//     beyond group_margin (else the warp redoes steps 1-3 with exact
+//     keys), and the candidates are the kept filter keys within
+//     key_margin of the threshold: a superset of the exact K best;
+//   - the candidates' exact keys (their logits loaded again, spread over
+//     the octet) fill the list, so the ranks, ids and weights are the
+//     exact mode's.
+// Session 15 (ncu, T=16384, kernel alone): DeepSeekV3 E=256 K=8 16.2 ->
+// 14.2 us (8.65M -> 6.39M warp instructions), MiniMax2 15.7 -> 12.5. Filter
+// keys without the staging ran slower than the exact mode (run 5: 17.4 us,
+// the lanes' own-run loads waiting on the load/store queues).
 #include <cstdint>
 #include <type_traits>
 
@@ -71,9 +89,33 @@ __device__ __forceinline__ uint64_t octet_max(uint64_t v, unsigned mask) {
   return v;
 }
 
-// Step 2: whether this lane's group is kept (every lane calls it).
+// Filter keys (approx_score) against the exact ones: a key's two forms
+// differ by at most kApproxScoreError in the score plus the roundings of
+// adding the bias (half an ulp of the key each: 2^-23 |c| in all), a group
+// score's by its two keys' and the rounding of their sum. The margins are
+// twice those bounds: the kept groups (where a filter score is within the
+// margins of another group's, the warp takes the exact keys) and the
+// candidates (within key_margin of the threshold, whose own key has an
+// error too). Wider margins cost exact passes: session 15 run 4, with
+// margins 20 times these bounds, DeepSeekV3 (8 groups) ran 1.08-1.26x
+// slower than with exact keys alone.
+__device__ __forceinline__ float group_margin(float first, float second) {
+  return 4.0f * kApproxScoreError + 0x1p-21f * (fabsf(first) + fabsf(second));
+}
+__device__ __forceinline__ float key_margin(float t) {
+  return 4.0f * kApproxScoreError + 0x1p-21f * fabsf(t);
+}
+
+// Step 2: whether this lane's group is kept (every lane calls it). With
+// filter keys (!kExact), `certain` says whether the exact keys keep the same
+// groups: each other group's score is surely above this one's (beyond both
+// margins) or surely not, wherever that decides this group. Infinite scores
+// are the same with either kind of key (the same experts' biases make
+// them), so a pair with one compares exactly.
+template <bool kExact>
 __device__ __forceinline__ bool octet_group_kept(const RoutingKernelParams& p, int sub, float first,
-                                                 float second) {
+                                                 float second, bool& certain) {
+  certain = true;
   if (p.n_group == 1) return true;
   const int lanes_log2 = 3 - (__ffs(p.n_group) - 1);  // lanes a group: 8 / n_group
   for (int d = (1 << lanes_log2) / 2; d > 0; d /= 2) {
@@ -82,14 +124,35 @@ __device__ __forceinline__ bool octet_group_kept(const RoutingKernelParams& p, i
     second = fmaxf(fminf(first, other_first), fmaxf(second, other_second));
     first = fmaxf(first, other_first);
   }
-  const uint32_t group_key = order_key(nan_to_neg_inf(first + second));  // +inf + -inf
+  // The group score, NaN-free (+inf + -inf); floats compare as order_key
+  // does (-0 == +0), ties to the lower group.
+  const float score = nan_to_neg_inf(first + second);
+  // Two groups' margins, bounded by twice the octet's largest (finite
+  // scores only: a pair with an infinite one compares exactly).
+  float margin = 0.0f;
+  if constexpr (!kExact) {
+    margin = isinf(score) ? 0.0f : group_margin(first, second);
+#pragma unroll
+    for (int d = kOctetLanes / 2; d > 0; d /= 2)
+      margin = fmaxf(margin, __shfl_xor_sync(kFullMask, margin, d, kOctetLanes));
+    margin *= 2.0f;
+  }
   const int group = sub >> lanes_log2;
-  int rank = 0;
+  int rank = 0, surely_above = 0, maybe_above = 0;
 #pragma unroll
   for (int g = 0; g < kOctetLanes; ++g) {
-    const uint32_t other = __shfl_sync(kFullMask, group_key, (g << lanes_log2) & 7, kOctetLanes);
-    if (g < p.n_group) rank += other > group_key || (other == group_key && g < group);
+    const float other = __shfl_sync(kFullMask, score, (g << lanes_log2) & 7, kOctetLanes);
+    const bool above = other > score || (other == score && g < group);
+    if (g < p.n_group) rank += above;
+    if constexpr (!kExact) {
+      const bool exact_pair = isinf(score) || isinf(other);
+      if (g < p.n_group && g != group) {
+        surely_above += exact_pair ? above : other > score + margin;
+        maybe_above += exact_pair ? above : other >= score - margin;
+      }
+    }
   }
+  if constexpr (!kExact) certain = maybe_above < p.topk_group || surely_above >= p.topk_group;
   return rank < p.topk_group;
 }
 
@@ -109,7 +172,169 @@ __device__ __forceinline__ float octet_threshold(int top_k, bool kept, float sec
 template <int kPerLane>
 using SlotMask = std::conditional_t<(kPerLane > 32), uint64_t, uint32_t>;
 
+template <bool kExact>
+__device__ __forceinline__ float key_score(float x) {
+  return kExact ? deepseek_score(x) : approx_score(x);
+}
+
+// Where an octet's runs lie in its token's row of s_keys: a slot of
+// kPerLane + 4 words a lane, the run's logits staged at its end
+// (kStageBytes in), its keys written from the start over them (key j's
+// store never reaches a logit not yet read: j's 4 bytes end before logit
+// j + 4 begins, for fp32 and bf16 alike).
 template <typename LogitT, int kPerLane>
+struct RunSlots {
+  static constexpr int kSlotBytes = (kPerLane + 4) * 4;
+  static constexpr int kRunBytes = kPerLane * static_cast<int>(sizeof(LogitT));
+  static constexpr int kPieces = kRunBytes / 16;  // 16-byte pieces a run
+  static constexpr int kStageBytes = kSlotBytes - kRunBytes;
+  static_assert(kRunBytes % 16 == 0 && kStageBytes % 16 == 0, "runs of whole 16-byte pieces");
+};
+
+__device__ __forceinline__ void cp_async_16(void* smem, const void* global) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(smem))),
+               "l"(global)
+               : "memory");
+}
+
+// The token's row (16-byte aligned) into its octet's run slots by
+// cp.async: piece q of the row (16 bytes) goes to run q / kPieces, and lane
+// `sub` copies pieces sub, sub + 8, ..., so that each step of an octet
+// reads 128 contiguous bytes, all in flight at once. (Each lane reading its
+// own run from global memory touched a different 128-byte line a lane,
+// four round trips in a row: session 15 run 6, ncu, the loads waited on
+// the load/store queues.) Every lane of the warp calls it.
+template <typename LogitT, int kPerLane>
+__device__ __forceinline__ void stage_row(const LogitT* row, float* token_slots, int sub) {
+  using S = RunSlots<LogitT, kPerLane>;
+  const char* src = reinterpret_cast<const char*>(row);
+  char* dst = reinterpret_cast<char*>(token_slots);
+#pragma unroll
+  for (int i = 0; i < S::kPieces; ++i) {
+    const int q = i * kOctetLanes + sub;
+    cp_async_16(dst + (q / S::kPieces) * S::kSlotBytes + S::kStageBytes + (q % S::kPieces) * 16,
+                src + q * 16);
+  }
+  asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+  __syncwarp();  // the octet's pieces, copied by its other lanes
+}
+
+// Four staged logits of the lane's run from `staged` (its slot's run).
+__device__ __forceinline__ void staged_four(const float* staged, int v, float (&x)[4]) {
+  const float4 f = *reinterpret_cast<const float4*>(staged + v);
+  x[0] = f.x, x[1] = f.y, x[2] = f.z, x[3] = f.w;
+}
+__device__ __forceinline__ void staged_four(const uint16_t* staged, int v, float (&x)[4]) {
+  const uint2 u = *reinterpret_cast<const uint2*>(staged + v);
+  x[0] = __uint_as_float(u.x << 16), x[1] = __uint_as_float(u.x & 0xffff0000u);
+  x[2] = __uint_as_float(u.y << 16), x[3] = __uint_as_float(u.y & 0xffff0000u);
+}
+
+// The keys of four logits into keys[v..v+3], and the lane's two best.
+template <bool kExact>
+__device__ __forceinline__ void four_keys(const float (&x)[4], const float* bias, float* keys, int v,
+                                          float& first, float& second) {
+  const float4 b = *reinterpret_cast<const float4*>(bias + v);
+  const float c[4] = {key_score<kExact>(x[0]) + b.x, key_score<kExact>(x[1]) + b.y,
+                      key_score<kExact>(x[2]) + b.z, key_score<kExact>(x[3]) + b.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    second = fmaxf(second, fminf(first, c[i]));
+    first = fmaxf(first, c[i]);
+  }
+  *reinterpret_cast<float4*>(keys + v) = make_float4(c[0], c[1], c[2], c[3]);
+}
+
+// Step 1: the lane's keys into shared memory (its slot), and its two best.
+// kExact: deepseek_key's c (sigmoid_fp32 takes NaN as -inf); else filter
+// keys. kStaged (the filter mode; 16-byte aligned logits): the token's row
+// is staged first (stage_row); otherwise each lane loads its own run,
+// kChunk logits at a time, the next chunk loading meanwhile (a chunk never
+// reaches past E = 8 * kPerLane: the bound given to load_slots is the
+// chunk's own length).
+template <bool kExact, bool kStaged, typename LogitT, int kPerLane>
+__device__ __forceinline__ void octet_keys(const LogitT* row, int sub, const float* bias, float* keys,
+                                           float& first, float& second) {
+  first = -INFINITY;
+  second = -INFINITY;
+  if constexpr (kStaged) {
+    using S = RunSlots<LogitT, kPerLane>;
+    stage_row<LogitT, kPerLane>(row, keys - sub * (kPerLane + 4), sub);
+    const LogitT* staged =
+        reinterpret_cast<const LogitT*>(reinterpret_cast<const char*>(keys) + S::kStageBytes);
+#pragma unroll
+    for (int v = 0; v < kPerLane; v += 4) {
+      float x[4];
+      staged_four(staged, v, x);
+      four_keys<kExact>(x, bias, keys, v, first, second);
+    }
+  } else {
+    const LogitT* lane_row = row + sub * kPerLane;
+    float x[kChunk];
+    load_slots<true>(lane_row, kChunk, Slots<kChunk, true>{0}, 0.0f, x);
+#pragma unroll
+    for (int v = 0; v < kPerLane; v += kChunk) {
+      float next[kChunk];
+      if (v + kChunk < kPerLane)
+        load_slots<true>(lane_row + v + kChunk, kChunk, Slots<kChunk, true>{0}, 0.0f, next);
+#pragma unroll
+      for (int j = 0; j < kChunk; j += 4) {
+        const float four[4] = {x[j], x[j + 1], x[j + 2], x[j + 3]};
+        four_keys<kExact>(four, bias, keys, v + j, first, second);
+      }
+      if (v + kChunk < kPerLane) {
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) x[j] = next[j];
+      }
+    }
+  }
+}
+
+// Steps 1-3 with one kind of key: the lane's candidates (a bit a slot),
+// and whether the exact keys are needed (filter keys only: a kept group
+// the exact keys might not keep, a threshold at +inf, or more candidates
+// than the list holds).
+template <bool kExact, bool kStaged, typename LogitT, int kPerLane>
+__device__ __forceinline__ SlotMask<kPerLane> octet_candidates(const RoutingKernelParams& p, int sub,
+                                                               const LogitT* row, const float* bias,
+                                                               float* keys, bool& exact_needed) {
+  using Mask = SlotMask<kPerLane>;
+  float first, second;
+  octet_keys<kExact, kStaged, LogitT, kPerLane>(row, sub, bias, keys, first, second);
+  // 2-3. Kept groups, the threshold, the candidates (a lane reads back only
+  // its own keys: no barrier). Filter keys take every key within
+  // key_margin of the threshold: at least K kept keys reach t, so the K-th
+  // best exact key is at least t less one key's error, and each exact one
+  // of the K best has a filter key at least t less two.
+  bool certain;
+  const bool kept = octet_group_kept<kExact>(p, sub, first, second, certain);
+  const float t = octet_threshold(p.top_k, kept, second);
+  const float floor = kExact ? t : t - key_margin(t);  // -inf stays -inf
+  Mask candidates = 0;
+  if (kept) {
+#pragma unroll
+    for (int j = 0; j < kPerLane; j += 4) {
+      const float4 c = *reinterpret_cast<const float4*>(keys + j);
+      candidates |= static_cast<Mask>((c.x >= floor) | (c.y >= floor) << 1 | (c.z >= floor) << 2 |
+                                      (c.w >= floor) << 3)
+                    << j;
+    }
+  }
+  exact_needed = !kExact && (!certain || t == INFINITY);
+  return candidates;
+}
+
+__device__ __forceinline__ int popcount(uint32_t m) { return __popc(m); }
+__device__ __forceinline__ int popcount(uint64_t m) { return __popcll(m); }
+__device__ __forceinline__ int lowest_slot(uint32_t m) { return __ffs(static_cast<int>(m)) - 1; }
+__device__ __forceinline__ int lowest_slot(uint64_t m) {
+  return __ffsll(static_cast<long long>(m)) - 1;
+}
+
+// kFilter: the filter mode (octets_filter; 16-byte aligned logits only),
+// else exact keys for every expert.
+template <typename LogitT, int kPerLane, bool kFilter>
 __global__ void __launch_bounds__(kThreads) routing_octets_kernel(RoutingKernelParams p) {
   using Mask = SlotMask<kPerLane>;
   // Each lane's keys, and the bias in the same layout; + 4 words a lane
@@ -135,73 +360,68 @@ __global__ void __launch_bounds__(kThreads) routing_octets_kernel(RoutingKernelP
   const bool live = token < p.num_tokens;  // the warp's last octets may route a copy of a token
   const LogitT* row = static_cast<const LogitT*>(p.logits) +
                       static_cast<size_t>(live ? token : p.num_tokens - 1) * p.num_experts;
-
-  // 1. Keys, into shared memory, and this lane's two best, kChunk at a time
-  // (few keys live in registers: the registers decide how many warps hide
-  // each key's chain), the next chunk's logits loading meanwhile. A chunk
-  // of a lane's run never reaches past E (E = 8 * kPerLane): the bound
-  // given to load_slots is the chunk's own length.
   float* keys = s_keys[slot][sub];
   const float* bias = s_bias[sub];
-  float first = -INFINITY, second = -INFINITY;
-  float x[kChunk];  // logits
-  load_slots<true>(row + base, kChunk, Slots<kChunk, true>{0}, 0.0f, x);
-#pragma unroll
-  for (int v = 0; v < kPerLane; v += kChunk) {
-    float next[kChunk];
-    if (v + kChunk < kPerLane)
-      load_slots<true>(row + base + v + kChunk, kChunk, Slots<kChunk, true>{0}, 0.0f, next);
-#pragma unroll
-    for (int j = 0; j < kChunk; j += 4) {
-      const float4 b = *reinterpret_cast<const float4*>(bias + v + j);
-      // deepseek_key's c (sigmoid_fp32 takes NaN as -inf).
-      const float c[4] = {deepseek_score(x[j]) + b.x, deepseek_score(x[j + 1]) + b.y,
-                          deepseek_score(x[j + 2]) + b.z, deepseek_score(x[j + 3]) + b.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        second = fmaxf(second, fminf(first, c[i]));
-        first = fmaxf(first, c[i]);
-      }
-      *reinterpret_cast<float4*>(keys + v + j) = make_float4(c[0], c[1], c[2], c[3]);
-    }
-    if (v + kChunk < kPerLane) {
-#pragma unroll
-      for (int j = 0; j < kChunk; ++j) x[j] = next[j];
-    }
-  }
 
-  // 2-3. Kept groups, the threshold, the candidates as a bit a slot (a lane
-  // reads back only its own keys: no barrier).
-  const bool kept = octet_group_kept(p, sub, first, second);
-  const float t = octet_threshold(p.top_k, kept, second);
+  const auto octet_total = [&](Mask m, int& before) {
+    const int mine = popcount(m);
+    before = mine;  // inclusive prefix over the octet
+#pragma unroll
+    for (int d = 1; d < kOctetLanes; d *= 2) {
+      const int v = __shfl_up_sync(kFullMask, before, d, kOctetLanes);
+      if (sub >= d) before += v;
+    }
+    const int total = __shfl_sync(kFullMask, before, kOctetLanes - 1, kOctetLanes);
+    before -= mine;
+    return total;
+  };
+  // 1-3: in the filter mode with filter keys first, and the warp again
+  // with exact keys where any of its tokens needs them (rare on real
+  // logits: near-ties of groups, infinite thresholds, ties of many keys).
+  bool exact_needed = true, keys_exact = true;
   Mask candidates = 0;
-  if (kept) {
-#pragma unroll
-    for (int j = 0; j < kPerLane; j += 4) {
-      const float4 c = *reinterpret_cast<const float4*>(keys + j);
-      candidates |= static_cast<Mask>((c.x >= t) | (c.y >= t) << 1 | (c.z >= t) << 2 | (c.w >= t) << 3)
-                    << j;
-    }
+  int before = 0, total = 0;
+  if constexpr (kFilter) {
+    candidates = octet_candidates<false, true, LogitT, kPerLane>(p, sub, row, bias, keys, exact_needed);
+    total = octet_total(candidates, before);
+    keys_exact = __any_sync(kFullMask, exact_needed || total > kListMax);  // uniform
   }
-  const int mine = kPerLane > 32 ? __popcll(candidates) : __popc(static_cast<uint32_t>(candidates));
-  int before = mine;  // inclusive prefix over the octet
-#pragma unroll
-  for (int d = 1; d < kOctetLanes; d *= 2) {
-    const int v = __shfl_up_sync(kFullMask, before, d, kOctetLanes);
-    if (sub >= d) before += v;
+  if (keys_exact) {
+    candidates =
+        octet_candidates<true, kFilter, LogitT, kPerLane>(p, sub, row, bias, keys, exact_needed);
+    total = octet_total(candidates, before);
   }
-  const int total = __shfl_sync(kFullMask, before, kOctetLanes - 1, kOctetLanes);
-  before -= mine;
 
-  // 4. The K best: ranked in shared memory, or K rounds where too many.
+  // 4. The K best: ranked in shared memory by their exact keys, or K rounds
+  // where too many (exact keys only).
   const bool listed = total <= kListMax;
   if (listed) {
     int at = before;
     for (Mask m = candidates; m != 0; m &= m - 1) {
-      const int j = kPerLane > 32 ? __ffsll(static_cast<long long>(m)) - 1
-                                  : __ffs(static_cast<int>(m)) - 1;
-      s_list[slot][at++] = candidate_pair(keys[j], base + j);
+      const int j = lowest_slot(m);
+      s_list[slot][at++] = keys_exact ? candidate_pair(keys[j], base + j) : uint64_t(base + j);
     }
+  }
+  if (listed && !keys_exact) {
+    // The candidates' exact keys, spread over the octet (entry i on lane
+    // i % 8: at most kListMax / 8 rounded up a lane, their logits all
+    // loading first) rather than each lane its own (up to kPerLane, one
+    // after another).
+    constexpr int kPerSub = (kListMax + kOctetLanes - 1) / kOctetLanes;
+    __syncwarp();
+    int e[kPerSub];
+    float x[kPerSub];
+#pragma unroll
+    for (int q = 0; q < kPerSub; ++q) {
+      const int i = sub + q * kOctetLanes;
+      e[q] = i < total ? static_cast<int>(s_list[slot][i]) : -1;
+      x[q] = e[q] >= 0 ? load_logit_ro(row, e[q]) : 0.0f;
+    }
+#pragma unroll
+    for (int q = 0; q < kPerSub; ++q)
+      if (e[q] >= 0)
+        s_list[slot][sub + q * kOctetLanes] =
+            candidate_pair(deepseek_score(x[q]) + s_bias[e[q] / kPerLane][e[q] % kPerLane], e[q]);
   }
   __syncwarp();
   if (listed) {
@@ -222,8 +442,7 @@ __global__ void __launch_bounds__(kThreads) routing_octets_kernel(RoutingKernelP
     for (int k = 0; k < p.top_k; ++k) {
       uint64_t best = 0;  // the lane's best left candidate (the lower slot on ties)
       for (Mask m = left; m != 0; m &= m - 1) {
-        const int j = kPerLane > 32 ? __ffsll(static_cast<long long>(m)) - 1
-                                    : __ffs(static_cast<int>(m)) - 1;
+        const int j = lowest_slot(m);
         const uint64_t pair = candidate_pair(keys[j], base + j);
         best = pair > best ? pair : best;
       }
@@ -248,14 +467,25 @@ __global__ void __launch_bounds__(kThreads) routing_octets_kernel(RoutingKernelP
   }
 }
 
+template <typename LogitT, bool kFilter>
+void launch_mode(const RoutingKernelParams& p, int blocks, cudaStream_t stream) {
+  switch (p.num_experts / kOctetLanes) {
+    case 8: launch_pdl(routing_octets_kernel<LogitT, 8, kFilter>, blocks, kThreads, 0, stream, p); break;
+    case 16: launch_pdl(routing_octets_kernel<LogitT, 16, kFilter>, blocks, kThreads, 0, stream, p); break;
+    case 32: launch_pdl(routing_octets_kernel<LogitT, 32, kFilter>, blocks, kThreads, 0, stream, p); break;
+    default: launch_pdl(routing_octets_kernel<LogitT, 48, kFilter>, blocks, kThreads, 0, stream, p); break;
+  }
+}
+
 template <typename LogitT>
 void launch_for_slots(const RoutingKernelParams& p, cudaStream_t stream) {
+  static const int forced = env_int("UNIMOE_SPLIT_OCTET_FILTER_MIN_TOKENS", 0);
   const int blocks = ceil_div(p.num_tokens, kTokensPerBlock);
-  switch (p.num_experts / kOctetLanes) {
-    case 8: launch_pdl(routing_octets_kernel<LogitT, 8>, blocks, kThreads, 0, stream, p); break;
-    case 16: launch_pdl(routing_octets_kernel<LogitT, 16>, blocks, kThreads, 0, stream, p); break;
-    case 32: launch_pdl(routing_octets_kernel<LogitT, 32>, blocks, kThreads, 0, stream, p); break;
-    default: launch_pdl(routing_octets_kernel<LogitT, 48>, blocks, kThreads, 0, stream, p); break;
+  const bool aligned = reinterpret_cast<uintptr_t>(p.logits) % 16 == 0;  // every row then (E % 8 == 0)
+  if (aligned && routing_shape::octets_filter(p.num_experts, p.n_group, p.num_tokens, forced)) {
+    launch_mode<LogitT, true>(p, blocks, stream);
+  } else {
+    launch_mode<LogitT, false>(p, blocks, stream);
   }
   UNIMOE_LAUNCH_CHECK();
 }

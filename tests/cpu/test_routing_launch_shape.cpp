@@ -209,5 +209,33 @@ TEST(RoutingLaunchShape, SplitTakesOctetsWhereItServes) {
   EXPECT_FALSE(split_takes_octets(true, 512, 8, 8, 1, 1));
 }
 
+// The octet kernel's filter mode (session 15 run 7): with groups from 8192
+// tokens at E = 256 and 384, never at E = 64 and 128; with one group from
+// 4096 at E >= 256, 8192 at E = 128, never at E = 64. Never before the
+// octet kernel itself takes the call. `forced` replaces the bound.
+TEST(RoutingLaunchShape, OctetFilterModeFromItsMeasuredBounds) {
+  EXPECT_EQ(octet_filter_from_tokens(384, true), 8192);
+  EXPECT_EQ(octet_filter_from_tokens(256, true), 8192);
+  EXPECT_EQ(octet_filter_from_tokens(128, true), 0);
+  EXPECT_EQ(octet_filter_from_tokens(64, true), 0);
+  EXPECT_EQ(octet_filter_from_tokens(384, false), 4096);
+  EXPECT_EQ(octet_filter_from_tokens(256, false), 4096);
+  EXPECT_EQ(octet_filter_from_tokens(128, false), 8192);
+  EXPECT_EQ(octet_filter_from_tokens(64, false), 0);
+  for (int e : {64, 128, 256, 384})
+    for (int n_group : {1, 8}) {
+      const int from = octet_filter_from_tokens(e, n_group > 1);
+      if (from == 0) {
+        EXPECT_FALSE(octets_filter(e, n_group, 1 << 20, 0));
+        continue;
+      }
+      EXPECT_GE(from, octets_from_tokens(e, n_group > 1));
+      EXPECT_TRUE(octets_filter(e, n_group, from, 0));
+      EXPECT_FALSE(octets_filter(e, n_group, from - 1, 0));
+    }
+  EXPECT_TRUE(octets_filter(64, 1, 100, 100));  // forced
+  EXPECT_FALSE(octets_filter(64, 1, 99, 100));
+}
+
 }  // namespace
 }  // namespace unimoe::routing_shape

@@ -9,7 +9,9 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <iterator>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -77,14 +79,20 @@ struct DeviceRouting {
   std::vector<float> weights;
 };
 
+// misalign: the logits start that many elements into their allocation
+// (rows then miss 16-byte alignment: the kernels' narrow-load paths).
 DeviceRouting route_on_device(const RoutingConfig& c, const Logits& l, int num_tokens,
-                              const std::vector<float>& bias) {
+                              const std::vector<float>& bias, int misalign = 0) {
   DeviceBuffer<float> logits_f32;
   DeviceBuffer<uint16_t> logits_bf16;
   if (c.logits_type == LogitsType::BF16) {
-    logits_bf16 = DeviceBuffer<uint16_t>(l.bf16);
+    std::vector<uint16_t> padded(static_cast<std::size_t>(misalign), 0);
+    padded.insert(padded.end(), l.bf16.begin(), l.bf16.end());
+    logits_bf16 = DeviceBuffer<uint16_t>(padded);
   } else {
-    logits_f32 = DeviceBuffer<float>(l.values);
+    std::vector<float> padded(static_cast<std::size_t>(misalign), 0.0f);
+    padded.insert(padded.end(), l.values.begin(), l.values.end());
+    logits_f32 = DeviceBuffer<float>(padded);
   }
   DeviceBuffer<float> d_bias;
   if (!bias.empty()) d_bias = DeviceBuffer<float>(bias);
@@ -95,8 +103,9 @@ DeviceRouting route_on_device(const RoutingConfig& c, const Logits& l, int num_t
   weights.poison();
 
   RoutingParams p;
-  p.logits = c.logits_type == LogitsType::BF16 ? static_cast<const void*>(logits_bf16.get())
-                                               : static_cast<const void*>(logits_f32.get());
+  p.logits = c.logits_type == LogitsType::BF16
+                 ? static_cast<const void*>(logits_bf16.get() + misalign)
+                 : static_cast<const void*>(logits_f32.get() + misalign);
   p.bias = c.has_bias ? d_bias.get() : nullptr;
   p.num_tokens = num_tokens;
   p.config = c;
@@ -116,8 +125,8 @@ bool weight_close(float got, float want) {
 
 // Compares every id and weight; reports the count and the first mismatch.
 void expect_matches_reference(const RoutingConfig& c, const Logits& l, int num_tokens,
-                              const std::vector<float>& bias) {
-  const DeviceRouting got = route_on_device(c, l, num_tokens, bias);
+                              const std::vector<float>& bias, int misalign = 0) {
+  const DeviceRouting got = route_on_device(c, l, num_tokens, bias, misalign);
   const ref::Routing want =
       ref::route(c, l.values.data(), num_tokens, c.has_bias ? bias.data() : nullptr);
   int id_errors = 0, weight_errors = 0;
@@ -261,10 +270,22 @@ TEST(RoutingGpu, GroupedDeepSeekV3WhereRunsSort) {
   EXPECT_GT(halves, 15);
 }
 
+// A T the octet kernel routes, plus `extra`: in its filter mode
+// (routing_shape::octets_filter, for aligned logits) where `filter` and the
+// shape has one, else in its exact mode where the shape has one below the
+// filter's bound.
+int octet_tokens(int e, int n_group, bool filter, int extra) {
+  const int octets = routing_shape::octets_from_tokens(e, n_group > 1);
+  const int from = routing_shape::octet_filter_from_tokens(e, n_group > 1);
+  return (filter && from > 0 ? std::max(octets, from) : octets) + extra;
+}
+
 // The octet kernel (routing_octets.cu; from routing_shape::octets_from_tokens
 // tokens): every E and n_group it serves, K 1..8, kept groups from one to
-// all, fp32 and bf16, MiniMax2; T leaves a partial last block and warp.
-// Every fourth case has a hot expert (ahead in every token).
+// all, fp32 and bf16, MiniMax2, its filter and exact modes (octet_tokens);
+// T leaves a partial last block and warp. Every fourth case has a hot
+// expert (ahead in every token); every third case's logits are not
+// 16-byte aligned (the exact mode, whatever T).
 TEST(RoutingGpu, DeepSeekOctets) {
   UNIMOE_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
@@ -280,7 +301,7 @@ TEST(RoutingGpu, DeepSeekOctets) {
                                              cases % 2 ? LogitsType::BF16 : LogitsType::F32);
           if (n_group == 0) c.policy = RoutingPolicy::MiniMax2;
           if (!test::legal_routing(c)) continue;
-          const int t = routing_shape::octets_from_tokens(e, c.n_group > 1) + 13;
+          const int t = octet_tokens(e, c.n_group, cases % 2 == 0, 13);  // both modes
           RoutingParams rp;
           rp.config = c;
           rp.num_tokens = t;
@@ -293,7 +314,9 @@ TEST(RoutingGpu, DeepSeekOctets) {
             for (int i = 0; i < t; ++i) values[static_cast<std::size_t>(i) * e + hot] += 8.0f;
           }
           const Logits l = make_logits(std::move(values), c);
-          expect_matches_reference(c, l, t, uniform(e, rng, -1, 1));
+          const int misalign = cases % 3 == 2 ? 1 : 0;  // the unaligned kernel too
+          SCOPED_TRACE("logits misaligned by " + std::to_string(misalign));
+          expect_matches_reference(c, l, t, uniform(e, rng, -1, 1), misalign);
           ++cases;
         }
       }
@@ -303,8 +326,9 @@ TEST(RoutingGpu, DeepSeekOctets) {
 }
 
 // The octet kernel on the hard rows (ties, NaN, infinities, all equal: more
-// candidates than its list holds, so K octet rounds instead), with finite
-// and non-finite biases.
+// candidates than its list holds, so K octet rounds instead; in the filter
+// mode, exact keys for the warp first), with finite and non-finite biases,
+// in both modes.
 TEST(RoutingGpu, AdversarialLogitsOfOctets) {
   UNIMOE_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
@@ -321,7 +345,7 @@ TEST(RoutingGpu, AdversarialLogitsOfOctets) {
           c.has_bias = bias_kind > 0;
           c = with_groups(c);
           if (!test::legal_routing(c)) continue;
-          const int t = routing_shape::octets_from_tokens(e, c.n_group > 1) + 5;
+          const int t = octet_tokens(e, c.n_group, cases % 2 == 0, 5);  // both modes
           ASSERT_TRUE(routing_shape::split_takes_octets(true, e, k, c.n_group, t, 0));
           SCOPED_TRACE(describe(c, t) + " bias_kind " + std::to_string(bias_kind));
           std::vector<float> values = test::adversarial_logits(t, e, k, rng);
@@ -333,6 +357,60 @@ TEST(RoutingGpu, AdversarialLogitsOfOctets) {
     }
   }
   EXPECT_EQ(cases, 2 * 3 * 3 * 3);
+}
+
+// The octet kernel's filter keys (approx_score) against near-ties, where the
+// filter and the exact keys may order experts or groups differently: every
+// token has a run of experts whose logits differ by a few ulps (mode 0), or
+// groups whose two best logits do (mode 1: the kept groups are then not
+// certain from the filter keys, so the warp takes the exact keys), or plain
+// logits (mode 2); biases are absent or tiny (a few ulps of the keys, within
+// the filter's margins). T puts each shape in the filter mode where it has
+// one (E = 64 and grouped E = 128: the exact mode).
+TEST(RoutingGpu, NearTiesOfOctets) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  int cases = 0;
+  for (int e : {64, 256, 384}) {
+    for (int k : {2, 4, 8}) {
+      for (int n_group : {1, 4, 8}) {
+        for (LogitsType type : kTypes) {
+          RoutingConfig c = grouped_deepseek(e, k, n_group, std::max(1, n_group / 2), type);
+          c.has_bias = cases % 2 == 1;
+          if (!test::legal_routing(c)) continue;
+          const int t = octet_tokens(e, n_group, true, 3);  // the filter mode where it is
+          ASSERT_TRUE(routing_shape::split_takes_octets(true, e, k, n_group, t, 0));
+          SCOPED_TRACE(describe(c, t));
+          std::vector<float> values = uniform(static_cast<std::size_t>(t) * e, rng, -4, 0);
+          for (int i = 0; i < t; ++i) {
+            float* row = values.data() + static_cast<std::size_t>(i) * e;
+            const float v = std::uniform_real_distribution<float>(0.5f, 3.0f)(rng);
+            if (i % 3 == 0) {  // a run of near-equal experts, anywhere
+              for (int n = 0; n < 3 * k / 2 + 2; ++n)
+                row[rng() % static_cast<uint64_t>(e)] =
+                    v + static_cast<float>(rng() % 4) * std::numeric_limits<float>::epsilon();
+            } else if (i % 3 == 1) {  // every group's two best, near-equal across groups
+              const int per_group = e / n_group;
+              for (int g = 0; g < n_group; ++g) {
+                row[g * per_group + static_cast<int>(rng() % static_cast<uint64_t>(per_group))] =
+                    v + static_cast<float>(rng() % 3) * std::numeric_limits<float>::epsilon();
+                row[g * per_group + static_cast<int>(rng() % static_cast<uint64_t>(per_group))] =
+                    v - 0.5f;
+              }
+            } else {
+              for (int j = 0; j < e; ++j) row[j] = std::uniform_real_distribution<float>(-4, 4)(rng);
+            }
+          }
+          const std::vector<float> bias = uniform(e, rng, -3e-7f, 3e-7f);
+          expect_matches_reference(c, make_logits(std::move(values), c), t, bias);
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 30);
 }
 
 TEST(RoutingGpu, AdversarialLogits) {
@@ -527,6 +605,32 @@ TEST(RoutingGpu, SigmoidReciprocalIsCorrectlyRoundedOnEveryDenominator) {
   reciprocal_mismatches_kernel<<<1024, 256>>>(mismatches.get());
   UNIMOE_CUDA_CHECK(cudaGetLastError());
   EXPECT_EQ(mismatches.download()[0], 0ull);
+}
+
+// approx_score against deepseek_score for every float: the largest
+// difference, on the device (NaN, should one arise, wins the maximum).
+__global__ void approx_score_error_kernel(uint32_t* worst_bits) {
+  float worst = 0.0f;
+  for (uint64_t u = blockIdx.x * blockDim.x + threadIdx.x; u < (1ull << 32);
+       u += gridDim.x * blockDim.x) {
+    const float x = __uint_as_float(static_cast<uint32_t>(u));
+    const float d = fabsf(routing_detail::approx_score(x) - routing_detail::deepseek_score(x));
+    if (!(d <= worst)) worst = d;
+  }
+  atomicMax(worst_bits, __float_as_uint(worst));
+}
+
+TEST(RoutingGpu, ApproxScoreIsWithinItsBoundOfEveryScore) {
+  UNIMOE_REQUIRE_GPU();
+  DeviceBuffer<uint32_t> worst_bits(1);
+  UNIMOE_CUDA_CHECK(cudaMemset(worst_bits.get(), 0, sizeof(uint32_t)));
+  approx_score_error_kernel<<<2048, 256>>>(worst_bits.get());
+  UNIMOE_CUDA_CHECK(cudaGetLastError());
+  const uint32_t bits = worst_bits.download()[0];
+  float worst;
+  std::memcpy(&worst, &bits, sizeof worst);
+  std::cout << "largest |approx_score - deepseek_score| over every float: " << worst << "\n";
+  EXPECT_LE(worst, routing_detail::kApproxScoreError);
 }
 
 TEST(RoutingGpu, NoTokensLaunchesNothing) {
