@@ -397,6 +397,17 @@ __device__ __forceinline__ int packed_expert(int packed) { return static_cast<in
 __device__ __forceinline__ int packed_rank(int packed) { return packed >> 16; }
 static_assert(kMaxChunkRows / kScatterWarps < (1 << 15), "a rank packs into the upper 16 bits");
 
+// This lane's entries of kPiecesAtOnce pieces from `piece` on (-1 from
+// span_end on).
+__device__ __forceinline__ void load_pieces(const int32_t* s_row, int piece, int span_end, int lane,
+                                            int (&out)[kPiecesAtOnce]) {
+#pragma unroll
+  for (int j = 0; j < kPiecesAtOnce; ++j) {
+    const int i = piece + j * kWarpSize + lane;
+    out[j] = i < span_end ? s_row[i] : -1;
+  }
+}
+
 __global__ void __launch_bounds__(kScatterThreads) permute_scatter_kernel(ScatterParams p) {
   pdl_begin();
   __shared__ int16_t s_cursor[kScatterWarps][kMaxLocalExperts];  // counts, then warp bases
@@ -477,11 +488,7 @@ __global__ void __launch_bounds__(kScatterThreads) permute_scatter_kernel(Scatte
     for (int piece = span_begin; piece < span_end; piece += kPiecesAtOnce * kWarpSize) {
       int e[kPiecesAtOnce];
       unsigned same[kPiecesAtOnce];
-#pragma unroll
-      for (int j = 0; j < kPiecesAtOnce; ++j) {
-        const int i = piece + j * kWarpSize + lane;
-        e[j] = i < span_end ? s_row[i] : -1;
-      }
+      load_pieces(s_row, piece, span_end, lane, e);
 #pragma unroll
       for (int j = 0; j < kPiecesAtOnce; ++j) same[j] = __match_any_sync(kFullMask, e[j]);
 #pragma unroll
@@ -513,11 +520,7 @@ __global__ void __launch_bounds__(kScatterThreads) permute_scatter_kernel(Scatte
     // any is placed.
     for (int piece = span_begin; piece < span_end; piece += kPiecesAtOnce * kWarpSize) {
       int packed[kPiecesAtOnce];
-#pragma unroll
-      for (int j = 0; j < kPiecesAtOnce; ++j) {
-        const int i = piece + j * kWarpSize + lane;
-        packed[j] = i < span_end ? s_row[i] : -1;
-      }
+      load_pieces(s_row, piece, span_end, lane, packed);
 #pragma unroll
       for (int j = 0; j < kPiecesAtOnce; ++j) {
         const int i = piece + j * kWarpSize + lane;
