@@ -68,9 +68,12 @@ __device__ __forceinline__ float load_logit(const uint16_t* row, int e) {
   return __uint_as_float(static_cast<uint32_t>(row[e]) << 16);
 }
 
-// The same through the read-only path (ld.global.nc): for rows no kernel
-// writes while it runs, so that the load may move above shared-memory
-// stores.
+// The same through the read-only path (ld.global.nc), so that the load
+// may move above shared-memory stores. Only after pdl_begin, where the
+// previous grid's writes are visible (griddepcontrol.wait), and at an
+// address that depends on data read after it, so that no compiler moves
+// the load above the wait: the octet kernel's candidates, whose experts
+// come from its own shared memory.
 __device__ __forceinline__ float load_logit_ro(const float* row, int e) { return __ldg(row + e); }
 __device__ __forceinline__ float load_logit_ro(const uint16_t* row, int e) {
   return __uint_as_float(static_cast<uint32_t>(__ldg(row + e)) << 16);
