@@ -109,9 +109,10 @@ __device__ __forceinline__ float key_margin(float t) {
 // Step 2: whether this lane's group is kept (every lane calls it). With
 // filter keys (!kExact), `certain` says whether the exact keys keep the same
 // groups: each other group's score is surely above this one's (beyond both
-// margins) or surely not, wherever that decides this group. Infinite scores
-// are the same with either kind of key (the same experts' biases make
-// them), so a pair with one compares exactly.
+// margins) or surely not, wherever that decides this group. An octet with
+// a score that is not finite (infinite biases, or two keys' sum past the
+// largest float), or whose margin overflows, is never certain: the warp
+// takes the exact keys.
 template <bool kExact>
 __device__ __forceinline__ bool octet_group_kept(const RoutingKernelParams& p, int sub, float first,
                                                  float second, bool& certain) {
@@ -127,11 +128,11 @@ __device__ __forceinline__ bool octet_group_kept(const RoutingKernelParams& p, i
   // The group score, NaN-free (+inf + -inf); floats compare as order_key
   // does (-0 == +0), ties to the lower group.
   const float score = nan_to_neg_inf(first + second);
-  // Two groups' margins, bounded by twice the octet's largest (finite
-  // scores only: a pair with an infinite one compares exactly).
+  // Two groups' margins, bounded by twice the octet's largest; +inf where
+  // any score is not finite.
   float margin = 0.0f;
   if constexpr (!kExact) {
-    margin = isinf(score) ? 0.0f : group_margin(first, second);
+    margin = isfinite(score) ? group_margin(first, second) : INFINITY;
 #pragma unroll
     for (int d = kOctetLanes / 2; d > 0; d /= 2)
       margin = fmaxf(margin, __shfl_xor_sync(kFullMask, margin, d, kOctetLanes));
@@ -145,14 +146,14 @@ __device__ __forceinline__ bool octet_group_kept(const RoutingKernelParams& p, i
     const bool above = other > score || (other == score && g < group);
     if (g < p.n_group) rank += above;
     if constexpr (!kExact) {
-      const bool exact_pair = isinf(score) || isinf(other);
       if (g < p.n_group && g != group) {
-        surely_above += exact_pair ? above : other > score + margin;
-        maybe_above += exact_pair ? above : other >= score - margin;
+        surely_above += other > score + margin;
+        maybe_above += other >= score - margin;
       }
     }
   }
-  if constexpr (!kExact) certain = maybe_above < p.topk_group || surely_above >= p.topk_group;
+  if constexpr (!kExact)
+    certain = margin < INFINITY && (maybe_above < p.topk_group || surely_above >= p.topk_group);
   return rank < p.topk_group;
 }
 
