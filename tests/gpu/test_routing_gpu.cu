@@ -372,7 +372,7 @@ TEST(RoutingGpu, NearTiesOfOctets) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  int cases = 0;
+  int cases = 0, filter_cases = 0;
   for (int e : {64, 256, 384}) {
     for (int k : {2, 4, 8}) {
       for (int n_group : {1, 4, 8}) {
@@ -382,6 +382,7 @@ TEST(RoutingGpu, NearTiesOfOctets) {
           if (!test::legal_routing(c)) continue;
           const int t = octet_tokens(e, n_group, true, 3);  // the filter mode where it is
           ASSERT_TRUE(routing_shape::split_takes_octets(true, e, k, n_group, t, 0));
+          filter_cases += routing_shape::octets_filter(e, n_group, t, 0);
           SCOPED_TRACE(describe(c, t));
           std::vector<float> values = uniform(static_cast<std::size_t>(t) * e, rng, -4, 0);
           for (int i = 0; i < t; ++i) {
@@ -411,6 +412,7 @@ TEST(RoutingGpu, NearTiesOfOctets) {
     }
   }
   EXPECT_GT(cases, 30);
+  EXPECT_GT(filter_cases, 10);  // the filter mode's shapes are among them
 }
 
 TEST(RoutingGpu, AdversarialLogits) {
