@@ -111,6 +111,100 @@ inline LaunchShape launch_shape(int per_lane, int num_tokens, int num_local, int
   return c;
 }
 
+// The spread cluster kernel (kernels/fused_routing.cu,
+// spread_routing_permute_kernel): every CTA of a cluster routes a
+// contiguous run of tokens, a warp a token, and places its own rows; no CTA
+// permutes the others' rows. Each token of a CTA is a bit of one 32-bit
+// mask per expert, so a CTA takes at most kSpreadMaxTokensPerCta tokens.
+// Clusters above 8 CTAs are non-portable (the H200 runs 16 at 1024 threads
+// a CTA; the launcher checks the device and falls back to 8).
+inline constexpr int kSpreadMaxTokensPerCta = kWarp;
+inline constexpr int kSpreadMaxCtas = 16;
+// Each CTA holds every CTA's rows per local expert, a byte each, in a table
+// of kSpreadTableBytes: a row of spread_row_bytes a CTA. So the cluster has
+// at most kSpreadTableBytes / spread_row_bytes(E_local) CTAs (16 up to
+// E_local = 256, 8 at 512, 4 at 1024).
+inline constexpr int kSpreadTableBytes = 4096;
+UNIMOE_HD int spread_row_bytes(int num_local) { return (num_local + 15) / 16 * 16; }
+
+// Where the cluster variant takes the spread kernel (where it serves) rather
+// than CTA 0 permuting every row: from spread_from_tokens tokens. Measured
+// (session 16 run 5, H200, 612 points DeepSeekV3/Renormalize/TopK, E
+// 64..384, K 1/4/8, T 2..512, against the CTA-0 kernels, geometric means
+// of the cluster variant): 1.27 at T=64, 1.20 at 96, 1.06 at 128, 0.95 at
+// 192, 0.79 at 256, 0.70 at 384. At T=128 the DeepSeek policies gain at
+// E = 64..256 (E=256 K=8 8.83 -> 7.21 us) but lose at E = 8 and 160 (run
+// 6's full sweep: E=8 K=2 3.55 -> 4.60, E=160 K=1 4.99 -> 5.76) and with
+// K >= 16 at E=384, and the others lose (Renormalize E=128 K=1 3.41 ->
+// 4.35): so 192 for both families. Below, the spread kernel's scan of
+// the experts on each CTA (3,500-4,000 cycles in the phase stamps, against
+// 1,700 for CTA 0's whole permutation at T = 5..16) outweighs what it
+// saves. Its minimum tokens a CTA: 2 for the DeepSeek policies, 4 for the
+// others (as the CTA-0 kernels').
+inline constexpr int kSpreadFromTokensDeepSeek = 192;
+inline constexpr int kSpreadFromTokensOther = 192;
+UNIMOE_HD int spread_from_tokens(bool deepseek) {
+  return deepseek ? kSpreadFromTokensDeepSeek : kSpreadFromTokensOther;
+}
+inline constexpr int kSpreadMinTokensDeepSeek = 2;
+inline constexpr int kSpreadMinTokensOther = 4;
+
+// Experts a lane of a routing warp holds (the kernels' instantiation): the
+// smallest power of two, 1..32, that covers E over 32 lanes.
+UNIMOE_HD int slots_for_experts(int num_experts) {
+  int slots = 1;
+  while (slots * kWarp < num_experts && slots < 32) slots *= 2;
+  return slots;
+}
+
+// The spread kernel's launch for T tokens: `ctas` CTAs of `threads`
+// threads, each routing `tokens_per_cta` tokens (the last CTA what is
+// left) with its last tokens_per_cta warps, while threads
+// [0, permute_threads) scan the experts and place the CTA's rows. As many
+// CTAs as ceil(T / min_tokens) and `max_ctas` allow, the tokens spread
+// evenly (T=5 at a minimum of 4: 3 and 2, not 4 and 1), and as the table
+// allows; the permuting threads are
+// a thread a local expert where the kernel's bound (fused_threads) leaves
+// room, at least a warp; DeepSeek's keys of the CTA's tokens (a thread a
+// key where there is room) fit the work area. ctas = 0: the spread kernel
+// does not serve the call (one CTA would take every token, or a CTA would
+// take more tokens than a mask holds, or the keys do not fit, or no warp is
+// left to permute).
+struct SpreadShape {
+  int ctas;
+  int tokens_per_cta;
+  int threads;
+  int permute_threads;
+  int words_per_thread;  // of a table row (4 experts a word), a permuting thread's run
+};
+
+inline SpreadShape spread_shape(int per_lane, int num_tokens, int num_local, int num_experts,
+                                   bool deepseek, int min_tokens, int max_ctas) {
+  SpreadShape s{0, 0, 0, 0, 0};
+  if (num_tokens < 2 || min_tokens < 1) return s;
+  int ctas = (num_tokens + min_tokens - 1) / min_tokens;
+  ctas = ctas < max_ctas ? ctas : max_ctas;
+  const int table_ctas = kSpreadTableBytes / spread_row_bytes(num_local);
+  ctas = ctas < table_ctas ? ctas : table_ctas;
+  if (ctas < 2) return s;
+  const int per_cta = (num_tokens + ctas - 1) / ctas;
+  const int keys = deepseek ? per_cta * num_experts : 0;
+  if (per_cta > kSpreadMaxTokensPerCta || keys > kWorkWords) return s;
+  const int routing = per_cta * kWarp;
+  int wanted = routing + (num_local + kWarp - 1) / kWarp * kWarp;
+  wanted = keys > wanted ? (keys + kWarp - 1) / kWarp * kWarp : wanted;
+  const int max_threads = fused_threads(per_lane);
+  const int threads = wanted < max_threads ? wanted : max_threads;
+  if (threads - routing < kWarp) return s;
+  s.ctas = (num_tokens + per_cta - 1) / per_cta;
+  s.tokens_per_cta = per_cta;
+  s.threads = threads;
+  s.permute_threads = threads - routing;
+  const int words = spread_row_bytes(num_local) / 4;
+  s.words_per_thread = (words + s.permute_threads - 1) / s.permute_threads;
+  return s;
+}
+
 // What a policy's weight costs the split routing kernel, for
 // split_weighs_in_batches: the logit itself (TopK), a share of the row's
 // softmax (Default, RenormalizeNaive), an fp64 function of the chosen

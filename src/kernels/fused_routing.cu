@@ -137,13 +137,16 @@ static_assert(sizeof(BlockShared) <= 48 * 1024, "fits static shared memory");
 // written, 5 after their barrier, 6 rows placed, 7 the last thread placed
 // its rows.
 #ifdef UNIMOE_ROUTING_STAMPS
-__device__ __forceinline__ void phase_stamp(BlockShared& s, int i, bool cond) {
+template <class S>
+__device__ __forceinline__ void phase_stamp(S& s, int i, bool cond) {
   if (cond) s.stamps[i] = clock64();
 }
-__device__ __forceinline__ void step_stamp(const BlockShared& s, int i, bool cond) {
-  if (cond) const_cast<BlockShared&>(s).steps[i] = clock64();
+template <class S>
+__device__ __forceinline__ void step_stamp(const S& s, int i, bool cond) {
+  if (cond) const_cast<S&>(s).steps[i] = clock64();
 }
-__device__ void clear_stamps(BlockShared& s) {
+template <class S>
+__device__ void clear_stamps(S& s) {
   if (threadIdx.x == 0)
     for (int i = 0; i < 8; ++i) {
       if (i > 0) s.stamps[i] = 0;
@@ -151,7 +154,8 @@ __device__ void clear_stamps(BlockShared& s) {
     }
   __syncthreads();
 }
-__device__ void print_stamps(BlockShared& s, const char* path, const RoutingKernelParams& r, int rank,
+template <class S>
+__device__ void print_stamps(S& s, const char* path, const RoutingKernelParams& r, int rank,
                              int ctas) {
   __syncthreads();
   if (threadIdx.x != 0) return;
@@ -171,10 +175,14 @@ __device__ void print_stamps(BlockShared& s, const char* path, const RoutingKern
            static_cast<int>(blockDim.x), d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
 }
 #else
-__device__ __forceinline__ void phase_stamp(BlockShared&, int, bool) {}
-__device__ __forceinline__ void step_stamp(const BlockShared&, int, bool) {}
-__device__ __forceinline__ void clear_stamps(BlockShared&) {}
-__device__ __forceinline__ void print_stamps(BlockShared&, const char*, const RoutingKernelParams&, int,
+template <class S>
+__device__ __forceinline__ void phase_stamp(S&, int, bool) {}
+template <class S>
+__device__ __forceinline__ void step_stamp(const S&, int, bool) {}
+template <class S>
+__device__ __forceinline__ void clear_stamps(S&) {}
+template <class S>
+__device__ __forceinline__ void print_stamps(S&, const char*, const RoutingKernelParams&, int,
                                              int) {}
 #endif
 
@@ -209,15 +217,29 @@ __device__ __forceinline__ int16_t local_expert(int id, const BlockPermuteParams
   return static_cast<int16_t>(e >= 0 && e < p.num_local ? e : -1);
 }
 
+// The whole block meets (__syncthreads), or the threads [0, count) of it
+// (whole warps; the others may be busy with something else: named barrier
+// 2).
+struct WholeBlock {
+  __device__ __forceinline__ void operator()() const { __syncthreads(); }
+};
+struct FirstThreads {
+  int count;
+  __device__ __forceinline__ void operator()() const {
+    asm volatile("bar.sync 2, %0;" ::"r"(count) : "memory");
+  }
+};
+
 // Exclusive sum of one value per thread over the block; `total` gets the sum
-// of all. Every thread calls it; s_scan has kWarpSize + 1 entries. Only the
+// of all. Every thread calls it (with FirstThreads{n} as `sync`, the
+// threads [0, n) only); s_scan has kWarpSize + 1 entries. Only the
 // first `active_warps` warps may pass a nonzero value: the others skip the
 // shuffles and only meet the barriers (in a block of 32 warps whose first 4
 // hold the values, the idle warps' shuffles would cost more issue cycles
 // than the scan itself).
-template <typename V>
+template <typename V, class Barrier = WholeBlock>
 __device__ V block_exclusive_sum(V value, V* s_scan, V& total,
-                                 int active_warps = kMaxThreads / kWarpSize) {
+                                 int active_warps = kMaxThreads / kWarpSize, Barrier sync = {}) {
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int warps = min(static_cast<int>(blockDim.x / kWarpSize), active_warps);
   V inclusive = value;
@@ -229,7 +251,7 @@ __device__ V block_exclusive_sum(V value, V* s_scan, V& total,
     }
     if (lane == kWarpSize - 1) s_scan[warp] = inclusive;
   }
-  __syncthreads();
+  sync();
   if (warp == 0) {
     const V w = lane < warps ? s_scan[lane] : V(0);
     V w_inclusive = w;
@@ -241,10 +263,10 @@ __device__ V block_exclusive_sum(V value, V* s_scan, V& total,
     if (lane < warps) s_scan[lane] = w_inclusive - w;
     if (lane == kWarpSize - 1) s_scan[kWarpSize] = w_inclusive;
   }
-  __syncthreads();
+  sync();
   const V result = warp < warps ? s_scan[warp] + inclusive - value : V(0);
   total = s_scan[kWarpSize];
-  __syncthreads();  // s_scan may be reused by the next call
+  sync();  // s_scan may be reused by the next call
   return result;
 }
 
@@ -540,6 +562,44 @@ __device__ __forceinline__ int packed_field(uint64_t packed, int field) {
   return static_cast<int>((packed >> (field * kFieldBits)) & ((1u << kFieldBits) - 1u));
 }
 
+// An expert's packed sums from its row count.
+__device__ __forceinline__ uint64_t packed_sums(const BlockPermuteParams& p, int count) {
+  uint64_t packed = static_cast<uint64_t>(count);
+#pragma unroll 1
+  for (int t = 0; t < p.num_tile_sizes; ++t) {
+    const int tiles = count == 0 ? 0 : exact_quotient(count - 1, p.inv_tile_m[t]) + 1;
+    packed |= static_cast<uint64_t>(tiles) << ((t + 1) * kFieldBits);
+  }
+  return packed;
+}
+
+// Expert e's count, offset and tiles of every schedule, from its packed
+// sums and `before`, the packed sums of the experts below it (an exclusive
+// scan): its first row and first tiles.
+__device__ __forceinline__ void write_expert_layout(const BlockPermuteParams& p, int e,
+                                                    uint64_t sums, uint64_t before) {
+  const int start = packed_field(before, 0), count = packed_field(sums, 0);
+  p.expert_offsets[e] = start;
+  p.expert_counts[e] = count;
+#pragma unroll 1
+  for (int t = 0; t < p.num_tile_sizes; ++t) {
+    const int base = packed_field(before, t + 1), tile_m = p.tile_m[t];
+#pragma unroll 1
+    for (int i = 0; i < packed_field(sums, t + 1); ++i) {
+      const int row_start = start + i * tile_m;
+      p.tiles[t][base + i] = DeviceTile{e, row_start, min(tile_m, start + count - row_start), 0};
+    }
+  }
+}
+
+// The last offset (every local row) and each schedule's tile count, from
+// the packed sums of all experts.
+__device__ __forceinline__ void write_layout_totals(const BlockPermuteParams& p, uint64_t total) {
+  p.expert_offsets[p.num_local] = packed_field(total, 0);
+#pragma unroll 1
+  for (int t = 0; t < p.num_tile_sizes; ++t) *p.num_tiles[t] = packed_field(total, t + 1);
+}
+
 // 32-bit words of one expert's token mask for T tokens.
 __host__ __device__ constexpr int mask_words(int num_tokens) { return (num_tokens + 31) / 32; }
 
@@ -589,13 +649,7 @@ __device__ void permute_by_token_masks(const BlockPermuteParams& p, BlockShared&
     int count = 0;
 #pragma unroll 1
     for (int w = 0; w < words; ++w) count += __popc(masks[e * words + w]);
-    uint64_t packed = static_cast<uint64_t>(count);
-#pragma unroll 1
-    for (int t = 0; t < p.num_tile_sizes; ++t) {
-      const int tiles = count == 0 ? 0 : exact_quotient(count - 1, p.inv_tile_m[t]) + 1;
-      packed |= static_cast<uint64_t>(tiles) << ((t + 1) * kFieldBits);
-    }
-    return packed;
+    return packed_sums(p, count);
   };
   uint64_t mine = 0;
 #pragma unroll 1
@@ -607,26 +661,11 @@ __device__ void permute_by_token_masks(const BlockPermuteParams& p, BlockShared&
 #pragma unroll 1
   for (int e = first; e < last; ++e) {
     const uint64_t sums = expert_sums(e);
-    const int start = packed_field(next, 0), count = packed_field(sums, 0);
-    s.offsets[e] = start;
-    p.expert_offsets[e] = start;
-    p.expert_counts[e] = count;
-#pragma unroll 1
-    for (int t = 0; t < p.num_tile_sizes; ++t) {
-      const int base = packed_field(next, t + 1), tile_m = p.tile_m[t];
-#pragma unroll 1
-      for (int i = 0; i < packed_field(sums, t + 1); ++i) {
-        const int row_start = start + i * tile_m;
-        p.tiles[t][base + i] = DeviceTile{e, row_start, min(tile_m, start + count - row_start), 0};
-      }
-    }
+    s.offsets[e] = packed_field(next, 0);
+    write_expert_layout(p, e, sums, next);
     next += sums;
   }
-  if (tid == 0) {
-    p.expert_offsets[num_local] = packed_field(total, 0);
-#pragma unroll 1
-    for (int t = 0; t < p.num_tile_sizes; ++t) *p.num_tiles[t] = packed_field(total, t + 1);
-  }
+  if (tid == 0) write_layout_totals(p, total);
   step_stamp(s, 4, tid == 0);
   __syncthreads();
   step_stamp(s, 5, tid == 0);
@@ -1059,6 +1098,221 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   print_stamps(s, "cluster", r, rank, ctas);
 }
 
+// The spread cluster kernel's shared memory: DeepSeek's staged keys (or each
+// routing warp's group keys); for the CTA's own rows their local experts
+// and a token mask per expert; every CTA's rows per expert, a byte each,
+// that the CTAs store here (`table`, a row of E_local rounded up to 16
+// bytes a CTA); and each expert's first row for this CTA (`base`).
+struct SpreadShared {
+  float keys[kWorkWords];
+  alignas(16) uint32_t mask[kFusedMaxLocalExperts];  // bit t: the CTA's token t has a row at the expert
+  int32_t base[kFusedMaxLocalExperts];
+  alignas(16) uint8_t table[routing_shape::kSpreadTableBytes];  // [CTA][expert]
+  int16_t rows[routing_shape::kSpreadMaxTokensPerCta * kMaxTopK];  // [token of the CTA][k]
+  uint64_t scan64[kWarpSize + 1];
+  uint32_t sink;  // warm_params' store
+#ifdef UNIMOE_ROUTING_STAMPS
+  long long stamps[8];  // as BlockShared's
+  long long steps[8];
+#endif
+};
+
+static_assert(sizeof(SpreadShared) <= 48 * 1024, "fits static shared memory");
+static_assert(routing_shape::kSpreadMaxTokensPerCta <= 32, "a CTA's tokens are bits of one word");
+static_assert(routing_shape::kSpreadMaxTokensPerCta <= 255, "a CTA's rows of an expert fit a byte");
+static_assert(routing_shape::kSpreadMaxCtas * routing_shape::kSpreadMaxTokensPerCta < (1 << 16),
+              "an expert's rows over the cluster fit 16 bits");
+
+// Stores 16 bytes at `local` (an address of this CTA's shared memory) into
+// the shared memory of the cluster's CTA `rank`; the cluster barrier's
+// release orders it.
+__device__ __forceinline__ void cluster_store(const void* local, int rank, uint4 v) {
+  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(local));
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(rank));
+  asm volatile("st.shared::cluster.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(remote), "r"(v.x),
+               "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+// The CTA's rows of experts 16 j .. 16 j + 15, a byte each: the popcounts
+// of their token masks.
+__device__ __forceinline__ uint4 chunk_of_counts(const SpreadShared& s, int j) {
+  const uint4* masks = reinterpret_cast<const uint4*>(s.mask) + 4 * j;
+  uint32_t word[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const uint4 m = masks[q];
+    word[q] = __popc(m.x) | __popc(m.y) << 8 | __popc(m.z) << 16 | __popc(m.w) << 24;
+  }
+  return make_uint4(word[0], word[1], word[2], word[3]);
+}
+
+// The spread variant (launched as one cluster; routing_shape::spread_shape):
+// CTA c routes tokens [c * n, (c + 1) * n) with its last n warps, a warp a
+// token, while its first threads wait to permute. A routing lane stages its
+// row's local expert and sets its token's bit in the expert's mask; then the
+// routing threads store the CTA's rows per expert (a byte each, the masks'
+// popcounts, 16 bytes a store) into every CTA's table. After the cluster
+// barrier each CTA sums its table: every expert's rows over the cluster
+// (its offset is a scan over the experts) and the rows of the lower CTAs,
+// so a row's place is
+//   offset(e) + rows of e in lower CTAs + rows of e of earlier tokens here,
+// the last a popcount of the mask: the rows of an expert stay in increasing
+// expanded index (ref::permute's stable order), with no CTA permuting
+// another's rows. The permuting threads scan the experts (a run of whole
+// table words each); CTA 0 writes the counts, offsets and tile schedules. The
+// routing warps weigh their experts while the barrier completes. Two
+// cluster barriers: the first (arrived at the start) keeps every store
+// after every CTA has started; the second publishes the stores, masks and
+// staged rows, and keeps each CTA's shared memory alive until no other CTA
+// stores into it.
+template <typename LogitT, int kPerLane, bool kDeepSeek>
+__global__ void __launch_bounds__(fused_threads(kPerLane), 1)
+    spread_routing_permute_kernel(const __grid_constant__ RoutingKernelParams r,
+                                  const __grid_constant__ BlockPermuteParams p) {
+  __shared__ SpreadShared s;
+  const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
+  const int num_local = p.num_local;
+  const int row_bytes = routing_shape::spread_row_bytes(num_local);
+#pragma unroll 1
+  for (int e = tid; e < row_bytes; e += blockDim.x) s.mask[e] = 0;
+  phase_stamp(s, 0, tid == 0);
+  clear_stamps(s);
+  __cluster_barrier_arrive();  // the first barrier: every CTA started before any store
+  if ((touch_params(r) ^ touch_params(p)) == 0x9e3779b9u) s.sink = 0;  // warm_params
+  pdl_begin();
+  pdl_launch_dependents();
+  phase_stamp(s, 1, tid == 0);
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int ctas = static_cast<int>(cluster.num_blocks());
+  const int per_cta = p.tokens_per_cta, top_k = r.top_k;
+  const int begin = min(rank * per_cta, r.num_tokens);
+  const int end = min(begin + per_cta, r.num_tokens);
+  const int permute_threads = blockDim.x - per_cta * kWarpSize;
+  if constexpr (kDeepSeek) {
+    stage_deepseek_keys<LogitT>(r, begin, end, s.keys);
+    __syncthreads();
+    phase_stamp(s, 2, tid == 0);
+  }
+
+  if (tid >= permute_threads) {  // uniform per warp
+    const int t = warp - permute_threads / kWarpSize, token = begin + t;
+    const bool routes = token < end;
+    TokenExperts chosen{};
+    if (routes) {
+      float* keys = kDeepSeek ? s.keys + t * r.num_experts : s.keys + t * kPerLane * kWarpSize;
+      chosen = choose_experts<LogitT, kPerLane, kDeepSeek, kDeepSeek, kDeepSeek>(r, token, lane, keys);
+      if (lane < top_k) {
+        const int e = local_expert(chosen.expert, p);
+        s.rows[t * top_k + lane] = static_cast<int16_t>(e);
+        if (e >= 0) atomicOr(&s.mask[e], 1u << t);
+      }
+    }
+    phase_stamp(s, 3, tid == permute_threads);
+    step_stamp(s, 2, tid == static_cast<int>(blockDim.x) - kWarpSize);
+    const int routing_threads = per_cta * kWarpSize;
+    asm volatile("bar.sync 3, %0;" ::"r"(routing_threads) : "memory");  // every mask set
+    __cluster_barrier_wait();  // every CTA started
+    const int chunks = row_bytes / 16;
+#pragma unroll 1
+    for (int i = tid - permute_threads; i < chunks * ctas; i += routing_threads) {
+      const int c = i / chunks, j = i - c * chunks;
+      cluster_store(s.table + rank * row_bytes + 16 * j, c, chunk_of_counts(s, j));
+    }
+    __cluster_barrier_arrive();  // the second barrier: rows, masks and tables published
+    phase_stamp(s, 4, tid == permute_threads);
+    if (routes) {
+      const float weight = weigh_experts<LogitT, kDeepSeek>(r, chosen, token, lane < top_k);
+      if (lane < top_k) {
+        r.topk_ids[token * top_k + lane] = chosen.expert;
+        r.topk_weights[token * top_k + lane] = weight;
+      }
+    }
+    step_stamp(s, 0, tid == permute_threads);
+    __cluster_barrier_wait();  // no CTA stores into this one any more
+    step_stamp(s, 1, tid == permute_threads);
+    print_stamps(s, "spread", r, rank, ctas);
+    return;
+  }
+
+  __cluster_barrier_wait();
+  __cluster_barrier_arrive();
+  __cluster_barrier_wait();  // every CTA's rows in the table
+  phase_stamp(s, 5, tid == 0);
+  // Each permuting thread takes a run of the table's words (4 experts a
+  // word, p.experts_per_thread experts a thread) and sums them over the
+  // CTAs, every CTA and those below this one, two bytes at a time into
+  // 16-bit halves (a count over the cluster fits 16 bits); then one scan
+  // over the permuting threads.
+  const int words = row_bytes / 4;
+  const int run = p.experts_per_thread / 4;
+  const int first_word = min(tid * run, words), last_word = min(first_word + run, words);
+  const uint32_t* table = reinterpret_cast<const uint32_t*>(s.table);
+  auto word_counts = [&](int w, uint32_t (&count)[4], uint32_t (&below)[4]) {
+    uint32_t even = 0, odd = 0, even_below = 0, odd_below = 0;  // bytes 0 and 2, 1 and 3
+#pragma unroll 4
+    for (int c = 0; c < ctas; ++c) {
+      const uint32_t v = table[c * words + w];
+      even += v & 0x00ff00ffu;
+      odd += (v >> 8) & 0x00ff00ffu;
+      if (c < rank) {
+        even_below += v & 0x00ff00ffu;
+        odd_below += (v >> 8) & 0x00ff00ffu;
+      }
+    }
+    count[0] = even & 0xffffu, count[1] = odd & 0xffffu, count[2] = even >> 16, count[3] = odd >> 16;
+    below[0] = even_below & 0xffffu, below[1] = odd_below & 0xffffu;
+    below[2] = even_below >> 16, below[3] = odd_below >> 16;
+  };
+  uint64_t mine = 0;
+#pragma unroll 1
+  for (int w = first_word; w < last_word; ++w) {
+    uint32_t count[4], below[4];
+    word_counts(w, count, below);
+#pragma unroll
+    for (int b = 0; b < 4; ++b) mine += packed_sums(p, static_cast<int>(count[b]));
+  }
+  uint64_t total = 0;
+  uint64_t next = block_exclusive_sum(mine, s.scan64, total, p.owner_warps,
+                                      FirstThreads{permute_threads});
+  if (rank == 0 && tid == 0) write_layout_totals(p, total);
+#pragma unroll 1
+  for (int w = first_word; w < last_word; ++w) {
+    uint32_t count[4], below[4];
+    word_counts(w, count, below);
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const int e = 4 * w + b;
+      if (e >= num_local) break;
+      const uint64_t sums = packed_sums(p, static_cast<int>(count[b]));
+      if (rank == 0) write_expert_layout(p, e, sums, next);
+      s.base[e] = packed_field(next, 0) + static_cast<int>(below[b]);
+      next += sums;
+    }
+  }
+  FirstThreads{permute_threads}();  // every expert's first row for this CTA
+  phase_stamp(s, 6, tid == 0);
+  const int rows = (end - begin) * top_k;
+#pragma unroll 1
+  for (int i = tid; i < rows; i += permute_threads) {
+    const int e = s.rows[i];
+    const int row = begin * top_k + i;
+    if (e < 0) {
+      p.expanded_to_permuted[row] = -1;
+      continue;
+    }
+    const int t = exact_quotient(i, p.inv_top_k);
+    const int dst = s.base[e] + __popc(s.mask[e] & ((1u << t) - 1u));
+    p.permuted_to_expanded[dst] = row;
+    p.expanded_to_permuted[row] = dst;
+  }
+  phase_stamp(s, 7, tid == 0);
+  print_stamps(s, "spread", r, rank, ctas);
+}
+
 // Precomputed ids, or no tokens: phases 2-4 only.
 __global__ void __launch_bounds__(kMaxThreads, 1)
     fused_permute_kernel(const __grid_constant__ BlockPermuteParams p) {
@@ -1089,9 +1343,79 @@ int cluster_min_tokens(bool deepseek) {
   return forced > 0 ? forced : (deepseek ? 2 : 4);
 }
 
+// The spread kernel's minimum tokens a CTA: as the cluster's (2 for the
+// DeepSeek policies, 4 for the others) unless UNIMOE_SPREAD_MIN_TOKENS
+// sets it (for the sweep).
+int spread_min_tokens(bool deepseek) {
+  static const int forced = env_int("UNIMOE_SPREAD_MIN_TOKENS", 0);
+  return forced > 0 ? forced
+                    : (deepseek ? routing_shape::kSpreadMinTokensDeepSeek
+                                : routing_shape::kSpreadMinTokensOther);
+}
+
+// The largest cluster of the spread kernel the device runs at the kernel's
+// largest block: kSpreadMaxCtas (16, non-portable: the H200 runs 14 such
+// clusters at once) where it runs one, else the portable 8. Asked once a
+// kernel.
+template <typename LogitT, int kPerLane, bool kDeepSeek>
+int spread_device_max_ctas() {
+  static const int largest = [] {
+    const auto kernel = spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+      cudaGetLastError();
+      return kClusterMaxCtas;
+    }
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = routing_shape::kSpreadMaxCtas;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = routing_shape::kSpreadMaxCtas;
+    config.blockDim = fused_threads(kPerLane);
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+      cudaGetLastError();
+      clusters = 0;
+    }
+    return clusters >= 1 ? routing_shape::kSpreadMaxCtas : kClusterMaxCtas;
+  }();
+  return largest;
+}
+
+ClusterSpread& spread_setting() {
+  static ClusterSpread setting{env_switch_on("UNIMOE_CLUSTER_SPREAD"),
+                               std::max(0, env_int("UNIMOE_SPREAD_MAX_CTAS", 0)),
+                               std::max(0, env_int("UNIMOE_SPREAD_FROM_TOKENS", 0))};
+  return setting;
+}
+
 template <typename LogitT, int kPerLane, bool kDeepSeek>
 void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, bool cluster,
                   cudaStream_t stream) {
+  const ClusterSpread spread = spread_setting();
+  const int spread_from =
+      spread.from_tokens > 0 ? spread.from_tokens : routing_shape::spread_from_tokens(kDeepSeek);
+  if (cluster && spread.on && r.num_tokens >= spread_from) {
+    const auto kernel = spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>;
+    const int device_max = spread_device_max_ctas<LogitT, kPerLane, kDeepSeek>();
+    const int max_ctas = spread.max_ctas > 0 ? std::min(spread.max_ctas, device_max) : device_max;
+    const routing_shape::SpreadShape shape =
+        routing_shape::spread_shape(kPerLane, r.num_tokens, p.num_local, r.num_experts, kDeepSeek,
+                                    spread_min_tokens(kDeepSeek), max_ctas);
+    if (shape.ctas > 0) {
+      // The permuting threads' runs are of whole table words.
+      BlockPermuteParams q = p;
+      q.experts_per_thread = 4 * shape.words_per_thread;
+      q.owner_warps = routing_shape::owner_warps(routing_shape::spread_row_bytes(p.num_local) / 4,
+                                                 shape.words_per_thread);
+      q.tokens_per_cta = shape.tokens_per_cta;
+      launch_pdl_clustered(kernel, shape.ctas, shape.threads, 0, shape.ctas, stream, r, q);
+      return;
+    }
+  }
   const routing_shape::LaunchShape shape =
       routing_shape::launch_shape(kPerLane, r.num_tokens, p.num_local, r.num_experts, kDeepSeek,
                                   cluster, cluster ? cluster_min_tokens(kDeepSeek) : 1);
@@ -1218,6 +1542,19 @@ void launch_fused_routing_permute(const RoutingParams& routing, const PermutePar
 void launch_cluster_routing_permute(const RoutingParams& routing, const PermuteParams& permute,
                                     cudaStream_t stream) {
   launch_block_or_cluster(routing, permute, true, stream);
+}
+
+ClusterSpread cluster_spread() { return spread_setting(); }
+
+void set_cluster_spread(ClusterSpread setting) {
+  if (setting.from_tokens < 0)
+    throw std::invalid_argument("set_cluster_spread: from_tokens must be >= 0; got " +
+                                std::to_string(setting.from_tokens));
+  if (setting.max_ctas < 0 || setting.max_ctas == 1 || setting.max_ctas > routing_shape::kSpreadMaxCtas)
+    throw std::invalid_argument("set_cluster_spread: max_ctas must be 0 (the device's largest) or 2.." +
+                                std::to_string(routing_shape::kSpreadMaxCtas) + "; got " +
+                                std::to_string(setting.max_ctas));
+  spread_setting() = setting;
 }
 
 }  // namespace unimoe

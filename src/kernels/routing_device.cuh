@@ -741,11 +741,8 @@ __device__ __forceinline__ TokenChoice route_token(const RoutingKernelParams& p,
 // ------------------------------------------------------------------ host ----
 
 // Experts per lane a kernel is instantiated for: a power of two, 1..32.
-inline int slots_per_lane(int num_experts) {
-  int slots = 1;
-  while (slots * kWarpSize < num_experts && slots < kMaxExperts / kWarpSize) slots *= 2;
-  return slots;
-}
+inline int slots_per_lane(int num_experts) { return routing_shape::slots_for_experts(num_experts); }
+static_assert(kMaxExperts / kWarpSize == 32, "slots_for_experts stops at 32 slots");
 
 // Calls f(std::integral_constant<int, S>{}) with S = slots_per_lane(E), so
 // that a launcher picks the kernel instantiated for its slots.

@@ -7,6 +7,7 @@
 // ClusterWaysAtTheirBound).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "core/routing_launch_shape.h"
@@ -235,6 +236,75 @@ TEST(RoutingLaunchShape, OctetFilterModeFromItsMeasuredBounds) {
     }
   EXPECT_TRUE(octets_filter(64, 1, 100, 100));  // forced
   EXPECT_FALSE(octets_filter(64, 1, 99, 100));
+}
+
+// The spread kernel's launch: the CTAs' runs cover the tokens with no empty
+// CTA, as many CTAs as T / min_tokens (rounded up) or max_ctas allow, a run
+// at most a mask word;
+// the routing warps and at least one permuting warp fit the kernel's
+// bound; DeepSeek's keys of a CTA fit the work area; the permuting threads
+// are a thread a local expert where there is room.
+TEST(RoutingLaunchShape, SpreadCoversTheTokensWithinItsBounds) {
+  int served = 0;
+  for (int per_lane : {1, 2, 4, 8, 16, 32})
+    for (bool deepseek : {false, true})
+      for (int min_tokens : {1, 2, 4})
+        for (int max_ctas : {2, 8, 16})
+          for (int t = 0; t <= 600; ++t) {
+            const int e = per_lane * kWarp, local = e - e / 4;
+            const SpreadShape s = spread_shape(per_lane, t, local, e, deepseek, min_tokens, max_ctas);
+            const std::string where = std::to_string(t) + " tokens, E=" + std::to_string(e) +
+                                      (deepseek ? " DeepSeek" : "") + ", min " +
+                                      std::to_string(min_tokens) + ", max " + std::to_string(max_ctas);
+            if (s.ctas == 0) {
+              // Not served: one CTA would do, or a CTA would take too much.
+              const int ctas = std::min({max_ctas, (t + min_tokens - 1) / min_tokens,
+                                         kSpreadTableBytes / spread_row_bytes(local)});
+              if (ctas >= 2) {
+                const int per = (t + ctas - 1) / ctas;
+                EXPECT_TRUE(per > kSpreadMaxTokensPerCta || (deepseek && per * e > kWorkWords) ||
+                            fused_threads(per_lane) - per * kWarp < kWarp)
+                    << where;
+              }
+              continue;
+            }
+            ++served;
+            ASSERT_GE(s.ctas, 2) << where;
+            ASSERT_LE(s.ctas, max_ctas) << where;
+            ASSERT_LE(s.ctas * spread_row_bytes(local), kSpreadTableBytes) << where;
+            ASSERT_GE(s.ctas * s.tokens_per_cta, t) << where;
+            ASSERT_LT((s.ctas - 1) * s.tokens_per_cta, t) << where;  // no empty CTA
+            ASSERT_LE(s.tokens_per_cta, kSpreadMaxTokensPerCta) << where;
+            ASSERT_LE(s.ctas, (t + min_tokens - 1) / min_tokens) << where;
+            ASSERT_EQ(s.threads % kWarp, 0) << where;
+            ASSERT_LE(s.threads, fused_threads(per_lane)) << where;
+            ASSERT_EQ(s.threads - s.permute_threads, s.tokens_per_cta * kWarp) << where;
+            ASSERT_GE(s.permute_threads, kWarp) << where;
+            if (s.threads < fused_threads(per_lane)) ASSERT_GE(s.permute_threads, local) << where;
+            if (deepseek) ASSERT_LE(s.tokens_per_cta * e, kWorkWords) << where;
+            const int words = spread_row_bytes(local) / 4;  // the permuting threads' runs cover them
+            ASSERT_GE(s.words_per_thread * s.permute_threads, words) << where;
+            ASSERT_LT((s.words_per_thread - 1) * s.permute_threads, words) << where;
+          }
+  EXPECT_GT(served, 10000);
+  // DeepSeekV3 E=256 at its default minimum of 2 tokens: T=64 over 16 CTAs
+  // of 4 tokens, 1024 threads (a thread a key); T=5 over 3 CTAs.
+  const SpreadShape ds = spread_shape(8, 64, 256, 256, true, 2, 16);
+  EXPECT_EQ(ds.ctas, 16);
+  EXPECT_EQ(ds.tokens_per_cta, 4);
+  EXPECT_EQ(ds.threads, 1024);
+  EXPECT_EQ(spread_shape(8, 5, 256, 256, true, 2, 16).ctas, 3);
+  // Renormalize E=128 at 4: T=4 is one CTA's, not served; T=64 on 16.
+  EXPECT_EQ(spread_shape(4, 4, 128, 128, false, 4, 16).ctas, 0);
+  EXPECT_EQ(spread_shape(4, 64, 128, 128, false, 4, 16).ctas, 16);
+  EXPECT_EQ(spread_shape(4, 64, 128, 128, false, 4, 16).permute_threads, 128);
+  // The table: rows of E_local rounded up to 16 bytes; 8 CTAs at E = 512,
+  // 4 at 1024.
+  EXPECT_EQ(spread_row_bytes(1), 16);
+  EXPECT_EQ(spread_row_bytes(160), 160);
+  EXPECT_EQ(spread_row_bytes(161), 176);
+  EXPECT_EQ(spread_shape(16, 64, 512, 512, false, 2, 16).ctas, 8);
+  EXPECT_EQ(spread_shape(32, 8, 1024, 1024, false, 2, 16).ctas, 4);
 }
 
 }  // namespace

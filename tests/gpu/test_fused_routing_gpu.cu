@@ -28,6 +28,7 @@
 #include "gpu/gpu_test_util.h"
 #include "gpu/layer_rig.h"
 #include "kernels/fused_routing.cuh"
+#include "kernels/routing_device.cuh"
 #include "plan/presets.h"
 #include "ref/ref.h"
 #include "ref/synthetic.h"
@@ -234,7 +235,85 @@ TEST(FusedRoutingGpu, TokenMaskPathAtItsBound) {
   }
 }
 
-// The cluster variant's two ways on both sides of their bound: overlapped
+// Sets the cluster variant's use of the spread kernel for a scope, then
+// restores it.
+class ScopedSpread {
+ public:
+  explicit ScopedSpread(ClusterSpread setting) : old_(cluster_spread()) { set_cluster_spread(setting); }
+  ~ScopedSpread() { set_cluster_spread(old_); }
+  ScopedSpread(const ScopedSpread&) = delete;
+  ScopedSpread& operator=(const ScopedSpread&) = delete;
+
+ private:
+  ClusterSpread old_;
+};
+
+// Whether the cluster variant launches the spread kernel for pr, at most
+// max_ctas CTAs (routing_shape::spread_shape at the launcher's default
+// minimum tokens; the device's largest cluster is at least 8).
+bool spread_serves(const Problem& pr, int max_ctas) {
+  const bool deepseek = pr.config.policy == RoutingPolicy::DeepSeekV3 ||
+                        pr.config.policy == RoutingPolicy::MiniMax2;
+  const int per_lane = routing_detail::slots_per_lane(pr.config.num_experts);
+  return routing_shape::spread_shape(per_lane, pr.num_tokens, pr.local(), pr.config.num_experts,
+                                     deepseek,
+                                     deepseek ? routing_shape::kSpreadMinTokensDeepSeek
+                                              : routing_shape::kSpreadMinTokensOther,
+                                     max_ctas)
+             .ctas > 0;
+}
+
+// The spread kernel (the cluster variant where it serves, here from T = 1
+// on) over clusters of 16 (the device's largest where it runs them), 8 and
+// 3 CTAs: every
+// policy, fp32 and bf16, E 8..1024, K 1..32, T from 5 (a short last CTA)
+// to 130, grouped DeepSeekV3 with bias, EP ranges with off-rank rows, one
+// hot expert, tile sizes that split an expert's rows. Held to the split
+// launches bit for bit and to the reference (check_fused_and_split); the
+// launch shape decides which cases the spread kernel serves, and most must.
+TEST(FusedRoutingGpu, SpreadKernelOverClusterSizes) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const std::pair<int, int> shapes[] = {{8, 2}, {64, 6}, {128, 8}, {256, 8}, {384, 8}, {1024, 32},
+                                        {160, 22}, {256, 1}};
+  const int tokens[] = {5, 17, 64, 130};
+  int cases = 0, served = 0;
+  for (int max_ctas : {0, 8, 3}) {
+    SCOPED_TRACE("max_ctas " + std::to_string(max_ctas));
+    ScopedSpread spread({true, max_ctas, 1});  // at every T it serves
+    for (RoutingPolicy policy : test::kAllPolicies) {
+      const auto [e, k] = shapes[cases % std::size(shapes)];
+      const RoutingConfig c =
+          make_routing(policy, e, k, cases % 2 == 0 ? LogitsType::F32 : LogitsType::BF16, cases % 3 != 0);
+      if (!legal_routing(c)) continue;
+      for (int t : tokens) {
+        if (t * k > kFusedMaxRows) continue;
+        // Every third case an EP range with off-rank rows.
+        const int offset = cases % 3 == 2 ? e / 4 : 0, count = cases % 3 == 2 ? e / 2 : 0;
+        Problem pr{c, t, offset, count, {1, 3, 16}};
+        served += spread_serves(pr, max_ctas == 0 ? 8 : max_ctas);
+        check_fused_and_split(pr, random_inputs(pr, rng));
+        ++cases;
+      }
+    }
+    // One hot expert: every token's first choice (its count 130, the rows of
+    // every CTA).
+    Problem hot{make_routing(RoutingPolicy::Renormalize, 64, 8, LogitsType::F32, false), 130, 0, 0,
+                {1, 128}};
+    Inputs in = random_inputs(hot, rng);
+    for (int t = 0; t < hot.num_tokens; ++t) in.logits[static_cast<std::size_t>(t) * 64 + 3] += 20.0f;
+    served += spread_serves(hot, max_ctas == 0 ? 8 : max_ctas);
+    check_fused_and_split(hot, in);
+    ++cases;
+  }
+  EXPECT_GT(cases, 100);
+  EXPECT_GT(served, cases * 2 / 3);
+}
+
+// The cluster variant's two ways (without the spread kernel) on both sides
+// of their bound: overlapped
 // while the routing CTAs (7 at most, besides CTA 0) have a warp for each
 // of their tokens and, DeepSeek, room for all their keys; beyond, every
 // CTA routes whole tokens. DeepSeekV3 E=256 (32 warps, 32 tokens' keys a
@@ -242,6 +321,7 @@ TEST(FusedRoutingGpu, TokenMaskPathAtItsBound) {
 // T = 56 and 57; with an EP range and off-rank rows on the second.
 TEST(FusedRoutingGpu, ClusterWaysAtTheirBound) {
   UNIMOE_REQUIRE_GPU();
+  ScopedSpread spread({false, 0, 0});  // where the spread kernel would serve
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
