@@ -129,22 +129,36 @@ UNIMOE_HD int spread_row_bytes(int num_local) { return (num_local + 15) / 16 * 1
 
 // Where the cluster variant takes the spread kernel (where it serves) rather
 // than CTA 0 permuting every row: from spread_from_tokens tokens. Measured
-// (session 16 run 5, H200, 612 points DeepSeekV3/Renormalize/TopK, E
-// 64..384, K 1/4/8, T 2..512, against the CTA-0 kernels, geometric means
-// of the cluster variant): 1.27 at T=64, 1.20 at 96, 1.06 at 128, 0.95 at
-// 192, 0.79 at 256, 0.70 at 384. At T=128 the DeepSeek policies gain at
-// E = 64..256 (E=256 K=8 8.83 -> 7.21 us) but lose at E = 8 and 160 (run
-// 6's full sweep: E=8 K=2 3.55 -> 4.60, E=160 K=1 4.99 -> 5.76) and with
-// K >= 16 at E=384, and the others lose (Renormalize E=128 K=1 3.41 ->
-// 4.35): so 192 for both families. Below, the spread kernel's scan of
-// the experts on each CTA (3,500-4,000 cycles in the phase stamps, against
-// 1,700 for CTA 0's whole permutation at T = 5..16) outweighs what it
-// saves. Its minimum tokens a CTA: 2 for the DeepSeek policies, 4 for the
-// others (as the CTA-0 kernels').
-inline constexpr int kSpreadFromTokensDeepSeek = 192;
-inline constexpr int kSpreadFromTokensOther = 192;
-UNIMOE_HD int spread_from_tokens(bool deepseek) {
-  return deepseek ? kSpreadFromTokensDeepSeek : kSpreadFromTokensOther;
+// (session 16 run 8, H200, 198 points DeepSeekV3/Renormalize/TopK, E
+// 64..256, K 1/8, T 3..256, against the CTA-0 kernels, the final kernel):
+// geometric means 1.18 (DeepSeek) / 1.16 (others) at T = 5..16, 1.08 / 1.11
+// at 17..64, 0.75 / 0.82 at 65..256. DeepSeek gains from T=64 (E=256 K=8
+// 6.19 -> 5.63 us, E=128 5.22 -> 4.73; E=64 4.16 -> 4.26) and loses below
+// (T=32 5.40 -> 5.64); the others gain from T=128 (Renormalize E=128 K=8
+// 4.97 -> 4.08; K=1 3.39 -> 3.55 at E=128, the one loss there) and lose at
+// 96 with K=1 (3.08 -> 3.33 at E=64). Below, each CTA's scan of the experts
+// after the barrier (about 1,600 cycles: one block scan) costs more than
+// CTA 0's permutation saves. (Session 16 run 5's first kernel, a scan over
+// table words, 3,500-4,000 cycles, gained only from T=192.) Its minimum
+// tokens a CTA: 2 for the DeepSeek policies, 4 for the others (as the
+// CTA-0 kernels').
+// Only K <= kSpreadMaxTopKByDefault was measured (K = 1, 4, 8); larger K
+// keep the CTA-0 kernels unless the threshold is set
+// (UNIMOE_SPREAD_FROM_TOKENS, set_cluster_spread).
+inline constexpr int kSpreadMaxTopKByDefault = 8;
+// Run 9's sweep of T = 16..512 (every policy, E 8..1024) refined it: the
+// DeepSeek policies lose from T = 64 at E < 128 (E=8 K=2 T=64 3.10 ->
+// 3.51 us, E=64 K=1 3.18 -> 3.46), so they start at 128 there; and where
+// the block leaves fewer permuting threads than local experts (E = 384 at
+// T=128: 96 threads for 384 experts; E = 512), the scan takes runs of
+// experts and loses (TopK E=384 K=1 T=128 4.83 -> 7.71), so by default the
+// spread kernel runs only with a permuting thread per local expert
+// (spread_by_default). Those two were set after the last device run: they
+// send the calls back to the CTA-0 kernels that session 15's sweep timed.
+inline constexpr int kSpreadFromTokensDeepSeek = 64;  // E >= 128
+inline constexpr int kSpreadFromTokensOther = 128;
+UNIMOE_HD int spread_from_tokens(bool deepseek, int num_experts) {
+  return deepseek && num_experts >= 128 ? kSpreadFromTokensDeepSeek : kSpreadFromTokensOther;
 }
 inline constexpr int kSpreadMinTokensDeepSeek = 2;
 inline constexpr int kSpreadMinTokensOther = 4;
@@ -175,12 +189,11 @@ struct SpreadShape {
   int tokens_per_cta;
   int threads;
   int permute_threads;
-  int words_per_thread;  // of a table row (4 experts a word), a permuting thread's run
 };
 
 inline SpreadShape spread_shape(int per_lane, int num_tokens, int num_local, int num_experts,
                                    bool deepseek, int min_tokens, int max_ctas) {
-  SpreadShape s{0, 0, 0, 0, 0};
+  SpreadShape s{0, 0, 0, 0};
   if (num_tokens < 2 || min_tokens < 1) return s;
   int ctas = (num_tokens + min_tokens - 1) / min_tokens;
   ctas = ctas < max_ctas ? ctas : max_ctas;
@@ -200,9 +213,16 @@ inline SpreadShape spread_shape(int per_lane, int num_tokens, int num_local, int
   s.tokens_per_cta = per_cta;
   s.threads = threads;
   s.permute_threads = threads - routing;
-  const int words = spread_row_bytes(num_local) / 4;
-  s.words_per_thread = (words + s.permute_threads - 1) / s.permute_threads;
   return s;
+}
+
+// Whether the cluster variant takes the spread kernel for a call that it
+// serves (`shape`), at the measured defaults: from spread_from_tokens, K at
+// most kSpreadMaxTopKByDefault, and a permuting thread per local expert.
+UNIMOE_HD bool spread_by_default(const SpreadShape& shape, int num_tokens, int top_k, int num_local,
+                                 int num_experts, bool deepseek) {
+  return shape.ctas > 0 && num_tokens >= spread_from_tokens(deepseek, num_experts) &&
+         top_k <= kSpreadMaxTopKByDefault && shape.permute_threads >= num_local;
 }
 
 // What a policy's weight costs the split routing kernel, for

@@ -565,9 +565,12 @@ __device__ __forceinline__ int packed_field(uint64_t packed, int field) {
 // An expert's packed sums from its row count.
 __device__ __forceinline__ uint64_t packed_sums(const BlockPermuteParams& p, int count) {
   uint64_t packed = static_cast<uint64_t>(count);
-#pragma unroll 1
-  for (int t = 0; t < p.num_tile_sizes; ++t) {
-    const int tiles = count == 0 ? 0 : exact_quotient(count - 1, p.inv_tile_m[t]) + 1;
+  // Unrolled: the sizes' quotients are independent of each other.
+#pragma unroll
+  for (int t = 0; t < kMaxTileSizes; ++t) {
+    const int tiles = count == 0 || t >= p.num_tile_sizes
+                          ? 0
+                          : exact_quotient(count - 1, p.inv_tile_m[t]) + 1;
     packed |= static_cast<uint64_t>(tiles) << ((t + 1) * kFieldBits);
   }
   return packed;
@@ -1160,8 +1163,9 @@ __device__ __forceinline__ uint4 chunk_of_counts(const SpreadShared& s, int j) {
 //   offset(e) + rows of e in lower CTAs + rows of e of earlier tokens here,
 // the last a popcount of the mask: the rows of an expert stay in increasing
 // expanded index (ref::permute's stable order), with no CTA permuting
-// another's rows. The permuting threads scan the experts (a run of whole
-// table words each); CTA 0 writes the counts, offsets and tile schedules. The
+// another's rows. The permuting threads scan the experts (a run each, a
+// column of the table an expert); CTA 0 writes the counts, offsets and tile
+// schedules. The
 // routing warps weigh their experts while the barrier completes. Two
 // cluster barriers: the first (arrived at the start) keeps every store
 // after every CTA has started; the second publishes the stores, masks and
@@ -1242,56 +1246,40 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   __cluster_barrier_arrive();
   __cluster_barrier_wait();  // every CTA's rows in the table
   phase_stamp(s, 5, tid == 0);
-  // Each permuting thread takes a run of the table's words (4 experts a
-  // word, p.experts_per_thread experts a thread) and sums them over the
-  // CTAs, every CTA and those below this one, two bytes at a time into
-  // 16-bit halves (a count over the cluster fits 16 bits); then one scan
-  // over the permuting threads.
-  const int words = row_bytes / 4;
-  const int run = p.experts_per_thread / 4;
-  const int first_word = min(tid * run, words), last_word = min(first_word + run, words);
-  const uint32_t* table = reinterpret_cast<const uint32_t*>(s.table);
-  auto word_counts = [&](int w, uint32_t (&count)[4], uint32_t (&below)[4]) {
-    uint32_t even = 0, odd = 0, even_below = 0, odd_below = 0;  // bytes 0 and 2, 1 and 3
+  // Each permuting thread owns a run of experts (p.experts_per_thread: one
+  // where the block has a permuting thread per expert) and sums each one's
+  // column of the table over the CTAs, and over the CTAs below this one;
+  // then one scan over the permuting threads.
+  const int first = min(tid * p.experts_per_thread, num_local);
+  const int last = min(first + p.experts_per_thread, num_local);
+  auto column = [&](int e, int& below) {
+    int count = 0;
+    below = 0;
 #pragma unroll 4
     for (int c = 0; c < ctas; ++c) {
-      const uint32_t v = table[c * words + w];
-      even += v & 0x00ff00ffu;
-      odd += (v >> 8) & 0x00ff00ffu;
-      if (c < rank) {
-        even_below += v & 0x00ff00ffu;
-        odd_below += (v >> 8) & 0x00ff00ffu;
-      }
+      const int v = s.table[c * row_bytes + e];
+      count += v;
+      below += c < rank ? v : 0;
     }
-    count[0] = even & 0xffffu, count[1] = odd & 0xffffu, count[2] = even >> 16, count[3] = odd >> 16;
-    below[0] = even_below & 0xffffu, below[1] = odd_below & 0xffffu;
-    below[2] = even_below >> 16, below[3] = odd_below >> 16;
+    return count;
   };
   uint64_t mine = 0;
 #pragma unroll 1
-  for (int w = first_word; w < last_word; ++w) {
-    uint32_t count[4], below[4];
-    word_counts(w, count, below);
-#pragma unroll
-    for (int b = 0; b < 4; ++b) mine += packed_sums(p, static_cast<int>(count[b]));
+  for (int e = first; e < last; ++e) {
+    int below;
+    mine += packed_sums(p, column(e, below));
   }
   uint64_t total = 0;
   uint64_t next = block_exclusive_sum(mine, s.scan64, total, p.owner_warps,
                                       FirstThreads{permute_threads});
   if (rank == 0 && tid == 0) write_layout_totals(p, total);
 #pragma unroll 1
-  for (int w = first_word; w < last_word; ++w) {
-    uint32_t count[4], below[4];
-    word_counts(w, count, below);
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const int e = 4 * w + b;
-      if (e >= num_local) break;
-      const uint64_t sums = packed_sums(p, static_cast<int>(count[b]));
-      if (rank == 0) write_expert_layout(p, e, sums, next);
-      s.base[e] = packed_field(next, 0) + static_cast<int>(below[b]);
-      next += sums;
-    }
+  for (int e = first; e < last; ++e) {
+    int below;
+    const uint64_t sums = packed_sums(p, column(e, below));
+    if (rank == 0) write_expert_layout(p, e, sums, next);
+    s.base[e] = packed_field(next, 0) + below;
+    next += sums;
   }
   FirstThreads{permute_threads}();  // every expert's first row for this CTA
   phase_stamp(s, 6, tid == 0);
@@ -1396,21 +1384,20 @@ template <typename LogitT, int kPerLane, bool kDeepSeek>
 void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, bool cluster,
                   cudaStream_t stream) {
   const ClusterSpread spread = spread_setting();
-  const int spread_from =
-      spread.from_tokens > 0 ? spread.from_tokens : routing_shape::spread_from_tokens(kDeepSeek);
-  if (cluster && spread.on && r.num_tokens >= spread_from) {
+  if (cluster && spread.on) {
     const auto kernel = spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>;
     const int device_max = spread_device_max_ctas<LogitT, kPerLane, kDeepSeek>();
     const int max_ctas = spread.max_ctas > 0 ? std::min(spread.max_ctas, device_max) : device_max;
     const routing_shape::SpreadShape shape =
         routing_shape::spread_shape(kPerLane, r.num_tokens, p.num_local, r.num_experts, kDeepSeek,
                                     spread_min_tokens(kDeepSeek), max_ctas);
-    if (shape.ctas > 0) {
-      // The permuting threads' runs are of whole table words.
-      BlockPermuteParams q = p;
-      q.experts_per_thread = 4 * shape.words_per_thread;
-      q.owner_warps = routing_shape::owner_warps(routing_shape::spread_row_bytes(p.num_local) / 4,
-                                                 shape.words_per_thread);
+    // A set threshold (tests, sweeps) replaces the measured defaults.
+    const bool take = spread.from_tokens > 0
+                          ? shape.ctas > 0 && r.num_tokens >= spread.from_tokens
+                          : routing_shape::spread_by_default(shape, r.num_tokens, r.top_k,
+                                                             p.num_local, r.num_experts, kDeepSeek);
+    if (take) {
+      BlockPermuteParams q = for_block(p, shape.permute_threads);
       q.tokens_per_cta = shape.tokens_per_cta;
       launch_pdl_clustered(kernel, shape.ctas, shape.threads, 0, shape.ctas, stream, r, q);
       return;

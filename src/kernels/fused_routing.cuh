@@ -46,14 +46,13 @@ void launch_fused_routing_permute(const RoutingParams& routing, const PermutePar
 // their experts meanwhile). Where one routing CTA is enough (or in
 // precomputed mode) it launches the fused block itself.
 //
-// From routing_shape::spread_from_tokens (192 tokens), where it serves
-// (routing mode; routing_shape::spread_shape: at least two CTAs of
-// UNIMOE_SPREAD_MIN_TOKENS tokens, default 2 for the DeepSeek policies and
-// 4 for the others, at most 32 tokens a CTA), the cluster variant launches
-// the spread kernel instead: every CTA of a cluster of up
-// to 16 routes its run of tokens and places its own rows, counting each
-// expert's rows across the cluster in distributed shared memory, so that
-// no CTA permutes the others' rows.
+// Where routing_shape::spread_by_default says so (routing mode; from T = 64
+// for the DeepSeek policies at E >= 128, else 128; K <= 8; the launch
+// shape, routing_shape::spread_shape, serving with a permuting thread per
+// local expert), the cluster variant launches the spread kernel instead:
+// every CTA of a cluster of up to 16 routes its run of tokens and places
+// its own rows, counting each expert's rows across the cluster in
+// distributed shared memory, so that no CTA permutes the others' rows.
 inline constexpr int kClusterMaxCtas = routing_shape::kClusterMaxCtas;
 void launch_cluster_routing_permute(const RoutingParams& routing, const PermuteParams& permute,
                                     cudaStream_t stream);
@@ -61,13 +60,14 @@ void launch_cluster_routing_permute(const RoutingParams& routing, const PermuteP
 // The cluster variant's use of the spread kernel, process-wide: `on`
 // (UNIMOE_CLUSTER_SPREAD, on unless "0"), its largest cluster, `max_ctas`
 // (UNIMOE_SPREAD_MAX_CTAS; 0: the device's largest, 16 where it runs such a
-// cluster, else 8), and from how many tokens (`from_tokens`). For tests
+// cluster, else 8), and `from_tokens`: from that many tokens wherever it
+// serves, instead of the measured defaults. For tests
 // and A/B timing; set_cluster_spread throws std::invalid_argument for
 // max_ctas other than 0 or 2..16, or a negative from_tokens.
 struct ClusterSpread {
   bool on;
   int max_ctas;
-  int from_tokens;  // UNIMOE_SPREAD_FROM_TOKENS; 0: routing_shape::spread_from_tokens
+  int from_tokens;  // UNIMOE_SPREAD_FROM_TOKENS; 0: routing_shape::spread_by_default
 };
 ClusterSpread cluster_spread();
 void set_cluster_spread(ClusterSpread setting);

@@ -285,27 +285,28 @@ constexpr RoutingLimits kOtherLimits{1536, 256, 65536};
 
 // Beyond those limits, the cluster variant's spread kernel
 // (routing_shape::spread_shape; every CTA of a cluster of up to 16 places
-// its own rows) from routing_shape::spread_from_tokens up to
-// kSpreadRuleMaxTokens, where it serves the call (E_local taken as E, 16
-// CTAs: the H200's largest cluster of it). Measured (session 16 run 5,
-// H200, DeepSeekV3/Renormalize/TopK, E 64..384, K 1/4/8, T 128..384, the
-// spread kernel against split): 0.58-0.95 wherever it serves from T=192
-// (DeepSeekV3 E=256 K=8 T=192 7.88 us vs 10.29, T=384 10.68 vs 11.33;
-// Renormalize E=128 K=8 T=256 5.42 vs ~8.3); at E=384 it does not serve
-// from T=192 (the CTA-0 kernels then lose to split, up to 2x). T=512 was
-// measured too, but no K=8 call of it is served (32 tokens a CTA leave no
-// permuting warp).
+// its own rows) up to kSpreadRuleMaxTokens where the cluster variant takes
+// it (routing_shape::spread_by_default; E_local taken as E, 16 CTAs: the
+// H200's largest cluster of it). Measured
+// (session 16 run 5, H200, DeepSeekV3/Renormalize/TopK, E 64..384, K
+// 1/4/8, T 128..384, run 5's spread kernel against split): 0.58-0.95
+// wherever it serves (DeepSeekV3 E=256 K=8 T=192 7.88 us vs 10.29, T=384
+// 10.68 vs 11.33; Renormalize E=128 K=8 T=256 5.42 vs ~8.3); the final
+// kernel is faster still (run 8: DeepSeekV3 E=256 K=8 T=256 7.82, T=192
+// 7.12). At E=384 it does not serve from T=192 (the CTA-0 kernels then
+// lose to split, up to 2x). T=512 was measured too, but no K=8 call of it
+// is served (32 tokens a CTA leave no permuting warp).
 constexpr int kSpreadRuleMaxTokens = 384;
 
 bool spread_serves(const RoutingConfig& routing, int num_tokens, bool deepseek) {
-  if (num_tokens < routing_shape::spread_from_tokens(deepseek) || num_tokens > kSpreadRuleMaxTokens)
-    return false;
+  if (num_tokens > kSpreadRuleMaxTokens) return false;
   const int min_tokens =
       deepseek ? routing_shape::kSpreadMinTokensDeepSeek : routing_shape::kSpreadMinTokensOther;
-  return routing_shape::spread_shape(routing_shape::slots_for_experts(routing.num_experts),
-                                     num_tokens, routing.num_experts, routing.num_experts,
-                                     deepseek, min_tokens, routing_shape::kSpreadMaxCtas)
-             .ctas > 0;
+  const int e = routing.num_experts;
+  const routing_shape::SpreadShape shape =
+      routing_shape::spread_shape(routing_shape::slots_for_experts(e), num_tokens, e, e, deepseek,
+                                  min_tokens, routing_shape::kSpreadMaxCtas);
+  return routing_shape::spread_by_default(shape, num_tokens, routing.top_k, e, e, deepseek);
 }
 
 }  // namespace

@@ -182,12 +182,10 @@ TEST(RoutingVariantRule, EachVariantAtItsMeasuredWins) {
   for (int t : {1, 8, 12, 13, 64, 192})
     EXPECT_EQ(variant("qwen3-30b-a3b", t), RoutingVariant::Cluster) << t;
   for (int t : {1, 12, 256}) EXPECT_EQ(variant("mixtral-8x7b", t), RoutingVariant::Cluster) << t;
-  // The spread kernel (session 16) from T = 192 to 384 (DeepSeekV3 E=256
-  // K=8 T=192 7.9 us vs split 10.3; Renormalize E=128 K=8 T=256 5.4 vs
-  // 8.3); between the CTA-0 kernels' limit and 192, split.
-  EXPECT_EQ(variant("dsv3-tp8", 129), RoutingVariant::Split);
-  EXPECT_EQ(variant("dsv3-tp8", 191), RoutingVariant::Split);
-  for (int t : {192, 256, 384}) EXPECT_EQ(variant("dsv3-tp8", t), RoutingVariant::Cluster) << t;
+  // The spread kernel (session 16) up to 384 (DeepSeekV3 E=256 K=8 T=192
+  // 7.9 us vs split 10.3; Renormalize E=128 K=8 T=256 5.4 vs 8.3).
+  for (int t : {129, 191, 192, 256, 384})
+    EXPECT_EQ(variant("dsv3-tp8", t), RoutingVariant::Cluster) << t;
   for (int t : {193, 256, 384})
     EXPECT_EQ(variant("qwen3-30b-a3b", t), RoutingVariant::Cluster) << t;
   // Split beyond: 32 tokens a CTA leave the spread kernel no permuting warp
@@ -223,21 +221,22 @@ TEST(RoutingVariantRule, EachLimitHoldsAtItsEdge) {
     EXPECT_EQ(routing_variant_for(config(policy, experts, top_k), last + 1), RoutingVariant::Split);
   };
   // The policies but DeepSeek's: T at most 256, T*K at most 1536, T*E at
-  // most 65536; then the spread kernel from 192 to 384 where it serves
+  // most 65536; then the spread kernel from 128 to 384 where it serves
   // (not at E = 512 beyond 128: 24 tokens a CTA over the 8 CTAs its table
   // allows need more warps than the kernel's 16 a block).
   edge(other, 8, 1, 384);
   edge(other, 8, 8, 384);
   edge(other, 512, 1, 128);
+  edge(other, 64, 16, 96);  // K = 16: the limits (T*K <= 1536) alone
   for (RoutingPolicy ds : {RoutingPolicy::DeepSeekV3, RoutingPolicy::MiniMax2}) {
     // T at most 128, T*K at most 1536, T*E at most 49152; the spread kernel
-    // from 192 to 384 where it serves (split at 129..191).
+    // to 384 where the cluster variant takes it by default, for K <= 8 (K =
+    // 16 keeps the limits).
     EXPECT_EQ(routing_variant_for(config(ds, 8, 1), 1), RoutingVariant::Cluster) << to_string(ds);
-    edge(ds, 8, 1, 128);
-    EXPECT_EQ(routing_variant_for(config(ds, 8, 1), 192), RoutingVariant::Cluster);
     edge(ds, 8, 1, 384);
     edge(ds, 64, 16, 96);
-    EXPECT_EQ(routing_variant_for(config(ds, 64, 16), 192), RoutingVariant::Cluster);
+    edge(ds, 64, 8, 384);
+    edge(ds, 512, 1, 96);  // E=512: no permuting thread per expert, the limits alone
     edge(ds, 1024, 1, 48);
   }
 }
