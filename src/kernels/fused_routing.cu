@@ -1181,6 +1181,9 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   const int row_bytes = routing_shape::spread_row_bytes(num_local);
 #pragma unroll 1
   for (int e = tid; e < row_bytes; e += blockDim.x) s.mask[e] = 0;
+  // Every mask cleared before a routing lane sets its bit (the DeepSeek
+  // policies meet again after staging their keys, the others would not).
+  __syncthreads();
   phase_stamp(s, 0, tid == 0);
   clear_stamps(s);
   __cluster_barrier_arrive();  // the first barrier: every CTA started before any store
