@@ -279,12 +279,14 @@ TEST(FusedRoutingGpu, SpreadKernelOverClusterSizes) {
   const std::pair<int, int> shapes[] = {{8, 2}, {64, 6}, {128, 8}, {256, 8}, {384, 8}, {1024, 32},
                                         {160, 22}, {256, 1}};
   const int tokens[] = {5, 17, 64, 130};
-  int cases = 0, served = 0;
+  int cases = 0, served = 0, pick = 0;
   for (int max_ctas : {0, 8, 3}) {
     SCOPED_TRACE("max_ctas " + std::to_string(max_ctas));
     ScopedSpread spread({true, max_ctas, 1});  // at every T it serves
     for (RoutingPolicy policy : test::kAllPolicies) {
-      const auto [e, k] = shapes[cases % std::size(shapes)];
+      // The next shape for each policy: every shape in turn (indexing by the
+      // case count, a multiple of 4 tokens, would take only a few of them).
+      const auto [e, k] = shapes[pick++ % std::size(shapes)];
       const RoutingConfig c =
           make_routing(policy, e, k, cases % 2 == 0 ? LogitsType::F32 : LogitsType::BF16, cases % 3 != 0);
       if (!legal_routing(c)) continue;
