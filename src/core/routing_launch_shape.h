@@ -162,6 +162,9 @@ UNIMOE_HD int spread_from_tokens(bool deepseek, int num_experts) {
 }
 inline constexpr int kSpreadMinTokensDeepSeek = 2;
 inline constexpr int kSpreadMinTokensOther = 4;
+UNIMOE_HD int default_spread_min_tokens(bool deepseek) {
+  return deepseek ? kSpreadMinTokensDeepSeek : kSpreadMinTokensOther;
+}
 
 // Experts a lane of a routing warp holds (the kernels' instantiation): the
 // smallest power of two, 1..32, that covers E over 32 lanes.
@@ -177,9 +180,8 @@ UNIMOE_HD int slots_for_experts(int num_experts) {
 // [0, permute_threads) scan the experts and place the CTA's rows. As many
 // CTAs as ceil(T / min_tokens) and `max_ctas` allow, the tokens spread
 // evenly (T=5 at a minimum of 4: 3 and 2, not 4 and 1), and as the table
-// allows; the permuting threads are
-// a thread a local expert where the kernel's bound (fused_threads) leaves
-// room, at least a warp; DeepSeek's keys of the CTA's tokens (a thread a
+// allows; the permuting threads are a thread a local expert where the
+// kernel's bound (fused_threads) leaves room, at least a warp; DeepSeek's keys of the CTA's tokens (a thread a
 // key where there is room) fit the work area. ctas = 0: the spread kernel
 // does not serve the call (one CTA would take every token, or a CTA would
 // take more tokens than a mask holds, or the keys do not fit, or no warp is
@@ -192,7 +194,7 @@ struct SpreadShape {
 };
 
 inline SpreadShape spread_shape(int per_lane, int num_tokens, int num_local, int num_experts,
-                                   bool deepseek, int min_tokens, int max_ctas) {
+                                bool deepseek, int min_tokens, int max_ctas) {
   SpreadShape s{0, 0, 0, 0};
   if (num_tokens < 2 || min_tokens < 1) return s;
   int ctas = (num_tokens + min_tokens - 1) / min_tokens;

@@ -1165,8 +1165,8 @@ __device__ __forceinline__ uint4 chunk_of_counts(const SpreadShared& s, int j) {
 // expanded index (ref::permute's stable order), with no CTA permuting
 // another's rows. The permuting threads scan the experts (a run each, a
 // column of the table an expert); CTA 0 writes the counts, offsets and tile
-// schedules. The
-// routing warps weigh their experts while the barrier completes. Two
+// schedules. The routing warps weigh their experts while the barrier
+// completes. Two
 // cluster barriers: the first (arrived at the start) keeps every store
 // after every CTA has started; the second publishes the stores, masks and
 // staged rows, and keeps each CTA's shared memory alive until no other CTA
@@ -1339,9 +1339,7 @@ int cluster_min_tokens(bool deepseek) {
 // sets it (for the sweep).
 int spread_min_tokens(bool deepseek) {
   static const int forced = env_int("UNIMOE_SPREAD_MIN_TOKENS", 0);
-  return forced > 0 ? forced
-                    : (deepseek ? routing_shape::kSpreadMinTokensDeepSeek
-                                : routing_shape::kSpreadMinTokensOther);
+  return forced > 0 ? forced : routing_shape::default_spread_min_tokens(deepseek);
 }
 
 // The largest cluster of the spread kernel the device runs at the kernel's

@@ -61,9 +61,9 @@ void launch_cluster_routing_permute(const RoutingParams& routing, const PermuteP
 // (UNIMOE_CLUSTER_SPREAD, on unless "0"), its largest cluster, `max_ctas`
 // (UNIMOE_SPREAD_MAX_CTAS; 0: the device's largest, 16 where it runs such a
 // cluster, else 8), and `from_tokens`: from that many tokens wherever it
-// serves, instead of the measured defaults. For tests
-// and A/B timing; set_cluster_spread throws std::invalid_argument for
-// max_ctas other than 0 or 2..16, or a negative from_tokens.
+// serves, instead of the measured defaults. For tests and A/B timing;
+// set_cluster_spread throws std::invalid_argument for max_ctas other than 0
+// or 2..16, or a negative from_tokens.
 struct ClusterSpread {
   bool on;
   int max_ctas;

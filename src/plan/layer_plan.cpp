@@ -300,12 +300,10 @@ constexpr int kSpreadRuleMaxTokens = 384;
 
 bool spread_serves(const RoutingConfig& routing, int num_tokens, bool deepseek) {
   if (num_tokens > kSpreadRuleMaxTokens) return false;
-  const int min_tokens =
-      deepseek ? routing_shape::kSpreadMinTokensDeepSeek : routing_shape::kSpreadMinTokensOther;
   const int e = routing.num_experts;
-  const routing_shape::SpreadShape shape =
-      routing_shape::spread_shape(routing_shape::slots_for_experts(e), num_tokens, e, e, deepseek,
-                                  min_tokens, routing_shape::kSpreadMaxCtas);
+  const routing_shape::SpreadShape shape = routing_shape::spread_shape(
+      routing_shape::slots_for_experts(e), num_tokens, e, e, deepseek,
+      routing_shape::default_spread_min_tokens(deepseek), routing_shape::kSpreadMaxCtas);
   return routing_shape::spread_by_default(shape, num_tokens, routing.top_k, e, e, deepseek);
 }
 

@@ -309,8 +309,8 @@ TEST(RoutingLaunchShape, SpreadCoversTheTokensWithinItsBounds) {
 // permuting thread per local expert.
 TEST(RoutingLaunchShape, SpreadByDefaultWhereItWasMeasuredToWin) {
   auto by_default = [](int t, int e, int k, bool deepseek) {
-    const int min = deepseek ? kSpreadMinTokensDeepSeek : kSpreadMinTokensOther;
-    const SpreadShape s = spread_shape(slots_for_experts(e), t, e, e, deepseek, min, kSpreadMaxCtas);
+    const SpreadShape s = spread_shape(slots_for_experts(e), t, e, e, deepseek,
+                                       default_spread_min_tokens(deepseek), kSpreadMaxCtas);
     return spread_by_default(s, t, k, e, e, deepseek);
   };
   EXPECT_FALSE(by_default(63, 256, 8, true));

@@ -252,21 +252,17 @@ class ScopedSpread {
 // max_ctas CTAs (routing_shape::spread_shape at the launcher's default
 // minimum tokens; the device's largest cluster is at least 8).
 bool spread_serves(const Problem& pr, int max_ctas) {
-  const bool deepseek = pr.config.policy == RoutingPolicy::DeepSeekV3 ||
-                        pr.config.policy == RoutingPolicy::MiniMax2;
+  const bool deepseek = routing_detail::is_deepseek(pr.config.policy);
   const int per_lane = routing_detail::slots_per_lane(pr.config.num_experts);
   return routing_shape::spread_shape(per_lane, pr.num_tokens, pr.local(), pr.config.num_experts,
-                                     deepseek,
-                                     deepseek ? routing_shape::kSpreadMinTokensDeepSeek
-                                              : routing_shape::kSpreadMinTokensOther,
+                                     deepseek, routing_shape::default_spread_min_tokens(deepseek),
                                      max_ctas)
              .ctas > 0;
 }
 
 // The spread kernel (the cluster variant where it serves, here from T = 1
 // on) over clusters of 16 (the device's largest where it runs them), 8 and
-// 3 CTAs: every
-// policy, fp32 and bf16, E 8..1024, K 1..32, T from 5 (a short last CTA)
+// 3 CTAs: every policy, fp32 and bf16, E 8..1024, K 1..32, T from 5 (a short last CTA)
 // to 130, grouped DeepSeekV3 with bias, EP ranges with off-rank rows, one
 // hot expert, tile sizes that split an expert's rows. Held to the split
 // launches bit for bit and to the reference (check_fused_and_split); the
