@@ -825,6 +825,17 @@ __device__ void permute_block(const BlockPermuteParams& p, BlockShared& s) {
   }
 }
 
+// The experts of `token`, as the fused, cluster and spread kernels choose
+// them (every lane of the warp calls it): DeepSeek's keys staged by the
+// block and its slots in runs, the others' strided; the K best by
+// rounds_by_threshold where it serves. `keys`: as choose_experts'.
+template <typename LogitT, int kPerLane, bool kDeepSeek>
+__device__ __forceinline__ TokenExperts choose_decode(const RoutingKernelParams& r, int token,
+                                                      int lane, float* keys) {
+  return choose_experts<LogitT, kPerLane, kDeepSeek, kDeepSeek, kDeepSeek, false, false, false, true>(
+      r, token, lane, keys);
+}
+
 // Phase 1: this warp (this thread its lane `lane`) routes tokens begin +
 // first_warp, + warp_stride, ... below end and stages each row's local
 // expert in `staged` (this block's s.expert, or CTA 0's in the cluster
@@ -837,7 +848,8 @@ __device__ __forceinline__ void route_tokens(const RoutingKernelParams& r, const
   for (int token = begin + first_warp; token < end; token += warp_stride) {  // uniform per warp
     float* token_keys = kStagedKeys ? keys + (token - begin) * r.num_experts : keys;
     const TokenChoice choice =
-        route_token<LogitT, kPerLane, kDeepSeek, kStagedKeys, kDeepSeek>(r, token, lane, token_keys);
+        route_token<LogitT, kPerLane, kDeepSeek, kStagedKeys, kDeepSeek, false, false, false, true>(
+            r, token, lane, token_keys);
     if (lane < r.top_k) {
       const int row = token * r.top_k + lane;
       r.topk_ids[row] = choice.expert;
@@ -947,7 +959,7 @@ __device__ void route_then_permute(const RoutingKernelParams& r, const BlockPerm
   if (routes) {
     float* keys = kDeepSeek ? s.work.keys + token * r.num_experts
                             : s.work.keys + warp * kPerLane * kWarpSize;
-    chosen = choose_experts<LogitT, kPerLane, kDeepSeek, kDeepSeek, kDeepSeek>(r, token, lane, keys);
+    chosen = choose_decode<LogitT, kPerLane, kDeepSeek>(r, token, lane, keys);
     if (lane < top_k) {
       r.topk_ids[token * top_k + lane] = chosen.expert;
       s.expert[token * top_k + lane] = local_expert(chosen.expert, p);
@@ -1080,7 +1092,7 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   if (routes) {
     float* keys = kDeepSeek ? s.work.keys + (token - begin) * r.num_experts
                             : s.work.keys + warp * kPerLane * kWarpSize;
-    chosen = choose_experts<LogitT, kPerLane, kDeepSeek, kDeepSeek, kDeepSeek>(r, token, lane, keys);
+    chosen = choose_decode<LogitT, kPerLane, kDeepSeek>(r, token, lane, keys);
     if (lane < r.top_k) staged[token * r.top_k + lane] = local_expert(chosen.expert, p);
   }
   phase_stamp(s, 3, threadIdx.x == 0);
@@ -1211,7 +1223,7 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     TokenExperts chosen{};
     if (routes) {
       float* keys = kDeepSeek ? s.keys + t * r.num_experts : s.keys + t * kPerLane * kWarpSize;
-      chosen = choose_experts<LogitT, kPerLane, kDeepSeek, kDeepSeek, kDeepSeek>(r, token, lane, keys);
+      chosen = choose_decode<LogitT, kPerLane, kDeepSeek>(r, token, lane, keys);
       if (lane < top_k) {
         const int e = local_expert(chosen.expert, p);
         s.rows[t * top_k + lane] = static_cast<int16_t>(e);

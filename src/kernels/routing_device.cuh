@@ -588,6 +588,128 @@ __device__ __forceinline__ Chosen rounds_by_kept_halves(const RoutingKernelParam
                     [](int, uint32_t low) { return expert_of_pair(low); });
 }
 
+// The K best of the warp's keys in a fixed number of steps rather than K
+// dependent rounds, for the decode kernels (session 17 run 2, each token
+// chosen twice in one launch, the second time from a warm instruction
+// cache: choosing took about 2,100 cycles at Renormalize E=128 K=8, 2,500
+// at E=256, both with the logits' load, and 3,500 at DeepSeekV3 E=256;
+// this way cut the first by about 280 only, and its gain grows with the
+// slots a lane and with K: threshold_serves):
+//   1. t: the K-th largest of the lanes' best keys (each lane counts the
+//      lanes whose best is >= its own, t the largest best with a count of
+//      at least K). K lanes hold a key >= t, so the K best keys are >= t;
+//   2. the candidates, the keys >= t (about K at random logits), go to
+//      `area` as (key, expert) pairs, each at its place from one ballot a
+//      slot (or a warp scan, past 8 slots);
+//   3. lane i ranks the i-th candidate: the count of larger pairs (pairs
+//      are unique, larger meaning a larger key or, at equal keys, the lower
+//      expert: the rounds' order), and the candidate of rank k < K goes to
+//      lane k through `area`.
+// Returns false, `area` untouched and `key` as it came, where more than
+// kWarpSize keys reach t (ties, or t = kNoKey where fewer than K lanes hold
+// a candidate): the caller takes the rounds. `area`: this warp's 32 pairs
+// of shared memory, 16-byte aligned, free to overwrite once every lane
+// holds its keys; every lane calls it.
+template <int kPerLane, bool kRuns>
+__device__ __forceinline__ bool rounds_by_threshold(const uint32_t (&key)[kPerLane], int top_k,
+                                                    Slots<kPerLane, kRuns> slots, uint64_t* area,
+                                                    Chosen& chosen) {
+  const int lane = slots.lane;
+  uint32_t best = key[0];
+#pragma unroll
+  for (int j = 1; j < kPerLane; ++j) best = max(best, key[j]);
+  uint32_t* bests = reinterpret_cast<uint32_t*>(area);
+  __syncwarp();  // every lane is done with what `area` held
+  bests[lane] = best;
+  __syncwarp();
+  int reach = 0;  // lanes whose best is >= this lane's
+#pragma unroll
+  for (int q = 0; q < kWarpSize / 4; ++q) {
+    const uint4 v = reinterpret_cast<const uint4*>(bests)[q];
+    reach += (v.x >= best) + (v.y >= best) + (v.z >= best) + (v.w >= best);
+  }
+  const uint32_t t = __reduce_max_sync(kFullMask, reach >= top_k ? best : kNoKey);
+  uint32_t bits = 0;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) bits |= (key[j] >= t && key[j] != kNoKey ? 1u : 0u) << j;
+  int place, total;  // this lane's first place in the list, and the list's length
+  if constexpr (kPerLane <= 8) {
+    const unsigned below = (1u << lane) - 1u;
+    place = 0;
+    total = 0;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const unsigned b = __ballot_sync(kFullMask, (bits >> j) & 1u);
+      place += __popc(b & below);
+      total += __popc(b);
+    }
+  } else {
+    const int n = __popc(bits);
+    int inclusive = n;
+#pragma unroll
+    for (int d = 1; d < kWarpSize; d *= 2) {
+      const int other = __shfl_up_sync(kFullMask, inclusive, d);
+      if (lane >= d) inclusive += other;
+    }
+    place = inclusive - n;
+    total = __shfl_sync(kFullMask, inclusive, kWarpSize - 1);
+  }
+  if (total > kWarpSize) return false;  // uniform
+  __syncwarp();  // every lane has read the bests
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    if ((bits >> j) & 1u) area[place++] = key_expert_pair(key[j], slots.expert(j));
+  }
+  if (lane == 0 && (total & 1)) area[total] = 0;  // below every pair: the list in whole 16 bytes
+  __syncwarp();
+  const uint64_t mine = lane < total ? area[lane] : 0;
+  int rank = 0;
+#pragma unroll 4
+  for (int i = 0; i < total; i += 2) {
+    const ulonglong2 two = reinterpret_cast<const ulonglong2*>(area)[i / 2];
+    rank += (two.x > mine) + (two.y > mine);
+  }
+  __syncwarp();  // every lane has read the list
+  if (lane < total && rank < top_k) area[rank] = mine;
+  __syncwarp();
+  const uint64_t pair = lane < top_k ? area[lane] : 0;
+  chosen = lane < top_k ? Chosen{expert_of_pair(pair), static_cast<uint32_t>(pair >> 32)}
+                        : Chosen{0, kNoKey};
+  return true;
+}
+
+// Where the decode kernels take rounds_by_threshold: at least 8 slots a
+// lane (E > 128; compile time) and threshold_serves (run time). Its area,
+// 32 pairs (threshold_area, in `keys`): a warp's kPerLane * 32 words of
+// group keys, or a token's E > 128 staged DeepSeek keys, 16-byte aligned
+// up.
+inline constexpr int kThresholdMinSlots = 8;
+inline constexpr int kThresholdMinTopK = 8;
+
+// Whether a token's K best come by rounds_by_threshold (uniform): K >= 8,
+// and the lanes that hold candidates (every lane with strided slots; with
+// DeepSeek's runs about those of the kept groups) at least 1.5 K, so that
+// t, the K-th best of their bests, leaves few candidates above it. Measured
+// (session 17 runs 3 and 5, the decode grid of scripts/routing_ab.sh, E
+// 64..1024, K 4..22, T 1..256, against the tree everywhere; the sweep's
+// DeepSeekV3 keeps 4 of 8 groups): at K = 8 it gained 1-4% at E = 256 and
+// 6-14% at E = 384..1024 (Renormalize E=384 T=64 6.02 -> 4.82 us,
+// DeepSeekV3 E=384 T=128 12.98 -> 10.88), at K = 16 16-30% for the policies
+// without groups; it lost 7-11% at K = 4 (its fixed steps cost about four
+// rounds), 6-11% for DeepSeekV3 at K = 16 and 22 (16 kept lanes: the
+// candidates pass 32 and the rounds run after it), and was mixed at K = 22
+// without groups (0.63-1.18x).
+template <int kPerLane, bool kRuns>
+__device__ __forceinline__ bool threshold_serves(const RoutingKernelParams& p) {
+  const int lanes = kRuns ? min(kWarpSize, p.topk_group * p.experts_per_group / kPerLane) : kWarpSize;
+  return p.top_k >= kThresholdMinTopK && 3 * p.top_k <= 2 * lanes;
+}
+
+__device__ __forceinline__ uint64_t* threshold_area(float* keys) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(keys);
+  return reinterpret_cast<uint64_t*>((address + 15) & ~static_cast<uintptr_t>(15));
+}
+
 // Whether rounds_by_kept_halves serves a call (host and device): each group
 // a run of whole lanes of kPerLane slots, and the kept groups' lanes at
 // most half the warp.
@@ -614,11 +736,13 @@ using routing_shape::kSortMaxSlots;
 // kRuns: the slots' layout (Slots). kSortedRuns (runs only): the K rounds
 // by rounds_by_sorted_runs (kKeptHalves, DeepSeek's split kernel where
 // compacts_kept_lanes holds: by rounds_by_kept_halves, `keys` its area),
-// else by rounds_by_tree. kWideLoads: as
+// else by rounds_by_tree; kThreshold (the decode kernels, with `keys` a
+// warp's own shared memory as threshold_area needs it): by
+// rounds_by_threshold where it serves, else the tree. kWideLoads: as
 // load_slots'.
 template <typename LogitT, int kPerLane, bool kDeepSeek, bool kStagedKeys = false,
           bool kRuns = false, bool kSortedRuns = false, bool kWideLoads = false,
-          bool kKeptHalves = false>
+          bool kKeptHalves = false, bool kThreshold = false>
 __device__ __forceinline__ TokenExperts choose_experts(const RoutingKernelParams& p, int token,
                                                        int lane, float* keys) {
   static_assert(kRuns || !kSortedRuns, "sorted rounds need runs");
@@ -703,6 +827,10 @@ __device__ __forceinline__ TokenExperts choose_experts(const RoutingKernelParams
     chosen = rounds_by_kept_halves(p, key, kept, lane, reinterpret_cast<uint64_t*>(keys));
   } else if constexpr (kSortedRuns) {
     chosen = rounds_by_sorted_runs(key, p.top_k, slots);
+  } else if constexpr (kThreshold && kPerLane >= kThresholdMinSlots) {
+    if (!(threshold_serves<kPerLane, kRuns>(p) &&
+          rounds_by_threshold(key, p.top_k, slots, threshold_area(keys), chosen)))
+      chosen = rounds_by_tree(key, p.top_k, slots);
   } else {
     chosen = rounds_by_tree(key, p.top_k, slots);
   }
@@ -730,11 +858,11 @@ __device__ __forceinline__ float weigh_experts(const RoutingKernelParams& p, con
 // choose_experts'.
 template <typename LogitT, int kPerLane, bool kDeepSeek, bool kStagedKeys = false,
           bool kRuns = false, bool kSortedRuns = false, bool kWideLoads = false,
-          bool kKeptHalves = false>
+          bool kKeptHalves = false, bool kThreshold = false>
 __device__ __forceinline__ TokenChoice route_token(const RoutingKernelParams& p, int token,
                                                    int lane, float* keys) {
   const TokenExperts t = choose_experts<LogitT, kPerLane, kDeepSeek, kStagedKeys, kRuns, kSortedRuns,
-                                        kWideLoads, kKeptHalves>(p, token, lane, keys);
+                                        kWideLoads, kKeptHalves, kThreshold>(p, token, lane, keys);
   return TokenChoice{t.expert, weigh_experts<LogitT, kDeepSeek>(p, t, token, lane < p.top_k)};
 }
 

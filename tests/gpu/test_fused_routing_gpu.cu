@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <iterator>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -153,6 +154,44 @@ TEST(FusedRoutingGpu, AdversarialLogits) {
             ++cases;
           }
   EXPECT_GT(cases, 200);
+}
+
+// The decode kernels' threshold selection (rounds_by_threshold) ranks at
+// most 32 candidates, the keys at or above the K-th largest of the lanes'
+// best keys, and takes the K rounds beyond: rows where `tied` experts share
+// the largest logit (the rest random below it) give exactly `tied`
+// candidates where they lie on at least K lanes, so 32 ranks them and 33
+// falls back. Both sides, from the single block (T = 1, 7) and the cluster
+// kernels (T = 33, 100), against split and the reference, where the kernels
+// take it (E > 128, K = 8 and 16: threshold_serves) and where they do not
+// (K = 22).
+TEST(FusedRoutingGpu, ThresholdSelectionAtItsListBound) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  int cases = 0;
+  for (RoutingPolicy policy :
+       {RoutingPolicy::TopK, RoutingPolicy::Renormalize, RoutingPolicy::DeepSeekV3})
+    for (int e : {160, 256, 512, 1024})
+      for (int k : {8, 16, 22})
+        for (int tied : {k, 31, 32, 33, 40}) {
+          const RoutingConfig c = make_routing(policy, e, k, LogitsType::F32, false);
+          if (!legal_routing(c) || tied > e) continue;
+          const int t = std::array<int, 4>{1, 7, 33, 100}[cases++ % 4];
+          SCOPED_TRACE("tied " + std::to_string(tied));
+          std::vector<float> logits = test::random_vector(std::size_t(t) * e, rng, -4, 3);
+          std::vector<int> experts(e);
+          for (int i = 0; i < t; ++i) {
+            std::iota(experts.begin(), experts.end(), 0);
+            std::shuffle(experts.begin(), experts.end(), rng);
+            for (int j = 0; j < tied; ++j) logits[std::size_t(i) * e + experts[j]] = 3.5f;
+          }
+          const Problem pr{c, t};
+          check_fused_and_split(pr, test::logits_inputs(pr, std::move(logits),
+                                                        std::vector<float>(e, 0.0f)));
+        }
+  EXPECT_GT(cases, 100);
 }
 
 TEST(FusedRoutingGpu, ExpertParallelRangeWithOffRankRows) {
