@@ -353,4 +353,34 @@ UNIMOE_HD bool split_takes_octets(bool deepseek, int num_experts, int top_k, int
   return num_tokens >= (forced > 0 ? forced : octets_from_tokens(num_experts, n_group > 1));
 }
 
+// The decode kernels' K best by a threshold and ranks
+// (routing_detail::rounds_by_threshold) rather than K rounds: only in the
+// kernels built with it (the launcher takes them where threshold_serves),
+// which hold the rounds too, for calls where it does not serve and for
+// rows whose candidates pass 32. At least kThresholdMinSlots slots a lane
+// (E > 128), K >= kThresholdMinTopK, and the lanes that hold candidates
+// (every lane with strided slots; with runs, DeepSeek's, about those of the
+// kept groups: topk_group * E / n_group / slots) at least 1.5 K, so that
+// the K-th best of their bests leaves few candidates above it.
+// Measured (session 17 runs 3, 5 and 6, H200, the decode grid of
+// scripts/routing_ab.sh over E 64..1024, K 4..22, T 1..256, against the
+// K rounds everywhere; the sweep's DeepSeekV3 keeps 4 of 8 groups):
+//   - K = 8: 1-4% faster at E = 256, 6-14% at E = 384..1024 (Renormalize
+//     E=384 T=64 6.02 -> 4.82 us, DeepSeekV3 E=384 T=128 12.98 -> 10.88);
+//   - K = 16 without groups: 15-30% faster;
+//   - slower: K = 4 by 7-11% (its fixed steps cost about four rounds),
+//     DeepSeekV3 at K = 16 and 22 by 6-11% (16 kept lanes: candidates pass
+//     32 and the rounds follow), K = 22 without groups mixed (0.63-1.18x);
+//   - a kernel built with it ran 2-6% slower where it took the rounds (run
+//     6), hence the kernels apart.
+inline constexpr int kThresholdMinSlots = 8;
+inline constexpr int kThresholdMinTopK = 8;
+
+UNIMOE_HD bool threshold_serves(int top_k, int slots, bool runs, int topk_group,
+                                int experts_per_group) {
+  const int kept = runs ? topk_group * experts_per_group / slots : kWarp;
+  const int lanes = kept < kWarp ? kept : kWarp;
+  return slots >= kThresholdMinSlots && top_k >= kThresholdMinTopK && 3 * top_k <= 2 * lanes;
+}
+
 }  // namespace unimoe::routing_shape

@@ -828,12 +828,13 @@ __device__ void permute_block(const BlockPermuteParams& p, BlockShared& s) {
 // The experts of `token`, as the fused, cluster and spread kernels choose
 // them (every lane of the warp calls it): DeepSeek's keys staged by the
 // block and its slots in runs, the others' strided; the K best by
-// rounds_by_threshold where it serves. `keys`: as choose_experts'.
-template <typename LogitT, int kPerLane, bool kDeepSeek>
+// rounds_by_threshold in the kernels built with it (kThreshold: the
+// launcher's threshold_kernel) where it serves. `keys`: as choose_experts'.
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold>
 __device__ __forceinline__ TokenExperts choose_decode(const RoutingKernelParams& r, int token,
                                                       int lane, float* keys) {
-  return choose_experts<LogitT, kPerLane, kDeepSeek, kDeepSeek, kDeepSeek, false, false, false, true>(
-      r, token, lane, keys);
+  return choose_experts<LogitT, kPerLane, kDeepSeek, kDeepSeek, kDeepSeek, false, false, false,
+                        kThreshold>(r, token, lane, keys);
 }
 
 // Phase 1: this warp (this thread its lane `lane`) routes tokens begin +
@@ -841,15 +842,15 @@ __device__ __forceinline__ TokenExperts choose_decode(const RoutingKernelParams&
 // expert in `staged` (this block's s.expert, or CTA 0's in the cluster
 // variant). `keys`: as route_token's; with kStagedKeys, row i of E holds
 // token begin + i's keys.
-template <typename LogitT, int kPerLane, bool kDeepSeek, bool kStagedKeys>
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kStagedKeys, bool kThreshold>
 __device__ __forceinline__ void route_tokens(const RoutingKernelParams& r, const BlockPermuteParams& p,
                                              float* keys, int16_t* staged, int lane, int begin,
                                              int end, int first_warp, int warp_stride) {
   for (int token = begin + first_warp; token < end; token += warp_stride) {  // uniform per warp
     float* token_keys = kStagedKeys ? keys + (token - begin) * r.num_experts : keys;
     const TokenChoice choice =
-        route_token<LogitT, kPerLane, kDeepSeek, kStagedKeys, kDeepSeek, false, false, false, true>(
-            r, token, lane, token_keys);
+        route_token<LogitT, kPerLane, kDeepSeek, kStagedKeys, kDeepSeek, false, false, false,
+                    kThreshold>(r, token, lane, token_keys);
     if (lane < r.top_k) {
       const int row = token * r.top_k + lane;
       r.topk_ids[row] = choice.expert;
@@ -913,7 +914,7 @@ __device__ void stage_deepseek_keys(const RoutingKernelParams& r, int begin, int
 // Phase 1 for DeepSeek policies: this block routes tokens [begin, end), as
 // many at a time as the work area holds keys for (at least 8), the block
 // staging their keys first. Every thread calls it with the same range.
-template <typename LogitT, int kPerLane>
+template <typename LogitT, int kPerLane, bool kThreshold>
 __device__ void route_deepseek_tokens(const RoutingKernelParams& r, const BlockPermuteParams& p,
                                       BlockShared& s, int16_t* staged, int begin, int end) {
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
@@ -924,8 +925,8 @@ __device__ void route_deepseek_tokens(const RoutingKernelParams& r, const BlockP
     const int last = min(first + chunk, end);
     stage_deepseek_keys<LogitT>(r, first, last, s.work.keys);
     __syncthreads();
-    route_tokens<LogitT, kPerLane, true, true>(r, p, s.work.keys, staged, lane, first, last, warp,
-                                               warps);
+    route_tokens<LogitT, kPerLane, true, true, kThreshold>(r, p, s.work.keys, staged, lane, first,
+                                                           last, warp, warps);
     __syncthreads();  // the next chunk's keys overwrite these
   }
 }
@@ -945,7 +946,7 @@ __device__ __forceinline__ bool weights_beside_permute(const RoutingKernelParams
 // (fp64 exp, sums and divisions: about 1200 of a one-token call's cycles,
 // measured with clock64 stamps in session 8) then no longer run before the
 // permutation.
-template <typename LogitT, int kPerLane, bool kDeepSeek>
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold>
 __device__ void route_then_permute(const RoutingKernelParams& r, const BlockPermuteParams& p,
                                    BlockShared& s, int lane, int warp) {
   if constexpr (kDeepSeek) {
@@ -959,7 +960,7 @@ __device__ void route_then_permute(const RoutingKernelParams& r, const BlockPerm
   if (routes) {
     float* keys = kDeepSeek ? s.work.keys + token * r.num_experts
                             : s.work.keys + warp * kPerLane * kWarpSize;
-    chosen = choose_decode<LogitT, kPerLane, kDeepSeek>(r, token, lane, keys);
+    chosen = choose_decode<LogitT, kPerLane, kDeepSeek, kThreshold>(r, token, lane, keys);
     if (lane < top_k) {
       r.topk_ids[token * top_k + lane] = chosen.expert;
       s.expert[token * top_k + lane] = local_expert(chosen.expert, p);
@@ -979,7 +980,7 @@ __device__ void route_then_permute(const RoutingKernelParams& r, const BlockPerm
   }
 }
 
-template <typename LogitT, int kPerLane, bool kDeepSeek>
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold>
 __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     fused_routing_permute_kernel(const __grid_constant__ RoutingKernelParams r,
                                  const __grid_constant__ BlockPermuteParams p) {
@@ -993,16 +994,16 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int warps = blockDim.x / kWarpSize;
   if (weights_beside_permute(r, p, kDeepSeek)) {  // uniform
-    route_then_permute<LogitT, kPerLane, kDeepSeek>(r, p, s, lane, warp);
+    route_then_permute<LogitT, kPerLane, kDeepSeek, kThreshold>(r, p, s, lane, warp);
     print_stamps(s, "beside", r, 0, 1);
     return;
   }
   if constexpr (kDeepSeek) {
-    route_deepseek_tokens<LogitT, kPerLane>(r, p, s, s.expert, 0, r.num_tokens);
+    route_deepseek_tokens<LogitT, kPerLane, kThreshold>(r, p, s, s.expert, 0, r.num_tokens);
   } else {
     float* group_keys = s.work.keys + warp * kPerLane * kWarpSize;
-    route_tokens<LogitT, kPerLane, false, false>(r, p, group_keys, s.expert, lane, 0, r.num_tokens,
-                                                 warp, warps);
+    route_tokens<LogitT, kPerLane, false, false, kThreshold>(r, p, group_keys, s.expert, lane, 0,
+                                                             r.num_tokens, warp, warps);
   }
   phase_stamp(s, 3, threadIdx.x == 0);
   __syncthreads();
@@ -1025,7 +1026,7 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
 //     whole (experts and weights) before the barrier, and CTA 0 then
 //     permutes: more CTAs route, each warp fewer tokens.
 // Every thread arrives once and waits once.
-template <typename LogitT, int kPerLane, bool kDeepSeek>
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold>
 __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     cluster_routing_permute_kernel(const __grid_constant__ RoutingKernelParams r,
                                    const __grid_constant__ BlockPermuteParams p) {
@@ -1055,11 +1056,11 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     const int begin = min(rank * per_cta, r.num_tokens);
     const int end = min(begin + per_cta, r.num_tokens);
     if constexpr (kDeepSeek) {
-      route_deepseek_tokens<LogitT, kPerLane>(r, p, s, staged, begin, end);
+      route_deepseek_tokens<LogitT, kPerLane, kThreshold>(r, p, s, staged, begin, end);
     } else {
       float* group_keys = s.work.keys + warp * kPerLane * kWarpSize;
-      route_tokens<LogitT, kPerLane, false, false>(r, p, group_keys, staged, lane, begin, end, warp,
-                                                   warps);
+      route_tokens<LogitT, kPerLane, false, false, kThreshold>(r, p, group_keys, staged, lane, begin,
+                                                               end, warp, warps);
     }
     phase_stamp(s, 3, threadIdx.x == 0);
     __cluster_barrier_arrive();
@@ -1092,7 +1093,7 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   if (routes) {
     float* keys = kDeepSeek ? s.work.keys + (token - begin) * r.num_experts
                             : s.work.keys + warp * kPerLane * kWarpSize;
-    chosen = choose_decode<LogitT, kPerLane, kDeepSeek>(r, token, lane, keys);
+    chosen = choose_decode<LogitT, kPerLane, kDeepSeek, kThreshold>(r, token, lane, keys);
     if (lane < r.top_k) staged[token * r.top_k + lane] = local_expert(chosen.expert, p);
   }
   phase_stamp(s, 3, threadIdx.x == 0);
@@ -1183,7 +1184,7 @@ __device__ __forceinline__ uint4 chunk_of_counts(const SpreadShared& s, int j) {
 // after every CTA has started; the second publishes the stores, masks and
 // staged rows, and keeps each CTA's shared memory alive until no other CTA
 // stores into it.
-template <typename LogitT, int kPerLane, bool kDeepSeek>
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold>
 __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     spread_routing_permute_kernel(const __grid_constant__ RoutingKernelParams r,
                                   const __grid_constant__ BlockPermuteParams p) {
@@ -1223,7 +1224,7 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     TokenExperts chosen{};
     if (routes) {
       float* keys = kDeepSeek ? s.keys + t * r.num_experts : s.keys + t * kPerLane * kWarpSize;
-      chosen = choose_decode<LogitT, kPerLane, kDeepSeek>(r, token, lane, keys);
+      chosen = choose_decode<LogitT, kPerLane, kDeepSeek, kThreshold>(r, token, lane, keys);
       if (lane < top_k) {
         const int e = local_expert(chosen.expert, p);
         s.rows[t * top_k + lane] = static_cast<int16_t>(e);
@@ -1358,10 +1359,10 @@ int spread_min_tokens(bool deepseek) {
 // largest block: kSpreadMaxCtas (16, non-portable: the H200 runs 14 such
 // clusters at once) where it runs one, else the portable 8. Asked once a
 // kernel.
-template <typename LogitT, int kPerLane, bool kDeepSeek>
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold>
 int spread_device_max_ctas() {
   static const int largest = [] {
-    const auto kernel = spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>;
+    const auto kernel = spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
       cudaGetLastError();
       return kClusterMaxCtas;
@@ -1393,13 +1394,13 @@ ClusterSpread& spread_setting() {
   return setting;
 }
 
-template <typename LogitT, int kPerLane, bool kDeepSeek>
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold>
 void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, bool cluster,
                   cudaStream_t stream) {
   const ClusterSpread spread = spread_setting();
   if (cluster && spread.on) {
-    const auto kernel = spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>;
-    const int device_max = spread_device_max_ctas<LogitT, kPerLane, kDeepSeek>();
+    const auto kernel = spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>;
+    const int device_max = spread_device_max_ctas<LogitT, kPerLane, kDeepSeek, kThreshold>();
     const int max_ctas = spread.max_ctas > 0 ? std::min(spread.max_ctas, device_max) : device_max;
     const routing_shape::SpreadShape shape =
         routing_shape::spread_shape(kPerLane, r.num_tokens, p.num_local, r.num_experts, kDeepSeek,
@@ -1420,7 +1421,7 @@ void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, boo
       routing_shape::launch_shape(kPerLane, r.num_tokens, p.num_local, r.num_experts, kDeepSeek,
                                   cluster, cluster ? cluster_min_tokens(kDeepSeek) : 1);
   if (shape.routing_ctas == 1) {
-    launch_pdl(fused_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>, 1, shape.threads, 0, stream,
+    launch_pdl(fused_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>, 1, shape.threads, 0, stream,
                r, for_block(p, shape.threads));
     return;
   }
@@ -1430,7 +1431,7 @@ void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, boo
   BlockPermuteParams q = for_block(p, shape.threads);
   q.tokens_per_routing_cta = routing_shape::tokens_per_routing_cta(r.num_tokens, ctas);
   q.tokens_per_cta = routing_shape::tokens_per_cta(r.num_tokens, ctas);
-  launch_pdl_clustered(cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek>, ctas,
+  launch_pdl_clustered(cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>, ctas,
                        shape.threads, 0, ctas, stream, r, q);
 }
 
@@ -1438,7 +1439,15 @@ template <typename LogitT, bool kDeepSeek>
 void launch_routing_block(const RoutingKernelParams& r, const BlockPermuteParams& p, bool cluster,
                           cudaStream_t stream) {
   with_slots_per_lane(r.num_experts, [&](auto slots) {
-    launch_width<LogitT, decltype(slots)::value, kDeepSeek>(r, p, cluster, stream);
+    constexpr int kPerLane = decltype(slots)::value;
+    if constexpr (kPerLane >= kThresholdMinSlots) {
+      if (routing_shape::threshold_serves(r.top_k, kPerLane, kDeepSeek, r.topk_group,
+                                          r.experts_per_group)) {
+        launch_width<LogitT, kPerLane, kDeepSeek, true>(r, p, cluster, stream);
+        return;
+      }
+    }
+    launch_width<LogitT, kPerLane, kDeepSeek, false>(r, p, cluster, stream);
   });
 }
 

@@ -593,8 +593,8 @@ __device__ __forceinline__ Chosen rounds_by_kept_halves(const RoutingKernelParam
 // chosen twice in one launch, the second time from a warm instruction
 // cache: choosing took about 2,100 cycles at Renormalize E=128 K=8, 2,500
 // at E=256, both with the logits' load, and 3,500 at DeepSeekV3 E=256;
-// this way cut the first by about 280 only, and its gain grows with the
-// slots a lane and with K: threshold_serves):
+// this way cut the first by about 280 only; its gain grows with the slots
+// a lane and with K: routing_shape::threshold_serves):
 //   1. t: the K-th largest of the lanes' best keys (each lane counts the
 //      lanes whose best is >= its own, t the largest best with a count of
 //      at least K). K lanes hold a key >= t, so the K best keys are >= t;
@@ -678,31 +678,16 @@ __device__ __forceinline__ bool rounds_by_threshold(const uint32_t (&key)[kPerLa
   return true;
 }
 
-// Where the decode kernels take rounds_by_threshold: at least 8 slots a
-// lane (E > 128; compile time) and threshold_serves (run time). Its area,
-// 32 pairs (threshold_area, in `keys`): a warp's kPerLane * 32 words of
-// group keys, or a token's E > 128 staged DeepSeek keys, 16-byte aligned
-// up.
-inline constexpr int kThresholdMinSlots = 8;
-inline constexpr int kThresholdMinTopK = 8;
+// rounds_by_threshold's area, 32 pairs in `keys`: a warp's kPerLane * 32
+// words of group keys, or a token's E > 128 staged DeepSeek keys, 16-byte
+// aligned up (the kernels take it at kThresholdMinSlots slots a lane).
+using routing_shape::kThresholdMinSlots;
 
-// Whether a token's K best come by rounds_by_threshold (uniform): K >= 8,
-// and the lanes that hold candidates (every lane with strided slots; with
-// DeepSeek's runs about those of the kept groups) at least 1.5 K, so that
-// t, the K-th best of their bests, leaves few candidates above it. Measured
-// (session 17 runs 3 and 5, the decode grid of scripts/routing_ab.sh, E
-// 64..1024, K 4..22, T 1..256, against the tree everywhere; the sweep's
-// DeepSeekV3 keeps 4 of 8 groups): at K = 8 it gained 1-4% at E = 256 and
-// 6-14% at E = 384..1024 (Renormalize E=384 T=64 6.02 -> 4.82 us,
-// DeepSeekV3 E=384 T=128 12.98 -> 10.88), at K = 16 16-30% for the policies
-// without groups; it lost 7-11% at K = 4 (its fixed steps cost about four
-// rounds), 6-11% for DeepSeekV3 at K = 16 and 22 (16 kept lanes: the
-// candidates pass 32 and the rounds run after it), and was mixed at K = 22
-// without groups (0.63-1.18x).
+// routing_shape::threshold_serves for a kernel's slots and layout.
 template <int kPerLane, bool kRuns>
 __device__ __forceinline__ bool threshold_serves(const RoutingKernelParams& p) {
-  const int lanes = kRuns ? min(kWarpSize, p.topk_group * p.experts_per_group / kPerLane) : kWarpSize;
-  return p.top_k >= kThresholdMinTopK && 3 * p.top_k <= 2 * lanes;
+  return routing_shape::threshold_serves(p.top_k, kPerLane, kRuns, p.topk_group,
+                                         p.experts_per_group);
 }
 
 __device__ __forceinline__ uint64_t* threshold_area(float* keys) {

@@ -332,5 +332,32 @@ TEST(RoutingLaunchShape, SpreadByDefaultWhereItWasMeasuredToWin) {
   EXPECT_EQ(slots_for_experts(1024), 32);
 }
 
+// The decode kernels' threshold selection where the A/Bs of session 17
+// measured it faster: E > 128, K >= 8, and 1.5 K lanes holding candidates.
+TEST(RoutingLaunchShape, ThresholdServesWhereItWasMeasuredToWin) {
+  // Strided slots (the policies without groups): every lane.
+  const auto strided = [](int e, int k) {
+    return threshold_serves(k, slots_for_experts(e), false, 1, e);
+  };
+  // DeepSeek's runs, 8 groups of which 4 are kept (the sweep's DeepSeekV3).
+  const auto grouped = [](int e, int k) {
+    return threshold_serves(k, slots_for_experts(e), true, 4, e / 8);
+  };
+  EXPECT_FALSE(strided(128, 8));  // 4 slots a lane: even with the rounds
+  EXPECT_TRUE(strided(160, 8));
+  EXPECT_TRUE(strided(1024, 8));
+  EXPECT_FALSE(strided(256, 4));  // below K = 8: its fixed steps cost more
+  EXPECT_FALSE(strided(256, 7));
+  EXPECT_TRUE(strided(256, 16));
+  EXPECT_TRUE(strided(256, 21));
+  EXPECT_FALSE(strided(256, 22));  // mixed: candidates often pass 32
+  EXPECT_TRUE(grouped(256, 8));    // 16 kept lanes
+  EXPECT_FALSE(grouped(256, 16));
+  EXPECT_TRUE(grouped(384, 8));    // 4 * 48 / 16 = 12 lanes
+  EXPECT_FALSE(grouped(160, 8));   // 4 * 20 / 8 = 10 lanes
+  EXPECT_TRUE(grouped(1024, 8));
+  EXPECT_TRUE(threshold_serves(16, 8, true, 1, 256));  // DeepSeek without groups: 32 lanes
+}
+
 }  // namespace
 }  // namespace unimoe::routing_shape
