@@ -605,11 +605,11 @@ __device__ __forceinline__ Chosen rounds_by_kept_halves(const RoutingKernelParam
 //      are unique, larger meaning a larger key or, at equal keys, the lower
 //      expert: the rounds' order), and the candidate of rank k < K goes to
 //      lane k through `area`.
-// Returns false, `area` untouched and `key` as it came, where more than
-// kWarpSize keys reach t (ties, or t = kNoKey where fewer than K lanes hold
-// a candidate): the caller takes the rounds. `area`: this warp's 32 pairs
-// of shared memory, 16-byte aligned, free to overwrite once every lane
-// holds its keys; every lane calls it.
+// Returns false, `key` as it came (`area` holds the lanes' bests), where
+// more than kWarpSize keys reach t (ties, or t = kNoKey where fewer than K
+// lanes hold a candidate): the caller takes the rounds. `area`: this warp's
+// 32 pairs of shared memory, 16-byte aligned, free to overwrite once every
+// lane holds its keys; every lane calls it.
 template <int kPerLane, bool kRuns>
 __device__ __forceinline__ bool rounds_by_threshold(const uint32_t (&key)[kPerLane], int top_k,
                                                     Slots<kPerLane, kRuns> slots, uint64_t* area,
