@@ -362,12 +362,13 @@ UNIMOE_HD bool split_takes_octets(bool deepseek, int num_experts, int top_k, int
 // (every lane with strided slots; with runs, DeepSeek's, about those of the
 // kept groups: topk_group * E / n_group / slots) at least 1.5 K, so that
 // the K-th best of their bests leaves few candidates above it.
-// Measured (session 17 runs 3, 5 and 6, H200, the decode grid of
+// Measured (session 17 runs 3, 5, 6 and 7, H200, the decode grid of
 // scripts/routing_ab.sh over E 64..1024, K 4..22, T 1..256, against the
-// K rounds everywhere; the sweep's DeepSeekV3 keeps 4 of 8 groups):
-//   - K = 8: 1-4% faster at E = 256, 6-14% at E = 384..1024 (Renormalize
-//     E=384 T=64 6.02 -> 4.82 us, DeepSeekV3 E=384 T=128 12.98 -> 10.88);
-//   - K = 16 without groups: 15-30% faster;
+// K rounds everywhere; the sweep's DeepSeekV3 keeps 4 of 8 groups; run 7
+// the final kernels, geometric means over T):
+//   - K = 8: 1-2% faster at E = 256, 6-13% at E = 384..1024 (Renormalize
+//     E=384 T=64 5.97 -> 4.84 us, DeepSeekV3 E=384 T=128 12.90 -> 10.64);
+//   - K = 16 without groups: 16-29% faster;
 //   - slower: K = 4 by 7-11% (its fixed steps cost about four rounds),
 //     DeepSeekV3 at K = 16 and 22 by 6-11% (16 kept lanes: candidates pass
 //     32 and the rounds follow), K = 22 without groups mixed (0.63-1.18x);

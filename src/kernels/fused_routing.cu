@@ -829,7 +829,8 @@ __device__ void permute_block(const BlockPermuteParams& p, BlockShared& s) {
 // them (every lane of the warp calls it): DeepSeek's keys staged by the
 // block and its slots in runs, the others' strided; the K best by
 // rounds_by_threshold in the kernels built with it (kThreshold: the
-// launcher's threshold_kernel) where it serves. `keys`: as choose_experts'.
+// launcher takes them where routing_shape::threshold_serves). `keys`: as
+// choose_experts'.
 template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold>
 __device__ __forceinline__ TokenExperts choose_decode(const RoutingKernelParams& r, int token,
                                                       int lane, float* keys) {

@@ -678,9 +678,6 @@ __device__ __forceinline__ bool rounds_by_threshold(const uint32_t (&key)[kPerLa
   return true;
 }
 
-// rounds_by_threshold's area, 32 pairs in `keys`: a warp's kPerLane * 32
-// words of group keys, or a token's E > 128 staged DeepSeek keys, 16-byte
-// aligned up (the kernels take it at kThresholdMinSlots slots a lane).
 using routing_shape::kThresholdMinSlots;
 
 // routing_shape::threshold_serves for a kernel's slots and layout.
@@ -690,6 +687,9 @@ __device__ __forceinline__ bool threshold_serves(const RoutingKernelParams& p) {
                                          p.experts_per_group);
 }
 
+// rounds_by_threshold's area, 32 pairs in `keys`: a warp's kPerLane * 32
+// words of group keys, or a token's E > 128 staged DeepSeek keys, 16-byte
+// aligned up (the kernels take it at kThresholdMinSlots slots a lane).
 __device__ __forceinline__ uint64_t* threshold_area(float* keys) {
   const uintptr_t address = reinterpret_cast<uintptr_t>(keys);
   return reinterpret_cast<uint64_t*>((address + 15) & ~static_cast<uintptr_t>(15));

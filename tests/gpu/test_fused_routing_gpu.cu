@@ -170,7 +170,7 @@ TEST(FusedRoutingGpu, ThresholdSelectionAtItsListBound) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  int cases = 0;
+  int cases = 0, served = 0;
   for (RoutingPolicy policy :
        {RoutingPolicy::TopK, RoutingPolicy::Renormalize, RoutingPolicy::DeepSeekV3})
     for (int e : {160, 256, 512, 1024})
@@ -190,8 +190,16 @@ TEST(FusedRoutingGpu, ThresholdSelectionAtItsListBound) {
           const Problem pr{c, t};
           check_fused_and_split(pr, test::logits_inputs(pr, std::move(logits),
                                                         std::vector<float>(e, 0.0f)));
+          const bool grouped = c.policy == RoutingPolicy::DeepSeekV3 && c.n_group > 1;
+          served += routing_shape::threshold_serves(k, routing_shape::slots_for_experts(e),
+                                                    test::is_deepseek(policy),
+                                                    grouped ? c.topk_group : 1,
+                                                    grouped ? e / c.n_group : e);
         }
   EXPECT_GT(cases, 100);
+  // Both ways ran: the threshold kernels and the rounds.
+  EXPECT_GT(served, cases / 3);
+  EXPECT_LT(served, cases);
 }
 
 TEST(FusedRoutingGpu, ExpertParallelRangeWithOffRankRows) {
