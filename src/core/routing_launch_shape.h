@@ -353,6 +353,26 @@ UNIMOE_HD bool split_takes_octets(bool deepseek, int num_experts, int top_k, int
   return num_tokens >= (forced > 0 ? forced : octets_from_tokens(num_experts, n_group > 1));
 }
 
+// The octet kernel can do the permute's count kernel's work too (session
+// 18): each block counts its tokens' rows per local expert and writes them
+// as bytes, byte j of (chunk, expert)'s 8-byte word for the chunk's j-th
+// block, and the scan sums a word's bytes; the split chain drops the count
+// kernel (2.7 us of DeepSeekV3 E=256 K=8 T=16384's 22, session 18 run 2).
+// That needs a permute chunk of `chunk_rows` expanded rows to be whole
+// octet blocks (kOctetTokensPerBlock tokens, K rows each), at most 8 of
+// them (a byte each; at most 8 * 16 = 128 rows of an expert, below 256).
+// Returns the blocks a chunk, 0 where that does not hold. At K=8 a
+// 1024-row chunk (T*K in 16385..131072 rows) is 8 blocks, a 256-row chunk
+// (up to 16384 rows) 2.
+inline constexpr int kOctetTokensPerBlock = 16;
+inline constexpr int kOctetCountMaxBlocks = 8;
+UNIMOE_HD int octet_count_blocks(int top_k, int chunk_rows) {
+  const int block_rows = kOctetTokensPerBlock * top_k;
+  if (top_k < 1 || chunk_rows < block_rows || chunk_rows % block_rows != 0) return 0;
+  const int blocks = chunk_rows / block_rows;
+  return blocks <= kOctetCountMaxBlocks ? blocks : 0;
+}
+
 // The decode kernels' K best by a threshold and ranks
 // (routing_detail::rounds_by_threshold) rather than K rounds: only in the
 // kernels built with it (the launcher takes them where threshold_serves),

@@ -33,9 +33,11 @@ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 // order holds as without PDL; only data older than the previous grid (the
 // stream GEMM2's tile schedule and weights, the finalize's routing outputs:
 // grouped_gemm.cuh says when; the octet routing kernel's bias, a model
-// weight) is read before it. Kernels that trigger their
+// weight; the permute scatter's ids, which the grid before it waited for)
+// is read before it. Kernels that trigger their
 // dependents early, through pdl_launch_dependents(): the single-CTA (or
-// single-cluster) routing kernels, and the stream GEMMs once their loads are
+// single-cluster) routing kernels, the permute's scan kernels (E_local / 32
+// CTAs, after their own wait), and the stream GEMMs once their loads are
 // done (session 5). Every other dependent launches as its predecessor
 // exits, which saves the launch gap.
 // (Triggering at the top of every kernel was measured slower on the H200,

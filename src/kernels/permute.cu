@@ -2,7 +2,9 @@
 // the tile schedules (contract: permute.cuh). Fixed launches for a given T
 // (three, or two up to kCountScanRows expanded rows), so the chain captures once
 // in a CUDA graph:
-//   1. count:   each block counts one chunk of expanded rows per expert;
+//   1. count:   each block counts one chunk of expanded rows per expert
+//               (left out where the octet routing kernel counted them:
+//               `counted`, PermuteCounts; the scan then sums its table);
 //   2. scan:    each block takes 32 experts and turns their counts into
 //               per-chunk base rows (a scan over the chunks) and totals;
 //               up to kCountScanRows rows, one kernel does 1 and 2 (each
@@ -25,6 +27,8 @@
 // every run.
 #include <algorithm>
 
+#include "core/permute_launch_shape.h"
+#include "core/routing_launch_shape.h"
 #include "kernels/common.cuh"
 #include "kernels/permute.cuh"
 
@@ -71,10 +75,12 @@ struct Layout {
   int rows = 0;        // T * K
   int chunk_rows = 0;  // a multiple of kScatterThreads
   int num_chunks = 0;
-  // Scratch, in int32: expert totals [E_local], then chunk counts
-  // [num_chunks][E_local].
+  // Scratch, in int32: expert totals [E_local], chunk counts
+  // [num_chunks][E_local], then (8-byte aligned) the routing kernel's byte
+  // table [num_chunks][E_local] of uint64 (PermuteCounts).
   std::size_t totals = 0;
   std::size_t chunk_counts = 0;
+  std::size_t table = 0;
   std::size_t total = 0;
 };
 
@@ -92,7 +98,9 @@ Layout layout(int num_tokens, int top_k, int num_local) {
   l.num_chunks = ceil_div(l.rows, l.chunk_rows);
   l.totals = 0;
   l.chunk_counts = static_cast<std::size_t>(num_local);
-  l.total = l.chunk_counts + static_cast<std::size_t>(l.num_chunks) * num_local;
+  const std::size_t cells = static_cast<std::size_t>(l.num_chunks) * num_local;
+  l.table = (l.chunk_counts + cells + 1) / 2 * 2;
+  l.total = l.table + 2 * cells;
   return l;
 }
 
@@ -150,6 +158,18 @@ __global__ void __launch_bounds__(kCountThreads)
 }
 
 // ----------------------------------------------------------------- scan ----
+// The scan kernels (E_local / 32 CTAs, most SMs idle) let the scatter
+// launch as soon as their own wait is over, so that its CTAs start on the
+// idle SMs and load their chunk's ids while the scan runs; the scatter
+// waits for the scan's totals and bases. kTrigger: where
+// permute_shape::scan_triggers_scatter says (every scatter CTA finds a
+// free SM), unless UNIMOE_PERMUTE_TRIGGER is "0" (read once; for A/B
+// timing).
+template <bool kTrigger>
+__device__ __forceinline__ void scan_triggers_scatter() {
+  if constexpr (kTrigger) pdl_launch_dependents();
+}
+
 // Exclusive scan of one value per thread over the whole block; returns the
 // block total too. `s_warp` holds kWarpSize + 1 values.
 template <typename V>
@@ -242,13 +262,44 @@ __device__ void scan_chunk_columns(int num_chunks, int num_local, Count count, S
 
 // After permute_count_kernel: the counts in global memory become bases in
 // place.
+template <bool kTrigger>
 __global__ void __launch_bounds__(kScanThreads)
     permute_scan_kernel(int num_chunks, int num_local, int32_t* chunk_counts, int32_t* totals) {
   pdl_begin();
+  scan_triggers_scatter<kTrigger>();
   int32_t* column = chunk_counts + blockIdx.x * kWarpSize + threadIdx.x % kWarpSize;
   scan_chunk_columns(
       num_chunks, num_local,
       [column, num_local](int c) { return column[static_cast<size_t>(c) * num_local]; },
+      [column, num_local](int c, int n) { column[static_cast<size_t>(c) * num_local] = n; },
+      totals);
+}
+
+// The same after a routing kernel counted the rows (launch_permute's
+// `counted`): chunk c's count of expert e is the sum of the low `blocks`
+// bytes of table[c][e] (each at most 16, their sum below 256, so one
+// multiply adds four bytes into the top one).
+__device__ __forceinline__ int byte_sum(uint64_t word, uint64_t mask) {
+  word &= mask;
+  const uint32_t lo = static_cast<uint32_t>(word), hi = static_cast<uint32_t>(word >> 32);
+  return static_cast<int>((lo * 0x01010101u) >> 24) + static_cast<int>((hi * 0x01010101u) >> 24);
+}
+
+template <bool kTrigger>
+__global__ void __launch_bounds__(kScanThreads)
+    permute_scan_table_kernel(int num_chunks, int num_local, int blocks, const uint64_t* table,
+                              int32_t* chunk_counts, int32_t* totals) {
+  pdl_begin();
+  scan_triggers_scatter<kTrigger>();
+  const int column_index = blockIdx.x * kWarpSize + threadIdx.x % kWarpSize;
+  const uint64_t* words = table + column_index;
+  int32_t* column = chunk_counts + column_index;
+  const uint64_t mask = blocks >= 8 ? ~uint64_t(0) : (uint64_t(1) << (8 * blocks)) - 1;
+  scan_chunk_columns(
+      num_chunks, num_local,
+      [words, num_local, mask](int c) {
+        return byte_sum(words[static_cast<size_t>(c) * num_local], mask);
+      },
       [column, num_local](int c, int n) { column[static_cast<size_t>(c) * num_local] = n; },
       totals);
 }
@@ -266,10 +317,12 @@ constexpr int kSmallChunks = kCountScanRows / kSmallChunkRows;
 static_assert(kCountScanRows <= kSmallRows && kCountScanRows % kSmallChunkRows == 0,
               "count + scan calls cut whole small chunks");
 
+template <bool kTrigger>
 __global__ void __launch_bounds__(kScanThreads)
     permute_count_scan_kernel(const int32_t* topk_ids, int rows, int num_chunks, int local_offset,
                               int num_local, int32_t* chunk_counts, int32_t* totals) {
   pdl_begin();
+  scan_triggers_scatter<kTrigger>();
   __shared__ int s_count[kSmallChunks][kWarpSize];
   for (int i = threadIdx.x; i < kSmallChunks * kWarpSize; i += blockDim.x)
     s_count[i / kWarpSize][i % kWarpSize] = 0;
@@ -409,7 +462,6 @@ __device__ __forceinline__ void load_pieces(const int32_t* s_row, int piece, int
 }
 
 __global__ void __launch_bounds__(kScatterThreads) permute_scatter_kernel(ScatterParams p) {
-  pdl_begin();
   __shared__ int16_t s_cursor[kScatterWarps][kMaxLocalExperts];  // counts, then warp bases
   __shared__ int32_t s_row[kMaxChunkRows];      // expert (-1: off rank or past the end), then rank
   __shared__ int s_offset[kMaxLocalExperts + 1];
@@ -424,11 +476,16 @@ __global__ void __launch_bounds__(kScatterThreads) permute_scatter_kernel(Scatte
   const bool has_rows = blockIdx.x < p.num_chunks;
 
   // Loads first, all in flight: the chunk's experts, the totals, the bases.
+  // The experts before the wait: the scan before this kernel triggers it
+  // once its own wait is over (scan_triggers_scatter), so the ids' writer,
+  // a grid before the scan's predecessor or that predecessor itself, is
+  // complete when this block starts; the totals and bases are the scan's.
   int expert[kScatterRowsPerThread];
 #pragma unroll
   for (int u = 0; u < kScatterRowsPerThread; ++u)
     expert[u] = local_expert(p.topk_ids, chunk_begin + threadIdx.x + u * kScatterThreads, chunk_end,
                              p.local_offset, p.num_local);
+  pdl_begin();
   int base[kExpertsPerScatterThread], total[kExpertsPerScatterThread];
 #pragma unroll
   for (int u = 0; u < kExpertsPerScatterThread; ++u) {
@@ -548,11 +605,26 @@ void require(bool ok, const std::string& message) {
 }  // namespace
 
 std::size_t permute_scratch_bytes(int num_tokens, int top_k, int num_local) {
-  const std::size_t chunks = max_chunks(num_tokens * top_k);
-  return (static_cast<std::size_t>(num_local) + chunks * num_local) * sizeof(int32_t);
+  const std::size_t cells = static_cast<std::size_t>(max_chunks(num_tokens * top_k)) * num_local;
+  // Totals, counts, and the byte table 8-byte aligned (Layout).
+  return ((num_local + cells + 1) / 2 * 2 + 2 * cells) * sizeof(int32_t);
 }
 
-void launch_permute(const PermuteParams& params, cudaStream_t stream) {
+PermuteCounts permute_counts(const PermuteParams& params) {
+  PermuteCounts c;
+  const Layout l = layout(params.num_tokens, params.top_k, params.num_local);
+  c.rows = l.rows;
+  c.chunk_rows = l.chunk_rows;
+  c.num_chunks = l.num_chunks;
+  c.local_offset = params.local_offset;
+  c.num_local = params.num_local;
+  if (l.rows > kCountScanRows && reinterpret_cast<uintptr_t>(params.scratch) % 8 == 0 &&
+      params.scratch != nullptr)
+    c.table = reinterpret_cast<uint64_t*>(static_cast<int32_t*>(params.scratch) + l.table);
+  return c;
+}
+
+void launch_permute(const PermuteParams& params, cudaStream_t stream, bool counted) {
   require(params.num_tokens >= 0 && params.top_k > 0 && params.local_offset >= 0,
           "need num_tokens >= 0, top_k > 0 and local_offset >= 0");
   require(params.num_local > 0 && params.num_local <= kMaxLocalExperts,
@@ -575,17 +647,33 @@ void launch_permute(const PermuteParams& params, cudaStream_t stream) {
   // The scan and the scatter run for T = 0 too: totals, counts, offsets and
   // tile counts are still written (the scatter with one block and no rows).
   const int scan_blocks = ceil_div(params.num_local, kWarpSize);
-  if (l.rows <= kCountScanRows) {
-    launch_pdl(permute_count_scan_kernel, scan_blocks, kScanThreads, 0, stream, params.topk_ids,
-               l.rows, l.num_chunks, params.local_offset, params.num_local, chunk_counts, totals);
+  static const bool trigger_on = env_switch_on("UNIMOE_PERMUTE_TRIGGER");
+  const int sm_count = current_device_sm_count();
+  const bool trigger = trigger_on && permute_shape::scan_triggers_scatter(
+                                         std::max(l.num_chunks, 1), scan_blocks, sm_count);
+  const int table_blocks = routing_shape::octet_count_blocks(params.top_k, l.chunk_rows);
+  require(!counted || (l.rows > kCountScanRows && table_blocks > 0),
+          "counted: only calls of more than " + std::to_string(kCountScanRows) +
+              " expanded rows whose chunks are whole octet blocks (routing_writes_counts)");
+  // A scan kernel, instantiated with or without the trigger.
+  const auto launch_scan = [&](auto with_trigger, auto without_trigger, auto&&... args) {
+    launch_pdl(trigger ? with_trigger : without_trigger, scan_blocks, kScanThreads, 0, stream,
+               args...);
     UNIMOE_LAUNCH_CHECK();
+  };
+  if (l.rows <= kCountScanRows) {
+    launch_scan(permute_count_scan_kernel<true>, permute_count_scan_kernel<false>, params.topk_ids,
+                l.rows, l.num_chunks, params.local_offset, params.num_local, chunk_counts, totals);
+  } else if (counted) {
+    const uint64_t* table = reinterpret_cast<const uint64_t*>(scratch + l.table);
+    launch_scan(permute_scan_table_kernel<true>, permute_scan_table_kernel<false>, l.num_chunks,
+                params.num_local, table_blocks, table, chunk_counts, totals);
   } else {
     launch_pdl(permute_count_kernel, l.num_chunks, kCountThreads, 0, stream, params.topk_ids,
                l.rows, l.chunk_rows, params.local_offset, params.num_local, chunk_counts);
     UNIMOE_LAUNCH_CHECK();
-    launch_pdl(permute_scan_kernel, scan_blocks, kScanThreads, 0, stream, l.num_chunks,
-               params.num_local, chunk_counts, totals);
-    UNIMOE_LAUNCH_CHECK();
+    launch_scan(permute_scan_kernel<true>, permute_scan_kernel<false>, l.num_chunks,
+                params.num_local, chunk_counts, totals);
   }
 
   ScatterParams scatter{};

@@ -53,6 +53,27 @@ inline int max_tiles(int rows, int num_local, int tile_m) {
 // Scratch for any call of at most num_tokens tokens (so a workspace sized
 // for a layer's largest T serves every smaller one).
 std::size_t permute_scratch_bytes(int num_tokens, int top_k, int num_local);
-void launch_permute(const PermuteParams& params, cudaStream_t stream);
+
+// The count kernel's work, for a routing kernel that counts the rows
+// itself (routing_writes_counts, routing.cuh): the expanded rows are cut
+// into num_chunks chunks of chunk_rows (the last may be short), each chunk
+// into n = routing_shape::octet_count_blocks(K, chunk_rows) runs (at most
+// 8), and run j < n of chunk c writes byte j of table[c * num_local + e]:
+// its rows of local expert e (local_offset + e); bytes n..7 are not read. `table` is nullptr where the chain has no
+// count kernel (up to 2048 expanded rows one kernel counts and scans).
+struct PermuteCounts {
+  uint64_t* table = nullptr;
+  int rows = 0;  // T * K
+  int chunk_rows = 0;
+  int num_chunks = 0;
+  int local_offset = 0;
+  int num_local = 0;
+};
+PermuteCounts permute_counts(const PermuteParams& params);
+
+// `counted`: the routing launch before it wrote permute_counts(params)'s
+// table (routing_writes_counts said so): the scan sums its bytes, and the
+// count kernel is left out.
+void launch_permute(const PermuteParams& params, cudaStream_t stream, bool counted = false);
 
 }  // namespace unimoe

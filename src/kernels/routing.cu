@@ -179,14 +179,28 @@ bool split_takes_octets(const routing_detail::RoutingKernelParams& p) {
                                            p.n_group, p.num_tokens, forced);
 }
 
-void launch_routing(const RoutingParams& params, cudaStream_t stream) {
+bool routing_writes_counts(const RoutingParams& params, const PermuteCounts& counts) {
+  static const bool on = env_switch_on("UNIMOE_SPLIT_OCTET_COUNT");
+  if (!on || counts.table == nullptr || params.num_tokens <= 0 || params.logits == nullptr)
+    return false;
+  check_routing_config(params, "routing_writes_counts");
+  const int top_k = params.config.top_k;
+  if (static_cast<long long>(params.num_tokens) * top_k != counts.rows) return false;
+  if (counts.num_local <= 0 || counts.local_offset < 0) return false;
+  return split_takes_octets(make_routing_kernel_params(params)) &&
+         routing_shape::octet_count_blocks(top_k, counts.chunk_rows) > 0;
+}
+
+void launch_routing(const RoutingParams& params, cudaStream_t stream, const PermuteCounts* counts) {
   check_routing_config(params, "launch_routing");
   if (params.num_tokens == 0) return;
   if (params.logits == nullptr || params.topk_ids == nullptr || params.topk_weights == nullptr)
     throw std::invalid_argument("launch_routing: logits, topk_ids and topk_weights must be set");
   const RoutingKernelParams p = make_routing_kernel_params(params);
   if (split_takes_octets(p)) {
-    launch_routing_octets(p, params.config.logits_type == LogitsType::BF16, stream);
+    const bool count = counts != nullptr && routing_writes_counts(params, *counts);
+    launch_routing_octets(p, params.config.logits_type == LogitsType::BF16, count ? counts : nullptr,
+                          stream);
     return;
   }
   const int blocks = ceil_div(params.num_tokens, kWarpsPerBlock);
@@ -196,6 +210,19 @@ void launch_routing(const RoutingParams& params, cudaStream_t stream) {
   } else {
     launch_for_type<float>(p, is_deepseek(p.policy), blocks, batched, stream);
   }
+}
+
+void launch_split_routing_permute(const RoutingParams& routing, const PermuteParams& permute,
+                                  cudaStream_t stream) {
+  if (permute.topk_ids != routing.topk_ids || permute.num_tokens != routing.num_tokens ||
+      permute.top_k != routing.config.top_k)
+    throw std::invalid_argument(
+        "launch_split_routing_permute: the permute must take the routing's ids (the same "
+        "topk_ids, T and K)");
+  const PermuteCounts counts = permute_counts(permute);
+  const bool counted = routing_writes_counts(routing, counts);
+  launch_routing(routing, stream, counted ? &counts : nullptr);
+  launch_permute(permute, stream, counted);
 }
 
 }  // namespace unimoe

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/routing_launch_shape.h"
+#include "kernels/permute.cuh"
 #include "unimoe/unimoe.h"
 
 namespace unimoe {
@@ -21,7 +22,24 @@ struct RoutingParams {
   float* topk_weights = nullptr;    // [T, K] out
 };
 
-void launch_routing(const RoutingParams& params, cudaStream_t stream);
+// `counts` (optional): the permute's count table (permute_counts), which
+// the routing kernel also writes where routing_writes_counts says it can;
+// launch_permute then leaves its count kernel out (counted = true).
+void launch_routing(const RoutingParams& params, cudaStream_t stream,
+                    const PermuteCounts* counts = nullptr);
+
+// Whether launch_routing writes `counts` too: where the octet kernel routes
+// the call (split_takes_octets) and a chunk is up to 8 of its blocks
+// (routing_shape::octet_count_blocks), for the same T * K rows; never
+// where UNIMOE_SPLIT_OCTET_COUNT is "0" (read once; for A/B timing). Pure
+// host code: the layer's permute stage asks it again.
+bool routing_writes_counts(const RoutingParams& params, const PermuteCounts& counts);
+
+// The split chain: launch_routing, then launch_permute over the routing's
+// ids (permute.topk_ids == routing.topk_ids, the same T and K), the count
+// folded into the routing where routing_writes_counts says.
+void launch_split_routing_permute(const RoutingParams& routing, const PermuteParams& permute,
+                                  cudaStream_t stream);
 
 // What a policy's weight costs the routing kernel
 // (routing_shape::SplitWeight), and whether the kernel weighs each block's

@@ -940,8 +940,10 @@ namespace unimoe {
 // (routing_octets.cu), for the calls routing_shape::split_takes_octets
 // allows; split_takes_octets(p) applies it to checked params
 // (UNIMOE_SPLIT_OCTETS_MIN_TOKENS, read once, replaces its bound).
+// `counts` (nullptr: none): the permute's chunk counts to write as well,
+// where routing_writes_counts said so.
 bool split_takes_octets(const routing_detail::RoutingKernelParams& p);
 void launch_routing_octets(const routing_detail::RoutingKernelParams& p, bool bf16_logits,
-                           cudaStream_t stream);
+                           const PermuteCounts* counts, cudaStream_t stream);
 
 }  // namespace unimoe

@@ -24,7 +24,10 @@
 //      kListMax candidates (ties, infinities) take K rounds of an octet
 //      argmax over the candidates instead.
 //   5. weights: lane k < K weighs the k-th expert with chosen_weight, on
-//      lanes k of its octet as the warp kernel does on lanes k of its warp.
+//      lanes k of its octet as the warp kernel does on lanes k of its warp;
+//   6. (kCount, where routing_writes_counts) the permute's count kernel's
+//      work: each block counts its rows per local expert into a byte table
+//      the scan sums (count_block_rows), and the chain drops a launch.
 // The keys cost what they cost the warp kernel; the selection costs a few
 // hundred thread instructions a token instead of K warp-wide rounds. ncu at
 // DeepSeekV3 E=256 K=8 T=16384 (session 14): 8.65M warp instructions (run
@@ -50,6 +53,7 @@
 // keys without the staging ran slower than the exact mode (run 5: 17.4 us,
 // the lanes' own-run loads waiting on the load/store queues).
 #include <cstdint>
+#include <stdexcept>
 #include <type_traits>
 
 #include "core/routing_launch_shape.h"
@@ -67,6 +71,8 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kTokensPerWarp = kWarpSize / kOctetLanes;
 constexpr int kTokensPerBlock = kWarps * kTokensPerWarp;
+static_assert(kTokensPerBlock == routing_shape::kOctetTokensPerBlock,
+              "octet_count_blocks cuts chunks into this kernel's blocks");
 // Candidates a token ranked in shared memory; with its list's row of
 // kListMax + 2 pairs (16-byte aligned, and the octets' rows on other banks),
 // nine blocks fit an SM at E = 256.
@@ -333,10 +339,51 @@ __device__ __forceinline__ int lowest_slot(uint64_t m) {
   return __ffsll(static_cast<long long>(m)) - 1;
 }
 
+// Where the kernels built with kCount count the permute's rows
+// (PermuteCounts, for local experts local_offset .. + num_local; `blocks`
+// octet blocks a permute chunk).
+struct OctetCounts {
+  uint64_t* table = nullptr;
+  int local_offset = 0;
+  int num_local = 0;
+  int blocks = 1;
+};
+
+// The block's barrier for count_block_rows, which warps past the tokens
+// reach from their own call site (they leave early, as without kCount):
+// barrier.sync without .aligned (which __syncthreads is) allows that.
+// (Run 3's form, the routing inside an `if` so that every warp met the
+// same __syncthreads, measured the same; session 18 runs 3-4.)
+__device__ __forceinline__ void count_barrier() {
+  asm volatile("barrier.sync 1, %0;" ::"n"(kThreads) : "memory");
+}
+
+// The permute's count kernel's work (routing_shape::octet_count_blocks):
+// the block counts its rows per local expert in `area` (the keys' shared
+// memory, which no warp reads past the first barrier) and writes them as
+// byte j of its chunk's words, j its place in the chunk (the grid is whole
+// chunks). No global atomics and nothing to zero beforehand: each byte
+// the scan reads is written once a call. `expert`: the lane's chosen
+// expert, -1 where the lane chose none. Every thread of the block calls it.
+__device__ __forceinline__ void count_block_rows(const OctetCounts& c, int* area, int expert) {
+  count_barrier();
+  for (int e = threadIdx.x; e < c.num_local; e += kThreads) area[e] = 0;
+  count_barrier();
+  const int local = expert - c.local_offset;
+  if (expert >= 0 && local >= 0 && local < c.num_local) atomicAdd(&area[local], 1);
+  count_barrier();
+  const int chunk = blockIdx.x / c.blocks, j = blockIdx.x % c.blocks;
+  uint8_t* bytes = reinterpret_cast<uint8_t*>(c.table + static_cast<size_t>(chunk) * c.num_local) + j;
+  for (int e = threadIdx.x; e < c.num_local; e += kThreads)
+    bytes[static_cast<size_t>(e) * sizeof(uint64_t)] = static_cast<uint8_t>(area[e]);
+}
+
 // kFilter: the filter mode (octets_filter; 16-byte aligned logits only),
-// else exact keys for every expert.
-template <typename LogitT, int kPerLane, bool kFilter>
-__global__ void __launch_bounds__(kThreads) routing_octets_kernel(RoutingKernelParams p) {
+// else exact keys for every expert. kCount: the permute's counts too
+// (count_block_rows).
+template <typename LogitT, int kPerLane, bool kFilter, bool kCount>
+__global__ void __launch_bounds__(kThreads)
+    routing_octets_kernel(RoutingKernelParams p, OctetCounts counts) {
   using Mask = SlotMask<kPerLane>;
   // Each lane's keys, and the bias in the same layout; + 4 words a lane
   // puts an octet's 16-byte accesses on different banks.
@@ -356,7 +403,13 @@ __global__ void __launch_bounds__(kThreads) routing_octets_kernel(RoutingKernelP
   pdl_begin();
   __syncthreads();
   const int first_token = blockIdx.x * kTokensPerBlock;
-  if (first_token + (threadIdx.x / kWarpSize) * kTokensPerWarp >= p.num_tokens) return;  // whole warp
+  // Whole warps past the tokens leave (with kCount after counting nothing:
+  // every thread meets count_block_rows' barriers).
+  int* count_area = reinterpret_cast<int*>(&s_keys[0][0][0]);
+  if (first_token + (threadIdx.x / kWarpSize) * kTokensPerWarp >= p.num_tokens) {  // whole warp
+    if constexpr (kCount) count_block_rows(counts, count_area, -1);
+    return;
+  }
   const int token = first_token + slot;
   const bool live = token < p.num_tokens;  // the warp's last octets may route a copy of a token
   const LogitT* row = static_cast<const LogitT*>(p.logits) +
@@ -466,38 +519,68 @@ __global__ void __launch_bounds__(kThreads) routing_octets_kernel(RoutingKernelP
     p.topk_ids[out] = expert;
     p.topk_weights[out] = weight;
   }
+  if constexpr (kCount) count_block_rows(counts, count_area, live && active ? expert : -1);
 }
 
-template <typename LogitT, bool kFilter>
-void launch_mode(const RoutingKernelParams& p, int blocks, cudaStream_t stream) {
+template <typename LogitT, bool kFilter, bool kCount>
+void launch_mode(const RoutingKernelParams& p, const OctetCounts& counts, int blocks,
+                 cudaStream_t stream) {
+  const auto launch = [&](auto kernel) {
+    launch_pdl(kernel, blocks, kThreads, 0, stream, p, counts);
+  };
   switch (p.num_experts / kOctetLanes) {
-    case 8: launch_pdl(routing_octets_kernel<LogitT, 8, kFilter>, blocks, kThreads, 0, stream, p); break;
-    case 16: launch_pdl(routing_octets_kernel<LogitT, 16, kFilter>, blocks, kThreads, 0, stream, p); break;
-    case 32: launch_pdl(routing_octets_kernel<LogitT, 32, kFilter>, blocks, kThreads, 0, stream, p); break;
-    default: launch_pdl(routing_octets_kernel<LogitT, 48, kFilter>, blocks, kThreads, 0, stream, p); break;
+    case 8: launch(routing_octets_kernel<LogitT, 8, kFilter, kCount>); break;
+    case 16: launch(routing_octets_kernel<LogitT, 16, kFilter, kCount>); break;
+    case 32: launch(routing_octets_kernel<LogitT, 32, kFilter, kCount>); break;
+    default: launch(routing_octets_kernel<LogitT, 48, kFilter, kCount>); break;
   }
 }
 
-template <typename LogitT>
-void launch_for_slots(const RoutingKernelParams& p, cudaStream_t stream) {
+// With `counts`: the grid rounded up to whole permute chunks
+// (octet_count_blocks blocks each; blocks past the tokens count zeros).
+template <typename LogitT, bool kCount>
+void launch_for_slots(const RoutingKernelParams& p, const PermuteCounts* counts,
+                      cudaStream_t stream) {
   static const int forced = env_int("UNIMOE_SPLIT_OCTET_FILTER_MIN_TOKENS", 0);
-  const int blocks = ceil_div(p.num_tokens, kTokensPerBlock);
+  OctetCounts c;
+  if constexpr (kCount) {
+    c = OctetCounts{counts->table, counts->local_offset, counts->num_local,
+                    routing_shape::octet_count_blocks(p.top_k, counts->chunk_rows)};
+    if (c.blocks < 1 || counts->table == nullptr)
+      throw std::invalid_argument("launch_routing: these permute counts are not the octet kernel's");
+  }
+  const int blocks = ceil_div(ceil_div(p.num_tokens, kTokensPerBlock), c.blocks) * c.blocks;
+  if constexpr (kCount) {
+    if (blocks / c.blocks != counts->num_chunks)
+      throw std::invalid_argument("launch_routing: the permute chunks are not whole octet blocks");
+  }
   const bool aligned = reinterpret_cast<uintptr_t>(p.logits) % 16 == 0;  // every row then (E % 8 == 0)
   if (aligned && routing_shape::octets_filter(p.num_experts, p.n_group, p.num_tokens, forced)) {
-    launch_mode<LogitT, true>(p, blocks, stream);
+    launch_mode<LogitT, true, kCount>(p, c, blocks, stream);
   } else {
-    launch_mode<LogitT, false>(p, blocks, stream);
+    launch_mode<LogitT, false, kCount>(p, c, blocks, stream);
   }
   UNIMOE_LAUNCH_CHECK();
 }
 
+template <typename LogitT>
+void launch_for_counts(const RoutingKernelParams& p, const PermuteCounts* counts,
+                       cudaStream_t stream) {
+  if (counts != nullptr) {
+    launch_for_slots<LogitT, true>(p, counts, stream);
+  } else {
+    launch_for_slots<LogitT, false>(p, counts, stream);
+  }
+}
+
 }  // namespace
 
-void launch_routing_octets(const RoutingKernelParams& p, bool bf16_logits, cudaStream_t stream) {
+void launch_routing_octets(const RoutingKernelParams& p, bool bf16_logits,
+                           const PermuteCounts* counts, cudaStream_t stream) {
   if (bf16_logits) {
-    launch_for_slots<uint16_t>(p, stream);
+    launch_for_counts<uint16_t>(p, counts, stream);
   } else {
-    launch_for_slots<float>(p, stream);
+    launch_for_counts<float>(p, counts, stream);
   }
 }
 

@@ -318,12 +318,17 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
         return;
       }
       if (precomputed(a) || t == 0) return;
-      launch_routing(routing_params(), stream);
+      const PermuteCounts counts = permute_counts(permute_params());
+      launch_routing(routing_params(), stream, &counts);
       return;
     }
     case Stage::Permute: {
       if (fused) return;
-      launch_permute(permute_params(), stream);
+      // Where the routing kernel wrote the chunk counts (the octet kernel
+      // at large T: routing_writes_counts), the count kernel is left out.
+      const PermuteParams p = permute_params();
+      const bool counted = !precomputed(a) && routing_writes_counts(routing_params(), permute_counts(p));
+      launch_permute(p, stream, counted);
       return;
     }
     case Stage::Gemm1: {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/test_util.h"
+#include "core/permute_launch_shape.h"
 #include "ref/ref.h"
 
 namespace unimoe::ref {
@@ -222,6 +223,20 @@ TEST(Permute, RejectsBadArguments) {
   const Permutation p = permute(good.data(), 2, 2, 0, 4);
   EXPECT_THROW(make_tiles(p, 0), std::invalid_argument);
   EXPECT_THROW(make_tiles(p, -16), std::invalid_argument);
+}
+
+// The scan lets the scatter launch early only where every scatter CTA finds
+// an SM the scan leaves free (session 18 run 5, H200, 132 SMs): T=16384 K=8
+// (128 chunks) with E_local = 128 (4 scan CTAs) yes, 256 or 384 (8, 12) no;
+// K=4 there (64 chunks) yes.
+TEST(PermuteShape, ScanTriggersTheScatterWhereEveryCtaFindsAFreeSm) {
+  using permute_shape::scan_triggers_scatter;
+  EXPECT_TRUE(scan_triggers_scatter(128, 4, 132));
+  EXPECT_FALSE(scan_triggers_scatter(128, 8, 132));
+  EXPECT_FALSE(scan_triggers_scatter(128, 12, 132));
+  EXPECT_TRUE(scan_triggers_scatter(64, 12, 132));
+  EXPECT_TRUE(scan_triggers_scatter(1, 1, 132));
+  EXPECT_FALSE(scan_triggers_scatter(128, 4, 114));  // fewer SMs (an H100 PCIe)
 }
 
 }  // namespace

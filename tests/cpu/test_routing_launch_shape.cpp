@@ -210,6 +210,35 @@ TEST(RoutingLaunchShape, SplitTakesOctetsWhereItServes) {
   EXPECT_FALSE(split_takes_octets(true, 512, 8, 8, 1, 1));
 }
 
+// The octet kernel counts a permute chunk's rows where a chunk is 1 to 8
+// whole blocks of 16 tokens (a byte each of an 8-byte word): K=8 with
+// 256- and 1024-row chunks (the T=16384 target), K = 1, 2, 4 and 16 where
+// their rows divide; never K = 3, 5, 6 or 7 (a block's rows do not divide
+// a chunk), nor a chunk of more than 8 blocks (K=4 with 1024 rows is 16).
+TEST(RoutingLaunchShape, OctetCountBlocksAreWholeBlocksOfAChunk) {
+  EXPECT_EQ(octet_count_blocks(8, 1024), 8);
+  EXPECT_EQ(octet_count_blocks(8, 256), 2);
+  EXPECT_EQ(octet_count_blocks(8, 2048), 0);  // 16 blocks
+  EXPECT_EQ(octet_count_blocks(8, 128), 1);
+  EXPECT_EQ(octet_count_blocks(4, 256), 4);
+  EXPECT_EQ(octet_count_blocks(4, 1024), 0);
+  EXPECT_EQ(octet_count_blocks(2, 256), 8);
+  EXPECT_EQ(octet_count_blocks(1, 256), 0);
+  EXPECT_EQ(octet_count_blocks(16, 256), 1);
+  EXPECT_EQ(octet_count_blocks(8, 768), 6);  // a 768-row chunk: 6 blocks
+  for (int k : {3, 5, 6, 7}) EXPECT_EQ(octet_count_blocks(k, 1024), 0) << "K=" << k;
+  EXPECT_EQ(octet_count_blocks(8, 0), 0);
+  EXPECT_EQ(octet_count_blocks(0, 1024), 0);
+  for (int k = 1; k <= 8; ++k)
+    for (int rows = 256; rows <= 4096; rows += 256) {
+      const int blocks = octet_count_blocks(k, rows);
+      if (blocks > 0) {
+        EXPECT_EQ(blocks * kOctetTokensPerBlock * k, rows) << "K=" << k << " rows=" << rows;
+        EXPECT_LE(blocks * kOctetTokensPerBlock, 255) << "an expert's rows of a chunk fit a byte";
+      }
+    }
+}
+
 // The octet kernel's filter mode (session 15 run 7): with groups from 8192
 // tokens at E = 256 and 384, never at E = 64 and 128; with one group from
 // 4096 at E >= 256, 8192 at E = 128, never at E = 64. Never before the

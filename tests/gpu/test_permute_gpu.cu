@@ -264,7 +264,9 @@ TEST(PermuteGpu, NoTokensStillWritesCountsOffsetsAndTileCounts) {
 // ------------------------------------------------------------ CUDA graph ----
 
 // Twice: T = 333 (the warp routing kernel) and a T the octet kernel routes
-// (routing_shape::octets_from_tokens).
+// (routing_shape::octets_from_tokens), which also writes the permute's chunk
+// counts (routing_writes_counts): the split chain as the layer and the sweep
+// launch it.
 TEST(PermuteGpu, GraphReplayOfRoutingAndPermute) {
   UNIMOE_REQUIRE_GPU();
   for (const int t : {333, routing_shape::octets_from_tokens(256, true) + 7}) {
@@ -302,9 +304,11 @@ TEST(PermuteGpu, GraphReplayOfRoutingAndPermute) {
   UNIMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
+  const PermuteParams pp = permuted.params(ids.get(), local_offset);
+  EXPECT_EQ(routing_writes_counts(rp, permute_counts(pp)), t != 333)
+      << "UNIMOE_SPLIT_OCTET_COUNT=0 or UNIMOE_SPLIT_OCTETS_MIN_TOKENS set?";
   UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  launch_routing(rp, stream);
-  launch_permute(permuted.params(ids.get(), local_offset), stream);
+  launch_split_routing_permute(rp, pp, stream);
   UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
 
@@ -331,6 +335,106 @@ TEST(PermuteGpu, GraphReplayOfRoutingAndPermute) {
   UNIMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
   UNIMOE_CUDA_CHECK(cudaGraphDestroy(graph));
   UNIMOE_CUDA_CHECK(cudaStreamDestroy(stream));
+  }
+}
+
+// The split chain where the octet routing kernel also counts the permute's
+// rows (routing_writes_counts: each block a byte of its chunk's words,
+// octet_count_blocks blocks a chunk) and the count kernel is left out:
+// ids, weights and every permute output against the reference, scratch
+// and outputs poisoned (so the table's unused bytes are garbage). 8, 4 and
+// 2 blocks a chunk (1024- and 256-row chunks), a last chunk of one partial
+// block, the filter mode (T=16384, E=256) and the
+// exact one, bf16 logits, MiniMax2, an expert-parallel range, a hot
+// expert; and calls that keep the count kernel (K=6; K=4 at 1024-row
+// chunks, 16 blocks a chunk).
+TEST(PermuteGpu, OctetRoutingWritesTheChunkCounts) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  struct Case {
+    RoutingPolicy policy;
+    int e, k, n_group, topk_group, t, local_offset, num_local;
+    LogitsType type;
+    bool hot;
+    int blocks;  // octet_count_blocks; 0: the count kernel stays
+  };
+  const RoutingPolicy ds = RoutingPolicy::DeepSeekV3;
+  const Case cases[] = {
+      {ds, 256, 8, 8, 4, 16384, 0, 256, LogitsType::F32, false, 8},
+      {ds, 256, 8, 8, 4, 4096 + 5, 100, 60, LogitsType::F32, true, 8},
+      {ds, 384, 8, 8, 4, 2048, 0, 384, LogitsType::BF16, false, 2},
+      {ds, 384, 8, 8, 2, 2048 + 3, 0, 384, LogitsType::F32, false, 8},
+      {ds, 384, 4, 8, 4, 2048 + 11, 64, 256, LogitsType::F32, true, 4},
+      {RoutingPolicy::MiniMax2, 256, 2, 1, 1, 4096 + 1, 0, 256, LogitsType::BF16, false, 8},
+      {ds, 128, 8, 1, 1, 8192 + 9, 0, 128, LogitsType::F32, false, 8},
+      {ds, 256, 6, 8, 4, 4096 + 2, 0, 256, LogitsType::F32, false, 0},
+      {ds, 256, 4, 8, 4, 4200, 0, 256, LogitsType::F32, false, 0},
+  };
+  for (const Case& tc : cases) {
+    RoutingConfig c;
+    c.policy = tc.policy;
+    c.num_experts = tc.e;
+    c.top_k = tc.k;
+    c.n_group = tc.n_group;
+    c.topk_group = tc.topk_group;
+    c.has_bias = true;
+    c.routed_scaling_factor = 2.5f;
+    c.logits_type = tc.type;
+    const int t = tc.t;
+    SCOPED_TRACE("E=" + std::to_string(tc.e) + " K=" + std::to_string(tc.k) + " n_group=" +
+                 std::to_string(tc.n_group) + " T=" + std::to_string(t) + " local " +
+                 std::to_string(tc.local_offset) + "+" + std::to_string(tc.num_local));
+    const std::size_t expanded = static_cast<std::size_t>(t) * tc.k;
+
+    std::vector<float> values = test::random_vector(static_cast<std::size_t>(t) * tc.e, rng, -4, 4);
+    if (tc.hot) {
+      const int hot = tc.local_offset + static_cast<int>(rng() % static_cast<uint64_t>(tc.num_local));
+      for (int i = 0; i < t; ++i) values[static_cast<std::size_t>(i) * tc.e + hot] += 8.0f;
+    }
+    DeviceBuffer<float> logits_f32;
+    DeviceBuffer<uint16_t> logits_bf16;
+    if (tc.type == LogitsType::BF16) {
+      std::vector<uint16_t> bits(values.size());
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        bits[i] = ref::f32_to_bf16(values[i]);
+        values[i] = ref::bf16_to_f32(bits[i]);
+      }
+      logits_bf16 = DeviceBuffer<uint16_t>(bits);
+    } else {
+      logits_f32 = DeviceBuffer<float>(values);
+    }
+    const std::vector<float> bias = test::random_vector(tc.e, rng, -0.2f, 0.2f);
+    DeviceBuffer<float> d_bias(bias);
+    DeviceBuffer<int32_t> ids(expanded);
+    DeviceBuffer<float> weights(expanded);
+    PermuteBuffers permuted(t, tc.k, tc.num_local, {16, 64, 128});
+
+    RoutingParams rp;
+    rp.logits = tc.type == LogitsType::BF16 ? static_cast<const void*>(logits_bf16.get())
+                                            : static_cast<const void*>(logits_f32.get());
+    rp.bias = d_bias.get();
+    rp.num_tokens = t;
+    rp.config = c;
+    rp.topk_ids = ids.get();
+    rp.topk_weights = weights.get();
+    const PermuteParams pp = permuted.params(ids.get(), tc.local_offset);
+    const PermuteCounts counts = permute_counts(pp);
+    ASSERT_EQ(routing_shape::octet_count_blocks(tc.k, counts.chunk_rows), tc.blocks);
+    ASSERT_EQ(routing_writes_counts(rp, counts), tc.blocks > 0)
+        << "UNIMOE_SPLIT_OCTET_COUNT=0 or UNIMOE_SPLIT_OCTETS_MIN_TOKENS set?";
+
+    ids.poison();
+    weights.poison();
+    permuted.poison();
+    launch_split_routing_permute(rp, pp, nullptr);
+    UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+
+    const ref::Routing want = ref::route(c, values.data(), t, bias.data());
+    ASSERT_EQ(ids.download(), want.ids);
+    EXPECT_LT(test::rel_l2(weights.download(), want.weights), 1e-6);
+    permuted.expect_matches_reference(want.ids, tc.local_offset);
   }
 }
 

@@ -1,6 +1,7 @@
 // unimoe-bench --routing-sweep: times the routing + sort/permute variants
 // (split: the routing kernel, then permute's count, scan and scatter
-// kernels; fused: one block does both; cluster: a thread-block cluster does
+// kernels, the count folded into the octet routing kernel where
+// routing_writes_counts says; fused: one block does both; cluster: a thread-block cluster does
 // both) over (policy, E, K, T) on the GPU, checks that every variant writes
 // the same outputs, and records which one the layer's rule
 // (routing_variant_for) would take. JSON for scripts/analyze_routing_sweep.py.
@@ -164,10 +165,7 @@ int run_routing_sweep(const SweepOptions& opt) {
     p.tiles[0] = b.tiles.as<DeviceTile>();
     p.num_tiles[0] = b.num_tiles.as<int32_t>();
     p.scratch = b.scratch.p;
-    auto split = [&] {
-      launch_routing(r, stream);
-      launch_permute(p, stream);
-    };
+    auto split = [&] { launch_split_routing_permute(r, p, stream); };
     auto fused = [&] { launch_fused_routing_permute(r, p, stream); };
     auto cluster = [&] { launch_cluster_routing_permute(r, p, stream); };
     auto time = [&](const std::function<void()>& variant) {

@@ -1,0 +1,20 @@
+// Launch choices of the permute chain (kernels/permute.cu) that are pure
+// functions of its shape, so that tests/cpu/test_permute.cpp can pin them.
+#pragma once
+
+namespace unimoe::permute_shape {
+
+// Whether the permute's scan kernel lets the scatter launch as soon as the
+// scan's own wait is over (programmatic dependent launch), so that the
+// scatter's CTAs load their chunk's ids while the scan runs: only where
+// every scatter CTA finds an SM the scan leaves free. Measured (session 18
+// run 5, H200, 132 SMs, 336 split-chain points, T 64..16384): 0.96 of the
+// time without the trigger (geometric mean; 0.3-0.6 us a call), but 1.03
+// slower at the 8 points where 128 scatter CTAs and 8 or 12 scan CTAs
+// (E_local 256 and 384) passed 132, every policy at T=16384 K=8 (DeepSeekV3
+// E=256 22.18 -> 23.00 us); E_local = 128 there (4 scan CTAs) gained 0.96.
+inline bool scan_triggers_scatter(int scatter_ctas, int scan_ctas, int sm_count) {
+  return scatter_ctas + scan_ctas <= sm_count;
+}
+
+}  // namespace unimoe::permute_shape
