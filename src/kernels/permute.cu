@@ -647,14 +647,16 @@ void launch_permute(const PermuteParams& params, cudaStream_t stream, bool count
   // The scan and the scatter run for T = 0 too: totals, counts, offsets and
   // tile counts are still written (the scatter with one block and no rows).
   const int scan_blocks = ceil_div(params.num_local, kWarpSize);
+  const int table_blocks = routing_shape::octet_count_blocks(params.top_k, l.chunk_rows);
+  require(!counted || (l.rows > kCountScanRows && table_blocks > 0 &&
+                       permute_counts(params).table != nullptr),
+          "counted: only calls of more than " + std::to_string(kCountScanRows) +
+              " expanded rows whose chunks are whole octet blocks, with 8-byte aligned scratch "
+              "(routing_writes_counts)");
   static const bool trigger_on = env_switch_on("UNIMOE_PERMUTE_TRIGGER");
   const int sm_count = current_device_sm_count();
   const bool trigger = trigger_on && permute_shape::scan_triggers_scatter(
                                          std::max(l.num_chunks, 1), scan_blocks, sm_count);
-  const int table_blocks = routing_shape::octet_count_blocks(params.top_k, l.chunk_rows);
-  require(!counted || (l.rows > kCountScanRows && table_blocks > 0),
-          "counted: only calls of more than " + std::to_string(kCountScanRows) +
-              " expanded rows whose chunks are whole octet blocks (routing_writes_counts)");
   // A scan kernel, instantiated with or without the trigger.
   const auto launch_scan = [&](auto with_trigger, auto without_trigger, auto&&... args) {
     launch_pdl(trigger ? with_trigger : without_trigger, scan_blocks, kScanThreads, 0, stream,

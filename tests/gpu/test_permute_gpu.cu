@@ -9,6 +9,7 @@
 #include <iterator>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -253,6 +254,32 @@ TEST(PermuteGpu, ScratchNeverShrinksAsTokensGrow) {
     }
     EXPECT_EQ(drops, 0) << "K=" << k << ", first at T=" << first_drop;
   }
+}
+
+// `counted` (the routing kernel wrote the counts) is refused where the
+// chain has no count kernel to leave out or the octet kernel could not
+// have written them; permute_counts names a table only where it could
+// (host code only, nothing is launched; runs without a GPU too).
+TEST(PermuteGpu, CountedOnlyWhereTheOctetKernelCounts) {
+  alignas(8) static int32_t host[16];  // stand-ins: every call below throws before a launch
+  const auto params = [&](int t, int k, void* scratch) {
+    PermuteParams p;
+    p.num_tokens = t;
+    p.top_k = k;
+    p.num_local = 256;
+    p.expert_counts = host;
+    p.expert_offsets = host;
+    p.scratch = scratch;
+    return p;
+  };
+  EXPECT_EQ(permute_counts(params(100, 8, host)).table, nullptr);  // 800 rows: count and scan in one
+  EXPECT_NE(permute_counts(params(4096, 8, host)).table, nullptr);
+  EXPECT_EQ(permute_counts(params(4096, 8, reinterpret_cast<char*>(host) + 4)).table, nullptr);
+  EXPECT_EQ(permute_counts(params(4096, 8, host)).chunk_rows, 1024);
+  EXPECT_THROW(launch_permute(params(100, 8, host), nullptr, true), std::invalid_argument);
+  EXPECT_THROW(launch_permute(params(4096, 6, host), nullptr, true), std::invalid_argument);
+  EXPECT_THROW(launch_permute(params(4096, 8, reinterpret_cast<char*>(host) + 4), nullptr, true),
+               std::invalid_argument);
 }
 
 TEST(PermuteGpu, NoTokensStillWritesCountsOffsetsAndTileCounts) {
