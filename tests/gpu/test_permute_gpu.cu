@@ -275,7 +275,7 @@ TEST(PermuteGpu, CountedOnlyWhereTheOctetKernelCounts) {
   EXPECT_EQ(permute_counts(params(100, 8, host)).table, nullptr);  // 800 rows: count and scan in one
   EXPECT_NE(permute_counts(params(4096, 8, host)).table, nullptr);
   EXPECT_EQ(permute_counts(params(4096, 8, reinterpret_cast<char*>(host) + 4)).table, nullptr);
-  EXPECT_EQ(permute_counts(params(4096, 8, host)).chunk_rows, 1024);
+  EXPECT_EQ(permute_counts(params(4096, 8, host)).chunk_rows, 512);
   EXPECT_THROW(launch_permute(params(100, 8, host), nullptr, true), std::invalid_argument);
   EXPECT_THROW(launch_permute(params(4096, 6, host), nullptr, true), std::invalid_argument);
   EXPECT_THROW(launch_permute(params(4096, 8, reinterpret_cast<char*>(host) + 4), nullptr, true),
@@ -369,12 +369,12 @@ TEST(PermuteGpu, GraphReplayOfRoutingAndPermute) {
 // rows (routing_writes_counts: each block a byte of its chunk's words,
 // octet_count_blocks blocks a chunk) and the count kernel is left out:
 // ids, weights and every permute output against the reference, scratch
-// and outputs poisoned (so the table's unused bytes are garbage). 8, 4 and
-// 2 blocks a chunk (1024- and 256-row chunks), a last chunk of one partial
-// block, the filter mode (T=16384, E=256) and the
+// and outputs poisoned (so the table's unused bytes are garbage). 8, 6, 4
+// and 2 blocks a chunk (1024-, 768-, 512- and 256-row chunks), a last chunk
+// of one partial block, the filter mode (T=16384, E=256) and the
 // exact one, bf16 logits, MiniMax2, an expert-parallel range, a hot
-// expert; and calls that keep the count kernel (K=6; K=4 at 1024-row
-// chunks, 16 blocks a chunk).
+// expert; and calls that keep the count kernel (K=6; K=4 at 768-row
+// chunks, 12 blocks a chunk).
 TEST(PermuteGpu, OctetRoutingWritesTheChunkCounts) {
   UNIMOE_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
@@ -389,15 +389,16 @@ TEST(PermuteGpu, OctetRoutingWritesTheChunkCounts) {
   };
   const RoutingPolicy ds = RoutingPolicy::DeepSeekV3;
   const Case cases[] = {
-      {ds, 256, 8, 8, 4, 16384, 0, 256, LogitsType::F32, false, 8},
-      {ds, 256, 8, 8, 4, 4096 + 5, 100, 60, LogitsType::F32, true, 8},
-      {ds, 384, 8, 8, 4, 2048, 0, 384, LogitsType::BF16, false, 2},
-      {ds, 384, 8, 8, 2, 2048 + 3, 0, 384, LogitsType::F32, false, 8},
-      {ds, 384, 4, 8, 4, 2048 + 11, 64, 256, LogitsType::F32, true, 4},
+      {ds, 256, 8, 8, 4, 16384, 0, 256, LogitsType::F32, false, 8},        // 1024-row chunks
+      {ds, 256, 8, 8, 4, 4096 + 5, 100, 60, LogitsType::F32, true, 4},     // 512
+      {ds, 384, 8, 8, 4, 2048, 0, 384, LogitsType::BF16, false, 2},        // 256
+      {ds, 384, 8, 8, 2, 2048 + 3, 0, 384, LogitsType::F32, false, 4},     // 512, a partial block
+      {ds, 384, 4, 8, 4, 2048 + 11, 64, 256, LogitsType::F32, true, 4},    // 256
       {RoutingPolicy::MiniMax2, 256, 2, 1, 1, 4096 + 1, 0, 256, LogitsType::BF16, false, 8},
-      {ds, 128, 8, 1, 1, 8192 + 9, 0, 128, LogitsType::F32, false, 8},
-      {ds, 256, 6, 8, 4, 4096 + 2, 0, 256, LogitsType::F32, false, 0},
-      {ds, 256, 4, 8, 4, 4200, 0, 256, LogitsType::F32, false, 0},
+      {ds, 128, 8, 1, 1, 8192 + 9, 0, 128, LogitsType::F32, false, 6},     // 768
+      {ds, 256, 4, 8, 4, 4200, 0, 256, LogitsType::F32, false, 8},         // 512
+      {ds, 256, 6, 8, 4, 4096 + 2, 0, 256, LogitsType::F32, false, 0},     // 96-row blocks
+      {ds, 256, 4, 8, 4, 16400, 0, 256, LogitsType::F32, false, 0},        // 768: 12 blocks
   };
   for (const Case& tc : cases) {
     RoutingConfig c;
