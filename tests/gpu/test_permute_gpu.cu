@@ -11,10 +11,12 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/test_util.h"
 #include "gpu/gpu_test_util.h"
+#include "gpu/routing_test_util.h"
 #include "kernels/permute.cuh"
 #include "kernels/routing.cuh"
 #include "ref/ref.h"
@@ -301,14 +303,7 @@ TEST(PermuteGpu, GraphReplayOfRoutingAndPermute) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  RoutingConfig c;
-  c.policy = RoutingPolicy::DeepSeekV3;
-  c.num_experts = 256;
-  c.top_k = 8;
-  c.n_group = 8;
-  c.topk_group = 4;
-  c.has_bias = true;
-  c.routed_scaling_factor = 2.5f;
+  const RoutingConfig c = test::grouped_deepseek(256, 8, 8, 4, LogitsType::F32);
   const int local_offset = 32, num_local = 128;
   const std::size_t expanded = static_cast<std::size_t>(t) * c.top_k;
 
@@ -401,15 +396,8 @@ TEST(PermuteGpu, OctetRoutingWritesTheChunkCounts) {
       {ds, 256, 4, 8, 4, 16400, 0, 256, LogitsType::F32, false, 0},        // 768: 12 blocks
   };
   for (const Case& tc : cases) {
-    RoutingConfig c;
+    RoutingConfig c = test::grouped_deepseek(tc.e, tc.k, tc.n_group, tc.topk_group, tc.type);
     c.policy = tc.policy;
-    c.num_experts = tc.e;
-    c.top_k = tc.k;
-    c.n_group = tc.n_group;
-    c.topk_group = tc.topk_group;
-    c.has_bias = true;
-    c.routed_scaling_factor = 2.5f;
-    c.logits_type = tc.type;
     const int t = tc.t;
     SCOPED_TRACE("E=" + std::to_string(tc.e) + " K=" + std::to_string(tc.k) + " n_group=" +
                  std::to_string(tc.n_group) + " T=" + std::to_string(t) + " local " +
@@ -421,17 +409,13 @@ TEST(PermuteGpu, OctetRoutingWritesTheChunkCounts) {
       const int hot = tc.local_offset + static_cast<int>(rng() % static_cast<uint64_t>(tc.num_local));
       for (int i = 0; i < t; ++i) values[static_cast<std::size_t>(i) * tc.e + hot] += 8.0f;
     }
+    const test::Logits l = test::make_logits(std::move(values), c);
     DeviceBuffer<float> logits_f32;
     DeviceBuffer<uint16_t> logits_bf16;
     if (tc.type == LogitsType::BF16) {
-      std::vector<uint16_t> bits(values.size());
-      for (std::size_t i = 0; i < values.size(); ++i) {
-        bits[i] = ref::f32_to_bf16(values[i]);
-        values[i] = ref::bf16_to_f32(bits[i]);
-      }
-      logits_bf16 = DeviceBuffer<uint16_t>(bits);
+      logits_bf16 = DeviceBuffer<uint16_t>(l.bf16);
     } else {
-      logits_f32 = DeviceBuffer<float>(values);
+      logits_f32 = DeviceBuffer<float>(l.values);
     }
     const std::vector<float> bias = test::random_vector(tc.e, rng, -0.2f, 0.2f);
     DeviceBuffer<float> d_bias(bias);
@@ -459,7 +443,7 @@ TEST(PermuteGpu, OctetRoutingWritesTheChunkCounts) {
     launch_split_routing_permute(rp, pp, nullptr);
     UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
 
-    const ref::Routing want = ref::route(c, values.data(), t, bias.data());
+    const ref::Routing want = ref::route(c, l.values.data(), t, bias.data());
     ASSERT_EQ(ids.download(), want.ids);
     EXPECT_LT(test::rel_l2(weights.download(), want.weights), 1e-6);
     permuted.expect_matches_reference(want.ids, tc.local_offset);

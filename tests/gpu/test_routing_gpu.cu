@@ -21,6 +21,7 @@
 #include "core/routing_launch_shape.h"
 #include "core/sigmoid_fp32.h"
 #include "gpu/gpu_test_util.h"
+#include "gpu/routing_test_util.h"
 #include "kernels/routing.cuh"
 #include "kernels/routing_device.cuh"
 #include "ref/ref.h"
@@ -54,25 +55,9 @@ std::string describe(const RoutingConfig& c, int num_tokens) {
          " topk_group=" + std::to_string(c.topk_group) + (c.has_bias ? " bias" : "");
 }
 
-// The logits as the device reads them and as the reference sees them: bf16
-// logits are rounded once, and the reference gets their exact fp32 widening.
-struct Logits {
-  std::vector<float> values;    // [T, E]
-  std::vector<uint16_t> bf16;   // [T, E] bits, BF16 only
-};
-
-Logits make_logits(std::vector<float> values, const RoutingConfig& c) {
-  Logits l;
-  l.values = std::move(values);
-  if (c.logits_type == LogitsType::BF16) {
-    l.bf16.resize(l.values.size());
-    for (std::size_t i = 0; i < l.values.size(); ++i) {
-      l.bf16[i] = ref::f32_to_bf16(l.values[i]);
-      l.values[i] = ref::bf16_to_f32(l.bf16[i]);
-    }
-  }
-  return l;
-}
+using test::grouped_deepseek;
+using test::Logits;
+using test::make_logits;
 
 struct DeviceRouting {
   std::vector<int32_t> ids;
@@ -196,19 +181,6 @@ TEST(RoutingGpu, RandomLogitsEveryPolicy) {
 }
 
 // DeepSeekV3 with groups, a bias and a scaling factor.
-RoutingConfig grouped_deepseek(int e, int k, int n_group, int topk_group, LogitsType type) {
-  RoutingConfig c;
-  c.policy = RoutingPolicy::DeepSeekV3;
-  c.num_experts = e;
-  c.top_k = k;
-  c.n_group = n_group;
-  c.topk_group = topk_group;
-  c.has_bias = true;
-  c.routed_scaling_factor = 2.5f;
-  c.logits_type = type;
-  return c;
-}
-
 TEST(RoutingGpu, GroupedDeepSeekV3) {
   UNIMOE_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
