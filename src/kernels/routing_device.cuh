@@ -690,9 +690,12 @@ __device__ __forceinline__ bool threshold_serves(const RoutingKernelParams& p) {
 // rounds_by_threshold's area, 32 pairs in `keys`: a warp's kPerLane * 32
 // words of group keys, or a token's E > 128 staged DeepSeek keys, 16-byte
 // aligned up (the kernels take it at kThresholdMinSlots slots a lane).
+// Aligned by pointer arithmetic on `keys`, not through an integer: an
+// integer cast loses the shared state space, and the list's loads and
+// stores became generic ones (session 19, the wide choice's first form).
 __device__ __forceinline__ uint64_t* threshold_area(float* keys) {
-  const uintptr_t address = reinterpret_cast<uintptr_t>(keys);
-  return reinterpret_cast<uint64_t*>((address + 15) & ~static_cast<uintptr_t>(15));
+  const int words_past = static_cast<int>((reinterpret_cast<uintptr_t>(keys) >> 2) & 3u);
+  return reinterpret_cast<uint64_t*>(keys + ((4 - words_past) & 3));
 }
 
 // Whether rounds_by_kept_halves serves a call (host and device): each group
