@@ -405,4 +405,44 @@ UNIMOE_HD bool threshold_serves(int top_k, int slots, bool runs, int topk_group,
   return slots >= kThresholdMinSlots && top_k >= kThresholdMinTopK && 3 * top_k <= 2 * lanes;
 }
 
+// The wide choice of the DeepSeek policies' decode kernels
+// (kernels/routing_wide.cuh): E / 32 warps (parts) choose a token, a thread
+// an expert, where each group is one part of 32 experts (DeepSeekV3 E=256
+// n_group=8). 0 where it does not serve. Measured (session 19 run 5,
+// against each token's own warp): DeepSeekV3 E=256 K=8 0.85-0.93 at T =
+// 1..12, 0.97-0.98 at T = 16..20, but 1.02-1.03 from 4 tokens a routing CTA
+// (T = 24..28, and the spread kernel's T = 64): every part runs the same
+// steps, so a CTA's 24-32 busy warps are bound by issue, not by a chain
+// (stamps: each phase 1.5-2x longer at 3-4 tokens a CTA than at 1);
+// without groups (MiniMax2) 1.05-1.16x slower at E <= 128 and mixed above
+// (0.87-1.17), so not there.
+UNIMOE_HD int wide_parts(int num_experts, int n_group, int experts_per_group) {
+  if (num_experts % kWarp != 0 || num_experts < 2 * kWarp || num_experts > kMaxThreads) return 0;
+  if (n_group <= 1 || experts_per_group != kWarp) return 0;
+  return num_experts / kWarp;
+}
+
+// The most tokens a block seats: the single block (its decode way, T <= 4
+// at E = 256) 4, a routing CTA of the cluster or spread kernels 2. Run 6
+// (DeepSeekV3 E=256): the single block 0.82-0.92 at K=8 (T=1 3.70 -> 3.02
+// us), 0.92-0.99 at K=4; the cluster at 2 tokens a CTA (T = 5..14) 0.93
+// at K=8 and 1.00 at K=4, but at 3 (T = 15..21) 0.98-1.00 at K=8 and
+// 1.04-1.05 at K=4.
+inline constexpr int kWideMaxTokensBlock = 4;
+inline constexpr int kWideMaxTokensCluster = 2;
+
+// The rank m of each kept part's floor: ceil(K / kept parts), the kept
+// parts topk_group with groups (n_group > 1), else all `parts`; m keys of
+// each reach the threshold, K in all.
+UNIMOE_HD int wide_floor_rank(int top_k, int parts, int n_group, int topk_group) {
+  const int kept = n_group > 1 ? topk_group : parts;
+  return kept > 0 ? (top_k + kept - 1) / kept : 0;
+}
+
+// Whether a block of `warps` warps seats `tokens` tokens (at most
+// max_tokens) of `parts` parts (wide_parts, 0: never).
+UNIMOE_HD bool wide_fits(int tokens, int parts, int warps, int max_tokens) {
+  return parts >= 2 && tokens <= max_tokens && tokens * parts <= warps;
+}
+
 }  // namespace unimoe::routing_shape

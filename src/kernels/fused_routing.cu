@@ -45,6 +45,7 @@
 #include "kernels/common.cuh"
 #include "kernels/fused_routing.cuh"
 #include "kernels/routing_device.cuh"
+#include "kernels/routing_wide.cuh"
 
 namespace unimoe {
 namespace {
@@ -62,6 +63,9 @@ static_assert(kWorkWords / kMaxExperts >= 1, "the DeepSeek keys of at least one 
 static_assert(kWorkWords >= kMaxTileSizes * (kFusedMaxLocalExperts + 1),
               "every schedule's tile bases fit in the work area");
 static_assert(kFusedMaxLocalExperts <= 32767, "staged experts are int16");
+static_assert(kMaxThreads / kWarpSize <= 255, "wide_parts fits a byte");
+static_assert(kMaxThreads * 4 + 16 + kWideAreaMaxBytes <= kWorkWords * 4,
+              "the wide choice's area fits beside the keys of a block's seated tokens");
 static_assert(kMaxThreads / kWarpSize <= kWarpSize, "one warp scans the warp totals");
 
 struct BlockPermuteParams {
@@ -69,6 +73,11 @@ struct BlockPermuteParams {
   int rows;                 // T * K
   int top_k;                // K
   bool distinct_per_token;  // a token's K ids are distinct (routing mode)
+  // The DeepSeek kernels' wide choice at decode (routing_wide.cuh): its
+  // parts a token, routing_shape::wide_parts; 0: off. A byte in the
+  // padding after the bool, so that the struct keeps its size (a larger
+  // one is one more line for warm_params to touch in every kernel).
+  uint8_t wide_parts;
   int local_offset;
   int num_local;
   int32_t* expert_counts;
@@ -174,7 +183,16 @@ __device__ void print_stamps(S& s, const char* path, const RoutingKernelParams& 
            path, static_cast<int>(r.policy), r.num_tokens, r.num_experts, r.top_k, rank, ctas,
            static_cast<int>(blockDim.x), d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
 }
+// The wide choice's phase stamps go to steps[4..7] (routing_wide.cuh).
+template <class S>
+__device__ __forceinline__ long long* wide_steps(S& s) {
+  return s.steps;
+}
 #else
+template <class S>
+__device__ __forceinline__ long long* wide_steps(S&) {
+  return nullptr;
+}
 template <class S>
 __device__ __forceinline__ void phase_stamp(S&, int, bool) {}
 template <class S>
@@ -838,6 +856,51 @@ __device__ __forceinline__ TokenExperts choose_decode(const RoutingKernelParams&
                         kThreshold>(r, token, lane, keys);
 }
 
+// The wide choice (routing_wide.cuh) in a DeepSeek kernel's decode path:
+// whether p.wide_parts seats the block's `tokens` tokens, at most
+// max_tokens (their keys to be staged in `keys`, a row of E each; the first
+// parts at warps first_lead ..), and this warp's plan; made before the keys
+// are staged (uniform; off in the other kernels).
+struct WideCall {
+  bool on;
+  WidePlan plan;
+};
+
+template <bool kDeepSeek>
+__device__ __forceinline__ WideCall plan_wide(const RoutingKernelParams& r,
+                                              const BlockPermuteParams& p, float* keys,
+                                              int first_lead, int tokens, int max_tokens,
+                                              int warp) {
+  WideCall call{};
+  if constexpr (kDeepSeek) {
+    const int parts = p.wide_parts;
+    call.on = routing_shape::wide_fits(tokens, parts, static_cast<int>(blockDim.x / kWarpSize),
+                                       max_tokens);
+    if (call.on)  // off the chain: the keys are not staged yet
+      call.plan = WidePlan{
+          wide_seat(warp, first_lead, tokens, parts, inverse_of(parts - 1)), parts,
+          routing_shape::wide_floor_rank(r.top_k, parts, r.n_group, r.topk_group),
+          wide_area(keys, tokens, r.num_experts, parts)};
+  }
+  return call;
+}
+
+// The wide choice where `call` is on (every thread of the block calls it,
+// after the keys are staged): then on lanes k < K of token t's first part
+// its k-th expert in `chosen`, as choose_decode leaves it.
+template <bool kDeepSeek>
+__device__ __forceinline__ bool choose_wide_if_on(const RoutingKernelParams& r, const float* keys,
+                                                  const WideCall& call, int lane,
+                                                  TokenExperts& chosen, long long* steps) {
+  if constexpr (kDeepSeek) {
+    if (!call.on) return false;
+    const Chosen c = choose_wide(r, keys, call.plan, lane, steps);
+    chosen = TokenExperts{c.expert, 0.0f, RowSoftmax{0.0f, 0.0, 0}};
+    return true;
+  }
+  return false;
+}
+
 // Phase 1: this warp (this thread its lane `lane`) routes tokens begin +
 // first_warp, + warp_stride, ... below end and stages each row's local
 // expert in `staged` (this block's s.expert, or CTA 0's in the cluster
@@ -947,9 +1010,11 @@ __device__ __forceinline__ bool weights_beside_permute(const RoutingKernelParams
 // (fp64 exp, sums and divisions: about 1200 of a one-token call's cycles,
 // measured with clock64 stamps in session 8) then no longer run before the
 // permutation.
-template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold>
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold, bool kWide>
 __device__ void route_then_permute(const RoutingKernelParams& r, const BlockPermuteParams& p,
                                    BlockShared& s, int lane, int warp) {
+  const WideCall wide_call = plan_wide<kDeepSeek && kWide>(
+      r, p, s.work.keys, 0, r.num_tokens, routing_shape::kWideMaxTokensBlock, warp);
   if constexpr (kDeepSeek) {
     stage_deepseek_keys<LogitT>(r, 0, r.num_tokens, s.work.keys);
     __syncthreads();
@@ -958,10 +1023,14 @@ __device__ void route_then_permute(const RoutingKernelParams& r, const BlockPerm
   const int token = warp, top_k = r.top_k;
   const bool routes = token < r.num_tokens;  // uniform per warp
   TokenExperts chosen{};
+  const bool wide =
+      choose_wide_if_on<kDeepSeek && kWide>(r, s.work.keys, wide_call, lane, chosen,
+                                            wide_steps(s));
   if (routes) {
     float* keys = kDeepSeek ? s.work.keys + token * r.num_experts
                             : s.work.keys + warp * kPerLane * kWarpSize;
-    chosen = choose_decode<LogitT, kPerLane, kDeepSeek, kThreshold>(r, token, lane, keys);
+    if (!wide)
+      chosen = choose_decode<LogitT, kPerLane, kDeepSeek, kThreshold>(r, token, lane, keys);
     if (lane < top_k) {
       r.topk_ids[token * top_k + lane] = chosen.expert;
       s.expert[token * top_k + lane] = local_expert(chosen.expert, p);
@@ -981,7 +1050,7 @@ __device__ void route_then_permute(const RoutingKernelParams& r, const BlockPerm
   }
 }
 
-template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold>
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold, bool kWide = false>
 __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     fused_routing_permute_kernel(const __grid_constant__ RoutingKernelParams r,
                                  const __grid_constant__ BlockPermuteParams p) {
@@ -995,7 +1064,7 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int warps = blockDim.x / kWarpSize;
   if (weights_beside_permute(r, p, kDeepSeek)) {  // uniform
-    route_then_permute<LogitT, kPerLane, kDeepSeek, kThreshold>(r, p, s, lane, warp);
+    route_then_permute<LogitT, kPerLane, kDeepSeek, kThreshold, kWide>(r, p, s, lane, warp);
     print_stamps(s, "beside", r, 0, 1);
     return;
   }
@@ -1027,7 +1096,7 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
 //     whole (experts and weights) before the barrier, and CTA 0 then
 //     permutes: more CTAs route, each warp fewer tokens.
 // Every thread arrives once and waits once.
-template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold>
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold, bool kWide = false>
 __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     cluster_routing_permute_kernel(const __grid_constant__ RoutingKernelParams r,
                                    const __grid_constant__ BlockPermuteParams p) {
@@ -1083,6 +1152,8 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   }
   const int begin = min((rank - 1) * per_routing_cta, r.num_tokens);
   const int end = min(begin + per_routing_cta, r.num_tokens);
+  const WideCall wide_call = plan_wide<kDeepSeek && kWide>(
+      r, p, s.work.keys, 0, end - begin, routing_shape::kWideMaxTokensCluster, warp);
   if constexpr (kDeepSeek) {
     stage_deepseek_keys<LogitT>(r, begin, end, s.work.keys);
     __syncthreads();
@@ -1091,10 +1162,14 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   const int token = begin + warp;
   const bool routes = token < end;  // uniform per warp
   TokenExperts chosen{};
+  const bool wide =
+      choose_wide_if_on<kDeepSeek && kWide>(r, s.work.keys, wide_call, lane, chosen,
+                                            wide_steps(s));
   if (routes) {
     float* keys = kDeepSeek ? s.work.keys + (token - begin) * r.num_experts
                             : s.work.keys + warp * kPerLane * kWarpSize;
-    chosen = choose_decode<LogitT, kPerLane, kDeepSeek, kThreshold>(r, token, lane, keys);
+    if (!wide)
+      chosen = choose_decode<LogitT, kPerLane, kDeepSeek, kThreshold>(r, token, lane, keys);
     if (lane < r.top_k) staged[token * r.top_k + lane] = local_expert(chosen.expert, p);
   }
   phase_stamp(s, 3, threadIdx.x == 0);
@@ -1185,7 +1260,7 @@ __device__ __forceinline__ uint4 chunk_of_counts(const SpreadShared& s, int j) {
 // after every CTA has started; the second publishes the stores, masks and
 // staged rows, and keeps each CTA's shared memory alive until no other CTA
 // stores into it.
-template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold>
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold, bool kWide = false>
 __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     spread_routing_permute_kernel(const __grid_constant__ RoutingKernelParams r,
                                   const __grid_constant__ BlockPermuteParams p) {
@@ -1213,18 +1288,27 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   const int begin = min(rank * per_cta, r.num_tokens);
   const int end = min(begin + per_cta, r.num_tokens);
   const int permute_threads = blockDim.x - per_cta * kWarpSize;
+  const WideCall wide_call =
+      plan_wide<kDeepSeek && kWide>(r, p, s.keys, permute_threads / kWarpSize, end - begin,
+                                    routing_shape::kWideMaxTokensCluster, warp);
   if constexpr (kDeepSeek) {
     stage_deepseek_keys<LogitT>(r, begin, end, s.keys);
     __syncthreads();
     phase_stamp(s, 2, tid == 0);
   }
 
+  // The wide choice seats the routing warps as the tokens' first parts and
+  // takes the permuting warps' help (they permute only after the cluster
+  // barrier).
+  TokenExperts chosen{};
+  const bool wide =
+      choose_wide_if_on<kDeepSeek && kWide>(r, s.keys, wide_call, lane, chosen, wide_steps(s));
   if (tid >= permute_threads) {  // uniform per warp
     const int t = warp - permute_threads / kWarpSize, token = begin + t;
     const bool routes = token < end;
-    TokenExperts chosen{};
     if (routes) {
       float* keys = kDeepSeek ? s.keys + t * r.num_experts : s.keys + t * kPerLane * kWarpSize;
+      if (!wide)
       chosen = choose_decode<LogitT, kPerLane, kDeepSeek, kThreshold>(r, token, lane, keys);
       if (lane < top_k) {
         const int e = local_expert(chosen.expert, p);
@@ -1356,6 +1440,14 @@ int spread_min_tokens(bool deepseek) {
   return forced > 0 ? forced : routing_shape::default_spread_min_tokens(deepseek);
 }
 
+// The wide choice's kernels (kWide: DeepSeek policies, E = 64..512) are
+// instantiated apart: holding its code cost the DeepSeek kernels' other
+// paths 2-4% (session 19, run 8 against run 1: T = 16..128, where it never
+// ran). The launcher takes them where a CTA of the launch seats its tokens
+// (routing_shape::wide_fits, as the kernels decide it per CTA).
+template <int kPerLane, bool kDeepSeek>
+inline constexpr bool kHasWideKernels = kDeepSeek && kPerLane >= 2 && kPerLane <= 16;
+
 // The largest cluster of the spread kernel the device runs at the kernel's
 // largest block: kSpreadMaxCtas (16, non-portable: the H200 runs 14 such
 // clusters at once) where it runs one, else the portable 8. Asked once a
@@ -1367,6 +1459,13 @@ int spread_device_max_ctas() {
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
       cudaGetLastError();
       return kClusterMaxCtas;
+    }
+    if constexpr (kHasWideKernels<kPerLane, kDeepSeek>) {  // its wide twin runs the same clusters
+      const auto wide = spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, false, true>;
+      if (cudaFuncSetAttribute(wide, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+        cudaGetLastError();
+        return kClusterMaxCtas;
+      }
     }
     cudaLaunchAttribute attribute;
     attribute.id = cudaLaunchAttributeClusterDimension;
@@ -1388,6 +1487,11 @@ int spread_device_max_ctas() {
   return largest;
 }
 
+bool& wide_choice_setting() {
+  static bool on = env_int("UNIMOE_WIDE_CHOICE", 0) == 1;
+  return on;
+}
+
 ClusterSpread& spread_setting() {
   static ClusterSpread setting{env_switch_on("UNIMOE_CLUSTER_SPREAD"),
                                std::max(0, env_int("UNIMOE_SPREAD_MAX_CTAS", 0)),
@@ -1395,9 +1499,24 @@ ClusterSpread& spread_setting() {
   return setting;
 }
 
+// The single block's decode way (weights_beside_permute, on the host) with
+// the wide choice seating its T tokens.
+bool block_takes_wide(const RoutingKernelParams& r, const BlockPermuteParams& p, int threads) {
+  const int warps = threads / kWarpSize;
+  return p.wide_parts > 0 && p.rows <= kWarpSize && r.num_tokens < warps &&
+         r.num_tokens * r.num_experts <= kWorkWords &&
+         routing_shape::wide_fits(r.num_tokens, p.wide_parts, warps,
+                                  routing_shape::kWideMaxTokensBlock);
+}
+
 template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold>
 void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, bool cluster,
                   cudaStream_t stream) {
+  // Each launch below takes kernel<..., kThreshold> or, where the wide
+  // choice seats its tokens and the wide kernels exist, kernel<..., false,
+  // true> (a CTA of it that does not seat its tokens takes the rounds, with
+  // the same outputs).
+  constexpr bool kHasWide = kHasWideKernels<kPerLane, kDeepSeek>;
   const ClusterSpread spread = spread_setting();
   if (cluster && spread.on) {
     const auto kernel = spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>;
@@ -1414,7 +1533,15 @@ void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, boo
     if (take) {
       BlockPermuteParams q = for_block(p, shape.permute_threads);
       q.tokens_per_cta = shape.tokens_per_cta;
-      launch_pdl_clustered(kernel, shape.ctas, shape.threads, 0, shape.ctas, stream, r, q);
+      const bool wide =
+          p.wide_parts > 0 && routing_shape::wide_fits(shape.tokens_per_cta, p.wide_parts,
+                                                       shape.threads / kWarpSize,
+                                                       routing_shape::kWideMaxTokensCluster);
+      auto chosen = kernel;
+      if constexpr (kHasWide) {
+        if (wide) chosen = spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, false, true>;
+      }
+      launch_pdl_clustered(chosen, shape.ctas, shape.threads, 0, shape.ctas, stream, r, q);
       return;
     }
   }
@@ -1422,8 +1549,12 @@ void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, boo
       routing_shape::launch_shape(kPerLane, r.num_tokens, p.num_local, r.num_experts, kDeepSeek,
                                   cluster, cluster ? cluster_min_tokens(kDeepSeek) : 1);
   if (shape.routing_ctas == 1) {
-    launch_pdl(fused_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>, 1, shape.threads, 0, stream,
-               r, for_block(p, shape.threads));
+    auto kernel = fused_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>;
+    if constexpr (kHasWide) {
+      if (block_takes_wide(r, p, shape.threads))
+        kernel = fused_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, false, true>;
+    }
+    launch_pdl(kernel, 1, shape.threads, 0, stream, r, for_block(p, shape.threads));
     return;
   }
   // One cluster: CTA 0 permutes, the others route (and CTA 0 too, where
@@ -1432,8 +1563,15 @@ void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, boo
   BlockPermuteParams q = for_block(p, shape.threads);
   q.tokens_per_routing_cta = routing_shape::tokens_per_routing_cta(r.num_tokens, ctas);
   q.tokens_per_cta = routing_shape::tokens_per_cta(r.num_tokens, ctas);
-  launch_pdl_clustered(cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>, ctas,
-                       shape.threads, 0, ctas, stream, r, q);
+  const bool wide = p.wide_parts > 0 && shape.overlapped &&
+                    routing_shape::wide_fits(q.tokens_per_routing_cta, p.wide_parts,
+                                             shape.threads / kWarpSize,
+                                             routing_shape::kWideMaxTokensCluster);
+  auto kernel = cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>;
+  if constexpr (kHasWide) {
+    if (wide) kernel = cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, false, true>;
+  }
+  launch_pdl_clustered(kernel, ctas, shape.threads, 0, ctas, stream, r, q);
 }
 
 template <typename LogitT, bool kDeepSeek>
@@ -1533,6 +1671,10 @@ void launch_block_or_cluster(const RoutingParams& routing, const PermuteParams& 
     launch_pdl(fused_permute_kernel, 1, kMaxThreads, 0, stream, for_block(p, kMaxThreads));
   } else {
     const RoutingKernelParams r = make_routing_kernel_params(routing);
+    p.wide_parts = static_cast<uint8_t>(
+        wide_choice_setting() && is_deepseek(r.policy)
+            ? routing_shape::wide_parts(r.num_experts, r.n_group, r.experts_per_group)
+            : 0);
     if (routing.config.logits_type == LogitsType::BF16) {
       launch_for_type<uint16_t>(r, p, cluster, stream);
     } else {
@@ -1555,6 +1697,10 @@ void launch_cluster_routing_permute(const RoutingParams& routing, const PermuteP
 }
 
 ClusterSpread cluster_spread() { return spread_setting(); }
+
+bool wide_choice() { return wide_choice_setting(); }
+
+void set_wide_choice(bool on) { wide_choice_setting() = on; }
 
 void set_cluster_spread(ClusterSpread setting) {
   if (setting.from_tokens < 0)

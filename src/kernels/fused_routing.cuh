@@ -72,4 +72,13 @@ struct ClusterSpread {
 ClusterSpread cluster_spread();
 void set_cluster_spread(ClusterSpread setting);
 
+// The DeepSeek decode kernels' wide choice (E / 32 warps a token, groups of
+// 32 experts; docs/routing.md, "The wide choice"), process-wide. Off by
+// default: in its final form (session 19, run 9) it was 0.92x at
+// DeepSeekV3 E=256 K=8 T=1 but 1.00-1.02x at T = 8..14 and 1.02-1.08x at
+// K=4 against the warp's choice in the same build. UNIMOE_WIDE_CHOICE=1
+// turns it on at start; set_wide_choice for tests and A/B timing.
+bool wide_choice();
+void set_wide_choice(bool on);
+
 }  // namespace unimoe

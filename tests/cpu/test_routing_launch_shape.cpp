@@ -388,5 +388,42 @@ TEST(RoutingLaunchShape, ThresholdServesWhereItWasMeasuredToWin) {
   EXPECT_TRUE(threshold_serves(16, 8, true, 1, 256));  // DeepSeek without groups: 32 lanes
 }
 
+// The wide choice's parts: E / 32 where E is a whole number of warps from
+// 64 to a block's 1024 threads and each group is one part (without groups
+// it was measured slower: none).
+TEST(RoutingLaunchShape, WidePartsAreWholeGroupsOfAWarp) {
+  EXPECT_EQ(wide_parts(256, 8, 32), 8);  // DeepSeekV3
+  EXPECT_EQ(wide_parts(64, 2, 32), 2);
+  EXPECT_EQ(wide_parts(512, 16, 32), 16);
+  EXPECT_EQ(wide_parts(256, 1, 256), 0);   // MiniMax2, no groups
+  EXPECT_EQ(wide_parts(1024, 1, 1024), 0);
+  EXPECT_EQ(wide_parts(32, 1, 32), 0);     // one warp: the warp's own choice
+  EXPECT_EQ(wide_parts(2048, 64, 32), 0);  // past a block
+  EXPECT_EQ(wide_parts(128, 8, 16), 0);    // groups of 16: two to a part
+  EXPECT_EQ(wide_parts(1024, 16, 64), 0);  // groups of 64: a part each half
+}
+
+// Each kept part's floor rank m = ceil(K / kept), so the kept parts hold at
+// least K keys at or above the least floor; the seats fit the block and
+// the measured token bounds (4 in the single block, 2 a routing CTA).
+TEST(RoutingLaunchShape, WideFloorRankCoversKAndSeatsFitTheBlock) {
+  for (int k = 1; k <= 32; ++k)
+    for (int kept = 1; kept <= 16; ++kept) {
+      const int m = wide_floor_rank(k, 8, 16, kept);  // with groups: topk_group kept
+      EXPECT_GE(m * kept, k) << "K=" << k << " kept=" << kept;
+      EXPECT_LT((m - 1) * kept, k) << "K=" << k << " kept=" << kept;
+    }
+  EXPECT_EQ(wide_floor_rank(8, 8, 8, 4), 2);  // DeepSeekV3: 4 kept groups
+  EXPECT_EQ(wide_floor_rank(8, 8, 1, 1), 1);  // no groups: all 8 parts kept
+  EXPECT_EQ(wide_floor_rank(22, 2, 1, 1), 11);
+  EXPECT_TRUE(wide_fits(4, 8, 32, kWideMaxTokensBlock));
+  EXPECT_FALSE(wide_fits(3, 8, 32, kWideMaxTokensCluster));  // 24 busy warps: issue-bound
+  EXPECT_TRUE(wide_fits(2, 8, 16, kWideMaxTokensCluster));
+  EXPECT_FALSE(wide_fits(2, 8, 15, kWideMaxTokensCluster));
+  EXPECT_TRUE(wide_fits(0, 8, 4, kWideMaxTokensCluster));  // a CTA with no token meets the barriers
+  EXPECT_FALSE(wide_fits(1, 0, 32, kWideMaxTokensBlock));  // off
+  EXPECT_FALSE(wide_fits(1, 1, 32, kWideMaxTokensBlock));  // one part: never wide
+}
+
 }  // namespace
 }  // namespace unimoe::routing_shape

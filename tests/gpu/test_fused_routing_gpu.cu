@@ -282,17 +282,25 @@ TEST(FusedRoutingGpu, TokenMaskPathAtItsBound) {
   }
 }
 
-// Sets the cluster variant's use of the spread kernel for a scope, then
+// Sets a process-wide setting (its getter and setter) for a scope, then
 // restores it.
-class ScopedSpread {
+template <typename T>
+class ScopedSetting {
  public:
-  explicit ScopedSpread(ClusterSpread setting) : old_(cluster_spread()) { set_cluster_spread(setting); }
-  ~ScopedSpread() { set_cluster_spread(old_); }
-  ScopedSpread(const ScopedSpread&) = delete;
-  ScopedSpread& operator=(const ScopedSpread&) = delete;
+  ScopedSetting(T (*get)(), void (*set)(T), T value) : set_(set), old_(get()) { set_(value); }
+  ~ScopedSetting() { set_(old_); }
+  ScopedSetting(const ScopedSetting&) = delete;
+  ScopedSetting& operator=(const ScopedSetting&) = delete;
 
  private:
-  ClusterSpread old_;
+  void (*set_)(T);
+  T old_;
+};
+
+// The cluster variant's use of the spread kernel for a scope.
+struct ScopedSpread : ScopedSetting<ClusterSpread> {
+  explicit ScopedSpread(ClusterSpread setting)
+      : ScopedSetting(cluster_spread, set_cluster_spread, setting) {}
 };
 
 // Whether the cluster variant launches the spread kernel for pr, at most
@@ -355,6 +363,94 @@ TEST(FusedRoutingGpu, SpreadKernelOverClusterSizes) {
   }
   EXPECT_GT(cases, 100);
   EXPECT_GT(served, cases * 2 / 3);
+}
+
+// The wide choice for a scope.
+struct ScopedWideChoice : ScopedSetting<bool> {
+  explicit ScopedWideChoice(bool on) : ScopedSetting(wide_choice, set_wide_choice, on) {}
+};
+
+// Whether the DeepSeek kernels take the wide choice (routing_wide.cuh) for
+// pr through the cluster variant without the spread kernel: the launch
+// shape's routing CTAs (or the single block, in its one-piece way) seat
+// their tokens at E / 32 warps each.
+bool wide_serves(const Problem& pr) {
+  const RoutingConfig& c = pr.config;
+  if (!test::is_deepseek(c.policy)) return false;
+  const int parts = routing_shape::wide_parts(c.num_experts, c.n_group, c.num_experts / c.n_group);
+  const routing_shape::LaunchShape shape = routing_shape::launch_shape(
+      routing_detail::slots_per_lane(c.num_experts), pr.num_tokens, pr.local(), c.num_experts, true,
+      true, 2);
+  const int warps = shape.threads / routing_shape::kWarp;
+  if (shape.routing_ctas == 1)
+    return pr.num_tokens * c.top_k <= routing_shape::kWarp && pr.num_tokens < warps &&
+           routing_shape::wide_fits(pr.num_tokens, parts, warps,
+                                    routing_shape::kWideMaxTokensBlock);
+  const int per_cta = routing_shape::tokens_per_routing_cta(pr.num_tokens, shape.routing_ctas + 1);
+  return shape.overlapped &&
+         routing_shape::wide_fits(per_cta, parts, warps, routing_shape::kWideMaxTokensCluster);
+}
+
+// The wide choice: E / 32 warps a token, a thread an expert, each group a
+// part of 32 (DeepSeekV3 E = 64, 128, 256, 512 at 2..16 groups), K 1..22
+// (so each part's floor is its 1st to 11th best), kept groups 1..8. Random,
+// near-tie and adversarial rows (ties, NaN, infinities; a non-finite bias
+// on every other shape), from the single block (T <= 4), the cluster's
+// routing CTAs (T 5..28: up to 2 tokens a CTA take it, 3 and 4 do not) and the
+// spread kernel (T = 5, 17, 64, forced), held to split bit for bit and to
+// the reference. Most cases outside the spread kernel must take it.
+TEST(FusedRoutingGpu, WideChoiceOverItsSeats) {
+  UNIMOE_REQUIRE_GPU();
+  ScopedWideChoice wide(true);  // off by default (fused_routing.cuh)
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  struct Shape {
+    RoutingPolicy policy;
+    int e, k, n_group, topk_group;
+  };
+  const Shape shapes[] = {{RoutingPolicy::DeepSeekV3, 256, 8, 8, 4},
+                          {RoutingPolicy::DeepSeekV3, 256, 8, 8, 1},
+                          {RoutingPolicy::DeepSeekV3, 256, 4, 8, 4},
+                          {RoutingPolicy::DeepSeekV3, 256, 22, 8, 8},
+                          {RoutingPolicy::DeepSeekV3, 64, 1, 2, 1},
+                          {RoutingPolicy::DeepSeekV3, 64, 22, 2, 1},
+                          {RoutingPolicy::DeepSeekV3, 128, 8, 4, 2},
+                          {RoutingPolicy::DeepSeekV3, 512, 22, 16, 3}};
+  int cases = 0, served = 0, shape_index = 0;
+  for (const Shape& sh : shapes) {
+    RoutingConfig c = make_routing(sh.policy, sh.e, sh.k, LogitsType::F32, true);
+    c.n_group = sh.n_group;
+    c.topk_group = sh.topk_group;
+    ASSERT_TRUE(legal_routing(c)) << to_string(sh.policy) << " E=" << sh.e;
+    ASSERT_GT(routing_shape::wide_parts(sh.e, sh.n_group, sh.e / sh.n_group), 0);
+    const bool odd_bias = shape_index++ % 2 == 1;
+    for (int t : {1, 2, 4, 5, 16, 28}) {
+      if (t * sh.k > kFusedMaxRows) continue;
+      for (int kind = 0; kind < 3; ++kind) {
+        SCOPED_TRACE("kind " + std::to_string(kind));
+        const Problem pr{c, t};
+        const std::size_t n = std::size_t(t) * sh.e;
+        std::vector<float> logits = kind == 0   ? test::random_vector(n, rng, -4, 4)
+                                    : kind == 1 ? test::near_tie_logits(t, sh.e, sh.k, rng)
+                                                : test::adversarial_logits(t, sh.e, sh.k, rng);
+        check_fused_and_split(pr, test::logits_inputs(pr, std::move(logits),
+                                                      test::adversarial_bias(sh.e, odd_bias, rng)));
+        served += wide_serves(pr);
+        ++cases;
+      }
+    }
+    ScopedSpread spread({true, 0, 1});
+    for (int t : {5, 17, 64}) {
+      const Problem pr{c, t};
+      if (t * sh.k > kFusedMaxRows || !spread_serves(pr, 8)) continue;
+      std::vector<float> logits = test::adversarial_logits(t, sh.e, sh.k, rng);
+      check_fused_and_split(pr, test::logits_inputs(pr, std::move(logits),
+                                                    test::adversarial_bias(sh.e, odd_bias, rng)));
+    }
+  }
+  EXPECT_GT(cases, 100);
+  EXPECT_GT(served, cases / 2);  // the wide choice ran on most of them
 }
 
 // The cluster variant's two ways (without the spread kernel) on both sides
