@@ -28,6 +28,7 @@
 #include "gpu/fused_routing_rig.h"
 #include "gpu/gpu_test_util.h"
 #include "gpu/layer_rig.h"
+#include "gpu/routing_test_util.h"
 #include "kernels/fused_routing.cuh"
 #include "kernels/routing_device.cuh"
 #include "plan/presets.h"
@@ -406,23 +407,15 @@ TEST(FusedRoutingGpu, WideChoiceOverItsSeats) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   struct Shape {
-    RoutingPolicy policy;
     int e, k, n_group, topk_group;
   };
-  const Shape shapes[] = {{RoutingPolicy::DeepSeekV3, 256, 8, 8, 4},
-                          {RoutingPolicy::DeepSeekV3, 256, 8, 8, 1},
-                          {RoutingPolicy::DeepSeekV3, 256, 4, 8, 4},
-                          {RoutingPolicy::DeepSeekV3, 256, 22, 8, 8},
-                          {RoutingPolicy::DeepSeekV3, 64, 1, 2, 1},
-                          {RoutingPolicy::DeepSeekV3, 64, 22, 2, 1},
-                          {RoutingPolicy::DeepSeekV3, 128, 8, 4, 2},
-                          {RoutingPolicy::DeepSeekV3, 512, 22, 16, 3}};
+  const Shape shapes[] = {{256, 8, 8, 4}, {256, 8, 8, 1},  {256, 4, 8, 4}, {256, 22, 8, 8},
+                          {64, 1, 2, 1},  {64, 22, 2, 1},  {128, 8, 4, 2}, {512, 22, 16, 3}};
   int cases = 0, served = 0, shape_index = 0;
   for (const Shape& sh : shapes) {
-    RoutingConfig c = make_routing(sh.policy, sh.e, sh.k, LogitsType::F32, true);
-    c.n_group = sh.n_group;
-    c.topk_group = sh.topk_group;
-    ASSERT_TRUE(legal_routing(c)) << to_string(sh.policy) << " E=" << sh.e;
+    const RoutingConfig c =
+        test::grouped_deepseek(sh.e, sh.k, sh.n_group, sh.topk_group, LogitsType::F32);
+    ASSERT_TRUE(legal_routing(c)) << "E=" << sh.e << " n_group=" << sh.n_group;
     ASSERT_GT(routing_shape::wide_parts(sh.e, sh.n_group, sh.e / sh.n_group), 0);
     const bool odd_bias = shape_index++ % 2 == 1;
     for (int t : {1, 2, 4, 5, 16, 28}) {
