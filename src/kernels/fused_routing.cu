@@ -183,7 +183,7 @@ __device__ void print_stamps(S& s, const char* path, const RoutingKernelParams& 
            path, static_cast<int>(r.policy), r.num_tokens, r.num_experts, r.top_k, rank, ctas,
            static_cast<int>(blockDim.x), d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
 }
-// The wide choice's phase stamps go to steps[4..7] (routing_wide.cuh).
+// The wide choice's phase stamps go to steps[4..6] (routing_wide.cuh).
 template <class S>
 __device__ __forceinline__ long long* wide_steps(S& s) {
   return s.steps;
