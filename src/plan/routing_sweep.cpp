@@ -5,12 +5,11 @@
 namespace unimoe {
 namespace {
 
-constexpr int kDeepSeekGroups = 8;
-constexpr int kDeepSeekKeptGroups = 4;
 constexpr int kMaxGroupedTopK = 22;
 
-// The routing config of (policy, E, K), or false when the point is illegal.
-bool make_routing(RoutingPolicy policy, int e, int k, RoutingConfig* out) {
+// The routing config of (policy, E, K), DeepSeekV3 in `groups` groups
+// where they fit, or false when the point is illegal.
+bool make_routing(RoutingPolicy policy, int e, int k, int groups, RoutingConfig* out) {
   if (k > e) return false;
   if (policy == RoutingPolicy::Llama4 && k != 1) return false;
   RoutingConfig r;
@@ -21,11 +20,11 @@ bool make_routing(RoutingPolicy policy, int e, int k, RoutingConfig* out) {
     r.has_bias = true;
     r.routed_scaling_factor = 2.5f;
   }
-  if (policy == RoutingPolicy::DeepSeekV3 && e % kDeepSeekGroups == 0 &&
-      e / kDeepSeekGroups >= 2 && k <= kDeepSeekKeptGroups * (e / kDeepSeekGroups) &&
-      k <= kMaxGroupedTopK) {
-    r.n_group = kDeepSeekGroups;
-    r.topk_group = kDeepSeekKeptGroups;
+  const int kept = groups / 2;
+  if (policy == RoutingPolicy::DeepSeekV3 && e % groups == 0 && e / groups >= 2 &&
+      k <= kept * (e / groups) && k <= kMaxGroupedTopK) {
+    r.n_group = groups;
+    r.topk_group = kept;
   }
   if (!legal_routing(r)) return false;
   *out = r;
@@ -69,12 +68,15 @@ std::string RoutingSweepPoint::label() const {
 }
 
 std::vector<RoutingSweepPoint> routing_sweep_points(const RoutingSweepGrid& grid) {
+  if (grid.deepseek_groups < 2 || grid.deepseek_groups > 16)
+    throw std::invalid_argument("routing sweep: DeepSeekV3 groups must be 2..16, got " +
+                                std::to_string(grid.deepseek_groups));
   std::vector<RoutingSweepPoint> points;
   for (RoutingPolicy policy : grid.policies)
     for (int e : grid.experts)
       for (int k : grid.top_k) {
         RoutingConfig r;
-        if (!make_routing(policy, e, k, &r)) continue;
+        if (!make_routing(policy, e, k, grid.deepseek_groups, &r)) continue;
         for (int t : grid.tokens) {
           if (t < 1) throw std::invalid_argument("routing sweep: T must be >= 1, got " + std::to_string(t));
           points.push_back(RoutingSweepPoint{r, t});

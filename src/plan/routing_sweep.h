@@ -15,6 +15,9 @@ struct RoutingSweepGrid {
   std::vector<int> experts;  // E
   std::vector<int> top_k;    // K
   std::vector<int> tokens;   // T
+  // DeepSeekV3's groups where they fit (n_group; topk_group n_group / 2):
+  // DeepSeek-V3's 8 by default; E / 32 times the wide choice at E != 256.
+  int deepseek_groups = 8;
 };
 
 // The default grid: every policy; E in {8, 64, 128, 160, 256, 384, 512,
@@ -35,9 +38,11 @@ struct RoutingSweepPoint {
 
 // Every legal point of the grid, policies outermost, T innermost. Legal:
 // K <= E and validate() accepts the config; Llama4 only with K = 1;
-// DeepSeekV3 with the DeepSeek-V3 grouping where it fits (n_group 8,
-// topk_group 4, E divisible by 8 with at least 2 experts a group, K <= 22
-// and K <= 4 * E / 8), otherwise without groups; DeepSeekV3 and MiniMax2 with a routing bias and scale
+// DeepSeekV3 with grid.deepseek_groups groups where they fit (n_group G,
+// topk_group G / 2, E divisible by G with at least 2 experts a group,
+// K <= 22 and K <= G / 2 * E / G; G = 8, DeepSeek-V3's, by default),
+// otherwise without groups; throws std::invalid_argument for G outside
+// 2..16 (validate()'s n_group); DeepSeekV3 and MiniMax2 with a routing bias and scale
 // 2.5. Logits fp32.
 std::vector<RoutingSweepPoint> routing_sweep_points(const RoutingSweepGrid& grid);
 

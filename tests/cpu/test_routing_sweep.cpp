@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <stdexcept>
 #include <string>
 
 #include "plan/routing_sweep.h"
@@ -44,6 +45,31 @@ TEST(RoutingSweep, EveryPointIsLegalAndGroupedAsDeepSeekWhereItFits) {
   }
   EXPECT_TRUE(headline) << "DeepSeekV3 E=256 K=8 n_group=8 (the issue's target) is swept";
   EXPECT_TRUE(ungrouped_k32) << "K = 32 runs without groups";
+}
+
+// --deepseek-groups: DeepSeekV3 in G groups (G / 2 kept) where they fit,
+// the other policies untouched; fewer than 2 groups is an error.
+TEST(RoutingSweep, DeepSeekGroupsAreTheGridsWhereTheyFit) {
+  RoutingSweepGrid g;
+  g.policies = {RoutingPolicy::DeepSeekV3, RoutingPolicy::Renormalize};
+  g.experts = {6, 128};
+  g.top_k = {8, 22};
+  g.tokens = {1};
+  g.deepseek_groups = 4;
+  int grouped = 0;
+  for (const RoutingSweepPoint& p : routing_sweep_points(g)) {
+    SCOPED_TRACE(p.label());
+    const RoutingConfig& r = p.routing;
+    const bool fits = r.policy == RoutingPolicy::DeepSeekV3 && r.num_experts == 128;
+    EXPECT_EQ(r.n_group, fits ? 4 : 1);  // E=6: not divisible by 4
+    EXPECT_EQ(r.topk_group, fits ? 2 : 1);
+    grouped += fits;
+  }
+  EXPECT_EQ(grouped, 2);  // K = 8 and 22 (<= 2 kept groups of 32)
+  g.deepseek_groups = 1;
+  EXPECT_THROW(routing_sweep_points(g), std::invalid_argument);
+  g.deepseek_groups = 17;
+  EXPECT_THROW(routing_sweep_points(g), std::invalid_argument);
 }
 
 TEST(RoutingSweep, IllegalCombinationsAreLeftOut) {

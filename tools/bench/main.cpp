@@ -172,6 +172,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--experts", expert_list, "routing sweep: E values, comma-separated (default 8..1024)");
   app.add_option("--top-k", top_k_list, "routing sweep: K values, comma-separated (default 1..32)");
+  int deepseek_groups = 8;
+  app.add_option("--deepseek-groups", deepseek_groups,
+                 "routing sweep: DeepSeekV3's n_group where it fits, topk_group half of it")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 16));
   bool stream_patterns = false;
   app.add_flag("--stream-patterns", stream_patterns,
                "instead of the layer: time one read of a weight matrix per access pattern (the decode "
@@ -194,6 +199,7 @@ int main(int argc, char** argv) {
       }
       if (!expert_list.empty()) so.grid.experts = parse_counts(expert_list, "experts");
       if (!top_k_list.empty()) so.grid.top_k = parse_counts(top_k_list, "top-k");
+      so.grid.deepseek_groups = deepseek_groups;
       if (app.count("--tokens") > 0) so.grid.tokens = parse_counts(token_list, "tokens");
       so.iters = opt.iters;
       if (app.count("--json") > 0) so.json_path = opt.json_path;
