@@ -16,8 +16,27 @@ inline constexpr int kWarp = 32;
 // staged keys, the permutation's counters and tile bases).
 inline constexpr int kWorkWords = 8192;
 inline constexpr int kMaxThreads = 1024;
-// The portable cluster size: CTA 0 permutes, up to 7 CTAs route.
+// The portable cluster size: CTA 0 permutes, up to 7 CTAs route. Up to
+// kClusterMaxCtasNonPortable where the launcher allows it
+// (UNIMOE_CLUSTER_MAX_CTAS).
 inline constexpr int kClusterMaxCtas = 8;
+inline constexpr int kClusterMaxCtasNonPortable = 16;
+
+// The cluster kernel's largest cluster by default (where the device runs
+// clusters of 16): 16 for the DeepSeek policies at E >= 128 and for the
+// others at E >= 256, else 8. Measured (session 20 run 3, H200, against 8
+// in the same build, T = 5..128, K = 4 and 8): DeepSeekV3 E=256 K=8 T=32
+// 5.19 -> 4.42 us, T=48 5.42 -> 4.75, 0.92-0.96 at T = 16..28, 0.85-0.88
+// at 32..56; E=128 0.86-0.96 at 32..63, E=512 0.71-0.87 at 32..128; the
+// others 0.81-0.97 at E=512 from T=32, 0.97-0.99 at E=256, but 1.04-1.13
+// at E=128 from T=36 (a short choice a token: the larger cluster's barrier
+// costs more than the fewer tokens a CTA save). T <= 12: 0.99-1.01.
+inline constexpr int kClusterLargeFromExpertsDeepSeek = 128;
+inline constexpr int kClusterLargeFromExpertsOther = 256;
+UNIMOE_HD int cluster_max_ctas_by_default(bool deepseek, int num_experts) {
+  const int from = deepseek ? kClusterLargeFromExpertsDeepSeek : kClusterLargeFromExpertsOther;
+  return num_experts >= from ? kClusterMaxCtasNonPortable : kClusterMaxCtas;
+}
 
 // Threads of the routing kernel for `per_lane` experts a lane: every warp
 // gets per_lane * 32 group keys in the work area. This also bounds
@@ -41,11 +60,12 @@ UNIMOE_HD int block_threads(int max_threads, int num_tokens, int num_local, int 
   return whole < max_threads ? whole : max_threads;
 }
 
-// Routing CTAs for T tokens: spread over up to kClusterMaxCtas - 1 CTAs, at
+// Routing CTAs for T tokens: spread over up to max_ctas - 1 CTAs, at
 // least `min_tokens` a CTA and at most a warp per token of a block of
 // `max_threads`. 1 means the single block serves the call.
-inline int cluster_routing_ctas(int max_threads, int num_tokens, int min_tokens) {
-  constexpr int kMaxRouting = kClusterMaxCtas - 1;
+inline int cluster_routing_ctas(int max_threads, int num_tokens, int min_tokens,
+                                int max_ctas = kClusterMaxCtas) {
+  const int kMaxRouting = max_ctas - 1;
   const int spread = (num_tokens + kMaxRouting - 1) / kMaxRouting;
   int per_cta = min_tokens > spread ? min_tokens : spread;
   per_cta = per_cta < max_threads / kWarp ? per_cta : max_threads / kWarp;
@@ -97,10 +117,12 @@ struct LaunchShape {
 };
 
 inline LaunchShape launch_shape(int per_lane, int num_tokens, int num_local, int num_experts,
-                                bool deepseek, bool cluster, int min_tokens) {
+                                bool deepseek, bool cluster, int min_tokens,
+                                int max_ctas = kClusterMaxCtas) {
   const int max_threads = fused_threads(per_lane);
   LaunchShape c{};
-  c.routing_ctas = cluster ? cluster_routing_ctas(max_threads, num_tokens, min_tokens) : 1;
+  c.routing_ctas =
+      cluster ? cluster_routing_ctas(max_threads, num_tokens, min_tokens, max_ctas) : 1;
   // A warp per token of a routing CTA, and a thread per local expert for
   // the permutation (CTA 0 of a cluster, or the single block).
   const int per_cta = tokens_per_cta(num_tokens, c.routing_ctas);
@@ -420,6 +442,23 @@ UNIMOE_HD int wide_parts(int num_experts, int n_group, int experts_per_group) {
   if (num_experts % kWarp != 0 || num_experts < 2 * kWarp || num_experts > kMaxThreads) return 0;
   if (n_group <= 1 || experts_per_group != kWarp) return 0;
   return num_experts / kWarp;
+}
+
+// Where the wide choice runs by default (where it serves: wide_parts > 0):
+// parts * K >= kWideMinWork, a long enough warp's chain (it grows with the
+// experts a lane and with K). Measured (session 20 run 3, H200, DeepSeekV3
+// in groups of 32, topk_group n_group / 2, T = 1..20, against each token's
+// own warp in the same build):
+//   E=256 (8 parts): K=4 0.95 at T=1 but 1.02-1.03 at T = 3..14; K=6 0.91
+//     at T=1, 0.99 at 2..14; K=8 0.88 at T=1, 0.95-0.99 at 2..14; K=10
+//     0.89-1.00; K=16 0.80-0.94; K=22 0.74-0.93;
+//   E=128 (4 parts): K = 4..8 1.03-1.10, K=16 0.96-0.97;
+//   E=64 (2 parts): K = 4..16 1.07-1.12;
+//   E=384 and 512 (12 and 16 parts, K = 8..22): 0.69-0.83 at T=1, where
+//     alone they seat a token (1.00 beyond).
+inline constexpr int kWideMinWork = 48;
+UNIMOE_HD bool wide_by_default(int parts, int top_k) {
+  return parts >= 2 && parts * top_k >= kWideMinWork;
 }
 
 // The most tokens a block seats: the single block (its decode way, T <= 4

@@ -63,7 +63,8 @@ static_assert(kWorkWords / kMaxExperts >= 1, "the DeepSeek keys of at least one 
 static_assert(kWorkWords >= kMaxTileSizes * (kFusedMaxLocalExperts + 1),
               "every schedule's tile bases fit in the work area");
 static_assert(kFusedMaxLocalExperts <= 32767, "staged experts are int16");
-static_assert(kMaxThreads / kWarpSize <= 255, "wide_parts fits a byte");
+static_assert(kMaxThreads / kWarpSize <= 255 && kMaxTopK <= 255,
+              "wide_parts and wide_floor_rank fit a byte");
 static_assert(kMaxThreads * 4 + 16 + kWideAreaMaxBytes <= kWorkWords * 4,
               "the wide choice's area fits beside the keys of a block's seated tokens");
 static_assert(kMaxThreads / kWarpSize <= kWarpSize, "one warp scans the warp totals");
@@ -78,6 +79,10 @@ struct BlockPermuteParams {
   // padding after the bool, so that the struct keeps its size (a larger
   // one is one more line for warm_params to touch in every kernel).
   uint8_t wide_parts;
+  // Its floor rank, routing_shape::wide_floor_rank, from the host (the next
+  // padding byte): a division on the device sat ahead of the first key
+  // load (session 20).
+  uint8_t wide_floor_rank;
   int local_offset;
   int num_local;
   int32_t* expert_counts;
@@ -878,8 +883,7 @@ __device__ __forceinline__ WideCall plan_wide(const RoutingKernelParams& r,
                                        max_tokens);
     if (call.on)  // off the chain: the keys are not staged yet
       call.plan = WidePlan{
-          wide_seat(warp, first_lead, tokens, parts, inverse_of(parts - 1)), parts,
-          routing_shape::wide_floor_rank(r.top_k, parts, r.n_group, r.topk_group),
+          wide_seat(warp, first_lead, tokens, parts), parts, p.wide_floor_rank,
           wide_area(keys, tokens, r.num_experts, parts)};
   }
   return call;
@@ -1487,9 +1491,23 @@ int spread_device_max_ctas() {
   return largest;
 }
 
-bool& wide_choice_setting() {
-  static bool on = env_int("UNIMOE_WIDE_CHOICE", 0) == 1;
-  return on;
+WideChoice& wide_choice_setting() {
+  static WideChoice setting = [] {
+    const int v = env_int("UNIMOE_WIDE_CHOICE", -1);
+    return v == 0 ? WideChoice::kOff : v == 1 ? WideChoice::kEverywhere : WideChoice::kMeasured;
+  }();
+  return setting;
+}
+
+// The wide choice's parts a token for this call (0: off), as
+// wide_choice_setting says.
+int wide_parts_for(const RoutingKernelParams& r) {
+  const WideChoice setting = wide_choice_setting();
+  if (setting == WideChoice::kOff || !is_deepseek(r.policy)) return 0;
+  const int parts = routing_shape::wide_parts(r.num_experts, r.n_group, r.experts_per_group);
+  return setting == WideChoice::kEverywhere || routing_shape::wide_by_default(parts, r.top_k)
+             ? parts
+             : 0;
 }
 
 ClusterSpread& spread_setting() {
@@ -1497,6 +1515,69 @@ ClusterSpread& spread_setting() {
                                std::max(0, env_int("UNIMOE_SPREAD_MAX_CTAS", 0)),
                                std::max(0, env_int("UNIMOE_SPREAD_FROM_TOKENS", 0))};
   return setting;
+}
+
+// The cluster kernel's largest cluster as set (set_cluster_max_ctas; 0:
+// routing_shape::cluster_max_ctas_by_default).
+int& cluster_max_ctas_setting() {
+  static int setting = [] {
+    const int v = env_int("UNIMOE_CLUSTER_MAX_CTAS", 0);
+    return v >= 2 ? std::min(v, routing_shape::kClusterMaxCtasNonPortable) : 0;
+  }();
+  return setting;
+}
+
+// Whether the device runs this cluster kernel (and its wide twin) in
+// clusters of routing_shape::kClusterMaxCtasNonPortable at its largest
+// block: the non-portable size allowed and at least one such cluster
+// resident. Asked once a kernel.
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold>
+bool cluster_runs_large() {
+  static const bool runs = [] {
+    constexpr int kLarge = routing_shape::kClusterMaxCtasNonPortable;
+    const auto allow = [](auto kernel) {
+      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+          cudaSuccess)
+        return true;
+      cudaGetLastError();
+      return false;
+    };
+    const auto kernel = cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>;
+    if (!allow(kernel)) return false;
+    if constexpr (kHasWideKernels<kPerLane, kDeepSeek>) {
+      if (!allow(cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, false, true>))
+        return false;
+    }
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = kLarge;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = kLarge;
+    config.blockDim = fused_threads(kPerLane);
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return clusters >= 1;
+  }();
+  return runs;
+}
+
+// The cluster kernel's largest cluster for a call: as set, else the
+// measured rule; at most kClusterMaxCtas where the device does not run the
+// kernel in larger clusters.
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold>
+int cluster_max_ctas_for(int num_experts) {
+  const int set = cluster_max_ctas_setting();
+  const int wanted =
+      set > 0 ? set : routing_shape::cluster_max_ctas_by_default(kDeepSeek, num_experts);
+  if (wanted <= kClusterMaxCtas) return wanted;
+  return cluster_runs_large<LogitT, kPerLane, kDeepSeek, kThreshold>() ? wanted : kClusterMaxCtas;
 }
 
 // The single block's decode way (weights_beside_permute, on the host) with
@@ -1545,9 +1626,11 @@ void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, boo
       return;
     }
   }
-  const routing_shape::LaunchShape shape =
-      routing_shape::launch_shape(kPerLane, r.num_tokens, p.num_local, r.num_experts, kDeepSeek,
-                                  cluster, cluster ? cluster_min_tokens(kDeepSeek) : 1);
+  const routing_shape::LaunchShape shape = routing_shape::launch_shape(
+      kPerLane, r.num_tokens, p.num_local, r.num_experts, kDeepSeek, cluster,
+      cluster ? cluster_min_tokens(kDeepSeek) : 1,
+      cluster ? cluster_max_ctas_for<LogitT, kPerLane, kDeepSeek, kThreshold>(r.num_experts)
+              : kClusterMaxCtas);
   if (shape.routing_ctas == 1) {
     auto kernel = fused_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>;
     if constexpr (kHasWide) {
@@ -1671,10 +1754,9 @@ void launch_block_or_cluster(const RoutingParams& routing, const PermuteParams& 
     launch_pdl(fused_permute_kernel, 1, kMaxThreads, 0, stream, for_block(p, kMaxThreads));
   } else {
     const RoutingKernelParams r = make_routing_kernel_params(routing);
-    p.wide_parts = static_cast<uint8_t>(
-        wide_choice_setting() && is_deepseek(r.policy)
-            ? routing_shape::wide_parts(r.num_experts, r.n_group, r.experts_per_group)
-            : 0);
+    p.wide_parts = static_cast<uint8_t>(wide_parts_for(r));
+    p.wide_floor_rank = static_cast<uint8_t>(
+        routing_shape::wide_floor_rank(r.top_k, p.wide_parts, r.n_group, r.topk_group));
     if (routing.config.logits_type == LogitsType::BF16) {
       launch_for_type<uint16_t>(r, p, cluster, stream);
     } else {
@@ -1698,9 +1780,20 @@ void launch_cluster_routing_permute(const RoutingParams& routing, const PermuteP
 
 ClusterSpread cluster_spread() { return spread_setting(); }
 
-bool wide_choice() { return wide_choice_setting(); }
+WideChoice wide_choice() { return wide_choice_setting(); }
 
-void set_wide_choice(bool on) { wide_choice_setting() = on; }
+void set_wide_choice(WideChoice setting) { wide_choice_setting() = setting; }
+
+int cluster_max_ctas() { return cluster_max_ctas_setting(); }
+
+void set_cluster_max_ctas(int max_ctas) {
+  if (max_ctas < 0 || max_ctas == 1 || max_ctas > routing_shape::kClusterMaxCtasNonPortable)
+    throw std::invalid_argument(
+        "set_cluster_max_ctas: max_ctas must be 0 (the measured rule) or 2.." +
+        std::to_string(routing_shape::kClusterMaxCtasNonPortable) + "; got " +
+        std::to_string(max_ctas));
+  cluster_max_ctas_setting() = max_ctas;
+}
 
 void set_cluster_spread(ClusterSpread setting) {
   if (setting.from_tokens < 0)

@@ -45,6 +45,12 @@ void launch_fused_routing_permute(const RoutingParams& routing, const PermutePar
 // experts that the others wrote into its shared memory (the others weigh
 // their experts meanwhile). Where one routing CTA is enough (or in
 // precomputed mode) it launches the fused block itself.
+// Its largest cluster: 16 CTAs (non-portable) for the DeepSeek policies at
+// E >= 128 and the others at E >= 256, else 8
+// (routing_shape::cluster_max_ctas_by_default, measured); 8 where the
+// device may not run the kernel in clusters of 16. set_cluster_max_ctas
+// (UNIMOE_CLUSTER_MAX_CTAS at start) replaces the rule, for tests and A/B
+// timing.
 //
 // Where routing_shape::spread_by_default says so (routing mode; from T = 64
 // for the DeepSeek policies at E >= 128, else 128; K <= 8; the launch
@@ -72,13 +78,23 @@ struct ClusterSpread {
 ClusterSpread cluster_spread();
 void set_cluster_spread(ClusterSpread setting);
 
+// The cluster kernel's largest cluster, process-wide: 0 (the default) for
+// the measured rule, else 2..16 for every call (16 where the device runs
+// it, else 8). Throws std::invalid_argument for other values.
+int cluster_max_ctas();
+void set_cluster_max_ctas(int max_ctas);
+
 // The DeepSeek decode kernels' wide choice (E / 32 warps a token, groups of
-// 32 experts; docs/routing.md, "The wide choice"), process-wide. Off by
-// default: in its final form (session 19, run 9) it was 0.92x at
-// DeepSeekV3 E=256 K=8 T=1 but 1.00-1.02x at T = 8..14 and 1.02-1.08x at
-// K=4 against the warp's choice in the same build. UNIMOE_WIDE_CHOICE=1
-// turns it on at start; set_wide_choice for tests and A/B timing.
-bool wide_choice();
-void set_wide_choice(bool on);
+// 32 experts; docs/routing.md, "The wide choice"), process-wide:
+//   kMeasured (default): where routing_shape::wide_by_default says it wins
+//     (E / 32 * K >= 48; DeepSeekV3 E=256 K=8 0.88x at T=1, 0.95-0.99x at
+//     T = 2..14, session 20 run 3);
+//   kEverywhere: wherever it serves (routing_shape::wide_parts), for tests
+//     and A/B timing;
+//   kOff: never.
+// UNIMOE_WIDE_CHOICE=0 / 1 starts the process at kOff / kEverywhere.
+enum class WideChoice { kOff, kMeasured, kEverywhere };
+WideChoice wide_choice();
+void set_wide_choice(WideChoice setting);
 
 }  // namespace unimoe

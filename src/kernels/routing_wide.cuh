@@ -22,17 +22,19 @@
 // Pairs are unique, so the ranks below K are exactly the K best in the
 // reference's order, bit for bit the warp's choice, whatever the ties: no
 // list bound, no fallback. The keys come staged (stage_deepseek_keys); the
-// plan (seat, floor rank, area) is made before they are, meant to be off
-// the chain (the compiler may still sink it past the barrier: docs/routing.md).
-// Off by default (fused_routing.cuh, wide_choice): measured not faster in
-// this form (session 19, run 9).
+// plan (seat, floor rank, area) is made before they are, ahead of the
+// first key load, so it holds no division: the floor rank comes from the
+// host and the seat from a few compares (session 20; run 9's device-side
+// division and reciprocal took about 60 instructions there).
+// By default only where it was measured faster (fused_routing.cuh,
+// wide_choice; routing_shape::wide_by_default: E <= 256, K >= 8).
 // `steps` (development stamps, docs/routing.md "Phase stamps"; null
 // otherwise): thread 0 records clock64 after each phase in steps[4..6].
 #pragma once
 
 #include <cstdint>
 
-#include "core/exact_quotient.h"
+#include "core/routing_launch_shape.h"
 #include "kernels/routing_device.cuh"
 
 namespace unimoe::routing_detail {
@@ -48,13 +50,18 @@ struct WideSeat {
   bool seated;
 };
 
-// inv_helpers: inverse_of(parts - 1).
-__device__ __forceinline__ WideSeat wide_seat(int warp, int first_lead, int tokens, int parts,
-                                              float inv_helpers) {
+// No division: the helper's token is the count of whole runs of parts - 1
+// helpers before it (at most kWideMaxTokensBlock tokens a block), a few
+// compares, so that the plan adds no reciprocal or integer division ahead
+// of the block's first key load (session 20).
+__device__ __forceinline__ WideSeat wide_seat(int warp, int first_lead, int tokens, int parts) {
   if (warp >= first_lead && warp < first_lead + tokens) return WideSeat{warp - first_lead, 0, true};
   const int helper = warp < first_lead ? warp : warp - tokens;
-  const int token = exact_quotient(helper, inv_helpers);
-  return WideSeat{token, 1 + helper - token * (parts - 1), token < tokens};
+  const int helpers = parts - 1;  // a token's
+  int token = 0;
+#pragma unroll
+  for (int t = 1; t < routing_shape::kWideMaxTokensBlock; ++t) token += helper >= t * helpers;
+  return WideSeat{token, 1 + helper - token * helpers, helper < tokens * helpers};
 }
 
 // The choice's shared memory for `tokens` tokens of `parts` parts, carved

@@ -425,5 +425,46 @@ TEST(RoutingLaunchShape, WideFloorRankCoversKAndSeatsFitTheBlock) {
   EXPECT_FALSE(wide_fits(1, 1, 32, kWideMaxTokensBlock));  // one part: never wide
 }
 
+// By default the wide choice runs where it was measured faster: parts * K
+// >= 48 (a long enough warp's chain); never where it does not serve.
+TEST(RoutingLaunchShape, WideByDefaultWhereMeasuredFaster) {
+  EXPECT_TRUE(wide_by_default(wide_parts(256, 8, 32), 8));  // DeepSeekV3
+  EXPECT_TRUE(wide_by_default(wide_parts(256, 8, 32), 6));
+  EXPECT_FALSE(wide_by_default(wide_parts(256, 8, 32), 4));   // 1.02-1.03x from T=3
+  EXPECT_TRUE(wide_by_default(wide_parts(128, 4, 32), 16));
+  EXPECT_FALSE(wide_by_default(wide_parts(128, 4, 32), 8));   // 1.03-1.05x
+  EXPECT_FALSE(wide_by_default(wide_parts(64, 2, 32), 16));   // 1.07-1.11x
+  EXPECT_TRUE(wide_by_default(wide_parts(512, 16, 32), 8));   // T=1 0.83x
+  EXPECT_FALSE(wide_by_default(wide_parts(256, 1, 256), 22));  // does not serve
+  EXPECT_FALSE(wide_by_default(0, 32));
+}
+
+// By default clusters of 16 for the DeepSeek policies from E = 128 and the
+// others from E = 256.
+TEST(RoutingLaunchShape, LargeClustersWhereMeasuredFaster) {
+  EXPECT_EQ(cluster_max_ctas_by_default(true, 256), kClusterMaxCtasNonPortable);
+  EXPECT_EQ(cluster_max_ctas_by_default(true, 128), kClusterMaxCtasNonPortable);
+  EXPECT_EQ(cluster_max_ctas_by_default(true, 64), kClusterMaxCtas);
+  EXPECT_EQ(cluster_max_ctas_by_default(false, 512), kClusterMaxCtasNonPortable);
+  EXPECT_EQ(cluster_max_ctas_by_default(false, 256), kClusterMaxCtasNonPortable);
+  EXPECT_EQ(cluster_max_ctas_by_default(false, 128), kClusterMaxCtas);  // 1.04-1.13x from T=36
+}
+
+// The cluster's routing CTAs stay below its largest cluster, 8 or (where
+// the launcher allows it) 16.
+TEST(RoutingLaunchShape, ClusterRoutingCtasStayBelowTheLargestCluster) {
+  for (int t = 1; t <= 256; ++t) {
+    EXPECT_LE(cluster_routing_ctas(1024, t, 2), kClusterMaxCtas - 1) << t;
+    EXPECT_LE(cluster_routing_ctas(1024, t, 2, kClusterMaxCtasNonPortable),
+              kClusterMaxCtasNonPortable - 1)
+        << t;
+  }
+  EXPECT_EQ(cluster_routing_ctas(1024, 64, 2, kClusterMaxCtasNonPortable), 13);  // 5 tokens a CTA
+  EXPECT_EQ(cluster_routing_ctas(1024, 32, 2, kClusterMaxCtasNonPortable), 11);  // 3 a CTA
+  EXPECT_EQ(cluster_routing_ctas(1024, 64, 2), 7);
+  EXPECT_EQ(launch_shape(8, 64, 256, 256, true, true, 2, kClusterMaxCtasNonPortable).routing_ctas,
+            13);
+}
+
 }  // namespace
 }  // namespace unimoe::routing_shape

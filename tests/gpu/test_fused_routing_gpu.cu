@@ -20,6 +20,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -304,6 +305,12 @@ struct ScopedSpread : ScopedSetting<ClusterSpread> {
       : ScopedSetting(cluster_spread, set_cluster_spread, setting) {}
 };
 
+// The cluster kernel's largest cluster for a scope.
+struct ScopedClusterMaxCtas : ScopedSetting<int> {
+  explicit ScopedClusterMaxCtas(int max_ctas)
+      : ScopedSetting(cluster_max_ctas, set_cluster_max_ctas, max_ctas) {}
+};
+
 // Whether the cluster variant launches the spread kernel for pr, at most
 // max_ctas CTAs (routing_shape::spread_shape at the launcher's default
 // minimum tokens; the device's largest cluster is at least 8).
@@ -367,8 +374,9 @@ TEST(FusedRoutingGpu, SpreadKernelOverClusterSizes) {
 }
 
 // The wide choice for a scope.
-struct ScopedWideChoice : ScopedSetting<bool> {
-  explicit ScopedWideChoice(bool on) : ScopedSetting(wide_choice, set_wide_choice, on) {}
+struct ScopedWideChoice : ScopedSetting<WideChoice> {
+  explicit ScopedWideChoice(WideChoice setting)
+      : ScopedSetting(wide_choice, set_wide_choice, setting) {}
 };
 
 // Whether the DeepSeek kernels take the wide choice (routing_wide.cuh) for
@@ -379,9 +387,10 @@ bool wide_serves(const Problem& pr) {
   const RoutingConfig& c = pr.config;
   if (!test::is_deepseek(c.policy)) return false;
   const int parts = routing_shape::wide_parts(c.num_experts, c.n_group, c.num_experts / c.n_group);
+  // The device's clusters of 16 assumed (the H200 runs them).
   const routing_shape::LaunchShape shape = routing_shape::launch_shape(
       routing_detail::slots_per_lane(c.num_experts), pr.num_tokens, pr.local(), c.num_experts, true,
-      true, 2);
+      true, 2, routing_shape::cluster_max_ctas_by_default(true, c.num_experts));
   const int warps = shape.threads / routing_shape::kWarp;
   if (shape.routing_ctas == 1)
     return pr.num_tokens * c.top_k <= routing_shape::kWarp && pr.num_tokens < warps &&
@@ -397,12 +406,13 @@ bool wide_serves(const Problem& pr) {
 // (so each part's floor is its 1st to 11th best), kept groups 1..8. Random,
 // near-tie and adversarial rows (ties, NaN, infinities; a non-finite bias
 // on every other shape), from the single block (T <= 4), the cluster's
-// routing CTAs (T 5..28: up to 2 tokens a CTA take it, 3 and 4 do not) and the
+// routing CTAs (up to 2 tokens a CTA take it, 3 and 4 do not: T 5..30 in
+// the clusters of 16 of E >= 128, T 5..14 in those of 8 at E=64) and the
 // spread kernel (T = 5, 17, 64, forced), held to split bit for bit and to
 // the reference. Most cases outside the spread kernel must take it.
 TEST(FusedRoutingGpu, WideChoiceOverItsSeats) {
   UNIMOE_REQUIRE_GPU();
-  ScopedWideChoice wide(true);  // off by default (fused_routing.cuh)
+  ScopedWideChoice wide(WideChoice::kEverywhere);  // by default only where measured faster
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
@@ -418,7 +428,7 @@ TEST(FusedRoutingGpu, WideChoiceOverItsSeats) {
     ASSERT_TRUE(legal_routing(c)) << "E=" << sh.e << " n_group=" << sh.n_group;
     ASSERT_GT(routing_shape::wide_parts(sh.e, sh.n_group, sh.e / sh.n_group), 0);
     const bool odd_bias = shape_index++ % 2 == 1;
-    for (int t : {1, 2, 4, 5, 16, 28}) {
+    for (int t : {1, 2, 4, 5, 16, 30, 31}) {
       if (t * sh.k > kFusedMaxRows) continue;
       for (int kind = 0; kind < 3; ++kind) {
         SCOPED_TRACE("kind " + std::to_string(kind));
@@ -447,12 +457,14 @@ TEST(FusedRoutingGpu, WideChoiceOverItsSeats) {
 }
 
 // The cluster variant's two ways (without the spread kernel) on both sides
-// of their bound: overlapped
-// while the routing CTAs (7 at most, besides CTA 0) have a warp for each
+// of their bound: overlapped while the routing CTAs (7 at most in
+// clusters of 8, 15 in clusters of 16, besides CTA 0) have a warp for each
 // of their tokens and, DeepSeek, room for all their keys; beyond, every
 // CTA routes whole tokens. DeepSeekV3 E=256 (32 warps, 32 tokens' keys a
-// CTA): T = 224 overlapped, 225 not; Renormalize E=1024 (8 warps a CTA):
-// T = 56 and 57; with an EP range and off-rank rows on the second.
+// CTA): T = 224 overlapped, 225 not (480 and 481 in clusters of 16);
+// Renormalize E=1024 (8 warps a CTA): T = 56 and 57 (120 and 121), with an
+// EP range and off-rank rows on the second. Clusters of 16 where the device
+// runs them (else these calls take clusters of 8 and the smaller bound).
 TEST(FusedRoutingGpu, ClusterWaysAtTheirBound) {
   UNIMOE_REQUIRE_GPU();
   ScopedSpread spread({false, 0, 0});  // where the spread kernel would serve
@@ -460,16 +472,32 @@ TEST(FusedRoutingGpu, ClusterWaysAtTheirBound) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const std::vector<int> tile_m = {1, 16};
-  for (int t : {224, 225}) {
-    Problem ds{make_routing(RoutingPolicy::DeepSeekV3, 256, 8, LogitsType::F32, true), t, 0, 0,
-               tile_m};
-    check_fused_and_split(ds, random_inputs(ds, rng));
+  for (int max_ctas : {routing_shape::kClusterMaxCtas, routing_shape::kClusterMaxCtasNonPortable}) {
+    SCOPED_TRACE("clusters of at most " + std::to_string(max_ctas));
+    ScopedClusterMaxCtas clusters(max_ctas);
+    const int routing_ctas = max_ctas - 1;
+    for (int t : {32 * routing_ctas, 32 * routing_ctas + 1}) {
+      Problem ds{make_routing(RoutingPolicy::DeepSeekV3, 256, 8, LogitsType::F32, true), t, 0, 0,
+                 tile_m};
+      check_fused_and_split(ds, random_inputs(ds, rng));
+    }
+    for (int t : {8 * routing_ctas, 8 * routing_ctas + 1}) {
+      Problem pr{make_routing(RoutingPolicy::Renormalize, 1024, 4, LogitsType::BF16, false), t, 300,
+                 400, tile_m};
+      check_fused_and_split(pr, random_inputs(pr, rng));
+    }
   }
-  for (int t : {56, 57}) {
-    Problem pr{make_routing(RoutingPolicy::Renormalize, 1024, 4, LogitsType::BF16, false), t, 300,
-               400, tile_m};
-    check_fused_and_split(pr, random_inputs(pr, rng));
-  }
+}
+
+// The cluster kernel's largest cluster is 0 (the measured rule) or 2..16.
+TEST(FusedRoutingGpu, ClusterMaxCtasRefusesOtherSizes) {
+  EXPECT_THROW(set_cluster_max_ctas(1), std::invalid_argument);
+  EXPECT_THROW(set_cluster_max_ctas(17), std::invalid_argument);
+  EXPECT_THROW(set_cluster_max_ctas(-1), std::invalid_argument);
+  const int before = cluster_max_ctas();
+  set_cluster_max_ctas(16);
+  EXPECT_EQ(cluster_max_ctas(), 16);
+  set_cluster_max_ctas(before);
 }
 
 TEST(FusedRoutingGpu, OneHotExpert) {
