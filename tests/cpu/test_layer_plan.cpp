@@ -220,24 +220,26 @@ TEST(RoutingVariantRule, EachLimitHoldsAtItsEdge) {
     EXPECT_EQ(routing_variant_for(config(policy, experts, top_k), last), RoutingVariant::Cluster);
     EXPECT_EQ(routing_variant_for(config(policy, experts, top_k), last + 1), RoutingVariant::Split);
   };
-  // The policies but DeepSeek's: T at most 256, T*K at most 1536, T*E at
-  // most 65536; then the spread kernel from 128 to 384 where it serves
-  // (not at E = 512 beyond 128: 24 tokens a CTA over the 8 CTAs its table
+  // The policies but DeepSeek's: T at most 256, T*K at most 2048, T*E at
+  // most 131072; then the spread kernel from 128 to 384 where it serves
+  // (not at E = 512 beyond 256: 24 tokens a CTA over the 8 CTAs its table
   // allows need more warps than the kernel's 16 a block).
   edge(other, 8, 1, 384);
   edge(other, 8, 8, 384);
-  edge(other, 512, 1, 128);
-  edge(other, 64, 16, 96);  // K = 16: the limits (T*K <= 1536) alone
+  edge(other, 512, 1, 256);  // T*E <= 131072
+  edge(other, 1024, 1, 128);
+  edge(other, 64, 16, 128);  // K = 16: the limits (T*K <= 2048) alone
   for (RoutingPolicy ds : {RoutingPolicy::DeepSeekV3, RoutingPolicy::MiniMax2}) {
-    // T at most 128, T*K at most 1536, T*E at most 49152; the spread kernel
+    // T at most 128, T*K at most 3072, T*E at most 65536; the spread kernel
     // to 384 where the cluster variant takes it by default, for K <= 8 (K =
-    // 16 keeps the limits).
+    // 16 and 32 keep the limits).
     EXPECT_EQ(routing_variant_for(config(ds, 8, 1), 1), RoutingVariant::Cluster) << to_string(ds);
     edge(ds, 8, 1, 384);
-    edge(ds, 64, 16, 96);
+    edge(ds, 64, 16, 128);
+    edge(ds, 128, 32, 96);  // T*K <= 3072
     edge(ds, 64, 8, 384);
-    edge(ds, 512, 1, 96);  // E=512: no permuting thread per expert, the limits alone
-    edge(ds, 1024, 1, 48);
+    edge(ds, 512, 1, 128);  // E=512: no permuting thread per expert, the limits alone
+    edge(ds, 1024, 1, 64);
   }
 }
 
