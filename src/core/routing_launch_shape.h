@@ -461,6 +461,25 @@ UNIMOE_HD bool wide_by_default(int parts, int top_k) {
   return parts >= 2 && parts * top_k >= kWideMinWork;
 }
 
+// The cluster variant's minimum tokens a routing CTA by default. A CTA of
+// many routing warps gets slower with its size (Renormalize E=128 K=8
+// T=16, 512 threads, 4.9 us; T=32, 1024 threads, 6.5; inferred: its SM's
+// issue rate), so spreading the tokens over more CTAs pays while the
+// cluster's barrier costs less than that:
+// - the DeepSeek policies: 1 where the call takes the wide kernels, else
+//   2. Measured (session 20 run 6, H200, against 2 in the same build):
+//   DeepSeekV3 E=256 K=8 0.91-0.93 at T = 2..14 (T=5 4.04 -> 3.67 us),
+//   E=512 0.87-0.95 (the wide choice seats one token of 16 parts only);
+//   without it (E=128) 0.98-1.05;
+// - the others: 2 in clusters of 8 (E < 256), else 4. Measured (session
+//   20 run 7, Renormalize/Default/TopK/Sigmoid, K = 1..8): E = 8..160
+//   0.90-0.99 at T = 3..4 (Renormalize E=128 K=8 3.07 -> 2.62 us), within
+//   1.5% beyond; E=256 1.06-1.12 at T = 3..4.
+UNIMOE_HD int cluster_min_tokens_by_default(bool deepseek, int num_experts, bool wide) {
+  if (deepseek) return wide ? 1 : 2;
+  return num_experts < kClusterLargeFromExpertsOther ? 2 : 4;
+}
+
 // The most tokens a block seats: the single block (its decode way, T <= 4
 // at E = 256) 4, a routing CTA of the cluster or spread kernels 2. Run 6
 // (DeepSeekV3 E=256): the single block 0.82-0.92 at K=8 (T=1 3.70 -> 3.02

@@ -1419,21 +1419,18 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
 }
 
 // The cluster variant's minimum tokens a routing CTA
-// (routing_shape::cluster_routing_ctas: up to 7 routing CTAs besides CTA 0,
-// which permutes; at least this many tokens a CTA and at most a warp per
-// token; beyond, the kernel routes on every CTA). A CTA of many routing
-// warps gets slower with its size (measured: Renormalize E=128 K=8 T=16,
-// 512 threads, 4.9 us; T=32, 1024 threads, 6.5), we infer from its SM's
-// issue rate (not profiled), so spreading the tokens over more SMs pays
-// while the cluster barrier costs less than that. 2 for the DeepSeek
-// policies, 4 for the others; UNIMOE_CLUSTER_MIN_TOKENS overrides it (for
-// the sweep).
-int cluster_min_tokens(bool deepseek) {
+// (routing_shape::cluster_routing_ctas: at least this many tokens a CTA and
+// at most a warp per token; beyond, the kernel routes on every CTA):
+// routing_shape::cluster_min_tokens_by_default, given whether the call
+// takes the wide kernels; UNIMOE_CLUSTER_MIN_TOKENS overrides it (for the
+// sweep).
+int cluster_min_tokens(bool deepseek, int num_experts, bool wide) {
   static const int forced = [] {
     const int v = env_int("UNIMOE_CLUSTER_MIN_TOKENS", INT_MIN);
     return v == INT_MIN ? 0 : std::max(1, v);
   }();
-  return forced > 0 ? forced : (deepseek ? 2 : 4);
+  return forced > 0 ? forced
+                    : routing_shape::cluster_min_tokens_by_default(deepseek, num_experts, wide);
 }
 
 // The spread kernel's minimum tokens a CTA: as the cluster's (2 for the
@@ -1628,7 +1625,7 @@ void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, boo
   }
   const routing_shape::LaunchShape shape = routing_shape::launch_shape(
       kPerLane, r.num_tokens, p.num_local, r.num_experts, kDeepSeek, cluster,
-      cluster ? cluster_min_tokens(kDeepSeek) : 1,
+      cluster ? cluster_min_tokens(kDeepSeek, r.num_experts, kHasWide && p.wide_parts > 0) : 1,
       cluster ? cluster_max_ctas_for<LogitT, kPerLane, kDeepSeek, kThreshold>(r.num_experts)
               : kClusterMaxCtas);
   if (shape.routing_ctas == 1) {

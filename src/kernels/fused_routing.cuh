@@ -38,10 +38,11 @@ void launch_fused_routing_permute(const RoutingParams& routing, const PermutePar
                                   cudaStream_t stream);
 
 // The cluster variant: the same outputs and limits, with the per-token
-// routing spread over CTAs 1.. of a thread-block cluster of up to
-// kClusterMaxCtas CTAs (a warp per token, a few tokens a CTA:
-// UNIMOE_CLUSTER_MIN_TOKENS, default 2 for the DeepSeek policies and 4 for
-// the others), while its first CTA permutes every row, reading the rows'
+// routing spread over CTAs 1.. of a thread-block cluster (a warp per
+// token, a few tokens a CTA: routing_shape::cluster_min_tokens_by_default,
+// DeepSeek 1 with the wide choice else 2, the others 2 below E = 256 else
+// 4; UNIMOE_CLUSTER_MIN_TOKENS overrides it), while its first CTA permutes
+// every row, reading the rows'
 // experts that the others wrote into its shared memory (the others weigh
 // their experts meanwhile). Where one routing CTA is enough (or in
 // precomputed mode) it launches the fused block itself.

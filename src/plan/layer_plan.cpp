@@ -259,8 +259,9 @@ namespace {
 // the other CTAs weigh their experts (kernels/fused_routing.cu). Facts the
 // limits encode (run 6 figures):
 // - The cluster variant serves every small call. Where one routing CTA is
-//   enough (T <= 4; T <= 2 for DeepSeek) it launches the fused block
-//   itself, so no limit needs the fused variant: fitted with one, its best
+//   enough (T up to its minimum tokens a CTA, 1 to 4:
+//   routing_shape::cluster_min_tokens_by_default) it launches the fused
+//   block itself, so no limit needs the fused variant: fitted with one, its best
 //   limits were T <= 0. Beyond, the cluster's permuting CTA no longer waits
 //   for the weights: DeepSeekV3 E=256 K=8 T=5 cluster 5.38 us vs fused 7.57,
 //   T=64 8.08 vs split 10.75; Renormalize E=128 K=8 T=8 3.84 vs fused 4.68.

@@ -450,6 +450,23 @@ TEST(RoutingLaunchShape, LargeClustersWhereMeasuredFaster) {
   EXPECT_EQ(cluster_max_ctas_by_default(false, 128), kClusterMaxCtas);  // 1.04-1.13x from T=36
 }
 
+// The cluster's minimum tokens a routing CTA: DeepSeek 1 with the wide
+// kernels, else 2; the others 2 in clusters of 8 (E < 256), else 4.
+TEST(RoutingLaunchShape, ClusterMinTokensWhereMeasuredFaster) {
+  EXPECT_EQ(cluster_min_tokens_by_default(true, 256, true), 1);
+  EXPECT_EQ(cluster_min_tokens_by_default(true, 256, false), 2);
+  EXPECT_EQ(cluster_min_tokens_by_default(true, 64, false), 2);
+  EXPECT_EQ(cluster_min_tokens_by_default(false, 128, false), 2);
+  EXPECT_EQ(cluster_min_tokens_by_default(false, 8, false), 2);
+  EXPECT_EQ(cluster_min_tokens_by_default(false, 256, false), 4);
+  EXPECT_EQ(cluster_min_tokens_by_default(false, 1024, false), 4);
+  // Renormalize E=128 T=3: two routing CTAs rather than the single block.
+  const int min_tokens = cluster_min_tokens_by_default(false, 128, false);
+  EXPECT_EQ(launch_shape(4, 3, 128, 128, false, true, min_tokens).routing_ctas, 2);
+  // DeepSeekV3 E=256 T=5 with the wide choice: a routing CTA a token.
+  EXPECT_EQ(launch_shape(8, 5, 256, 256, true, true, 1, kClusterMaxCtasNonPortable).routing_ctas, 5);
+}
+
 // The cluster's routing CTAs stay below its largest cluster, 8 or (where
 // the launcher allows it) 16.
 TEST(RoutingLaunchShape, ClusterRoutingCtasStayBelowTheLargestCluster) {

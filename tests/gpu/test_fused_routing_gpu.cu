@@ -255,9 +255,9 @@ TEST(FusedRoutingGpu, OnePiecePathAtItsBound) {
 // the general path beyond: both sides of that bound (E_local = 1024 at
 // T = 256 and 257), masks of many words with a hot expert whose rows fill
 // many tiles, an EP range, and DeepSeekV3 over several CTA splits of the
-// cluster variant (T = 5, 9, 57, 64: 3, 5, 7 and 7 routing CTAs besides
-// CTA 0 at its default of at least 2 tokens a CTA, the last routing CTA of
-// T = 5, 9, 57 and 64 short).
+// cluster variant (T = 5, 9, 57: 5, 9 and 15 routing CTAs besides CTA 0 in
+// clusters of 16 at the wide choice's 1 token a CTA, the last of T=57
+// short; T=64 the spread kernel).
 TEST(FusedRoutingGpu, TokenMaskPathAtItsBound) {
   UNIMOE_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
@@ -387,10 +387,13 @@ bool wide_serves(const Problem& pr) {
   const RoutingConfig& c = pr.config;
   if (!test::is_deepseek(c.policy)) return false;
   const int parts = routing_shape::wide_parts(c.num_experts, c.n_group, c.num_experts / c.n_group);
-  // The device's clusters of 16 assumed (the H200 runs them).
+  // The device's clusters of 16 assumed (the H200 runs them); the test
+  // turns the wide choice on everywhere, so 1 token a routing CTA (E <= 512:
+  // the wide kernels exist).
   const routing_shape::LaunchShape shape = routing_shape::launch_shape(
       routing_detail::slots_per_lane(c.num_experts), pr.num_tokens, pr.local(), c.num_experts, true,
-      true, 2, routing_shape::cluster_max_ctas_by_default(true, c.num_experts));
+      true, routing_shape::cluster_min_tokens_by_default(true, c.num_experts, parts > 0),
+      routing_shape::cluster_max_ctas_by_default(true, c.num_experts));
   const int warps = shape.threads / routing_shape::kWarp;
   if (shape.routing_ctas == 1)
     return pr.num_tokens * c.top_k <= routing_shape::kWarp && pr.num_tokens < warps &&
@@ -406,8 +409,9 @@ bool wide_serves(const Problem& pr) {
 // (so each part's floor is its 1st to 11th best), kept groups 1..8. Random,
 // near-tie and adversarial rows (ties, NaN, infinities; a non-finite bias
 // on every other shape), from the single block (T <= 4), the cluster's
-// routing CTAs (up to 2 tokens a CTA take it, 3 and 4 do not: T 5..30 in
-// the clusters of 16 of E >= 128, T 5..14 in those of 8 at E=64) and the
+// routing CTAs (up to 2 tokens a CTA take it, 3 and 4 do not; 1 a CTA up
+// to T = 15 in the clusters of 16 of E >= 128, 7 in those of 8 at E=64,
+// then 2 up to 30 and 14) and the
 // spread kernel (T = 5, 17, 64, forced), held to split bit for bit and to
 // the reference. Most cases outside the spread kernel must take it.
 TEST(FusedRoutingGpu, WideChoiceOverItsSeats) {
