@@ -1,0 +1,288 @@
+// Phases 2-4 of the fused routing kernels (fused_routing.cu) over a
+// block's staged rows, s.expert[0, rows): permute_block takes the short
+// paths up to 32 rows (block_permute_piece.cuh), the per-expert token masks
+// where they fit the work area, else the general count, scan and scatter.
+#pragma once
+
+#include <cstdint>
+
+#include "core/exact_quotient.h"
+#include "kernels/block_permute_piece.cuh"
+
+namespace unimoe::fused_detail {
+
+// Packed per-expert sums for the token-mask path: the row count in the low
+// 16 bits, then the tiles of each tile size, 16 bits each (rows <=
+// kFusedMaxRows, so no field overflows into the next).
+constexpr int kFieldBits = 16;
+static_assert(kFusedMaxRows < (1 << kFieldBits), "a packed field holds every row count");
+static_assert((kMaxTileSizes + 1) * kFieldBits <= 64, "count and tiles pack into 64 bits");
+
+__device__ __forceinline__ int packed_field(uint64_t packed, int field) {
+  return static_cast<int>((packed >> (field * kFieldBits)) & ((1u << kFieldBits) - 1u));
+}
+
+// An expert's packed sums from its row count.
+__device__ __forceinline__ uint64_t packed_sums(const BlockPermuteParams& p, int count) {
+  uint64_t packed = static_cast<uint64_t>(count);
+  // Unrolled: the sizes' quotients are independent of each other.
+#pragma unroll
+  for (int t = 0; t < kMaxTileSizes; ++t) {
+    const int tiles = count == 0 || t >= p.num_tile_sizes
+                          ? 0
+                          : exact_quotient(count - 1, p.inv_tile_m[t]) + 1;
+    packed |= static_cast<uint64_t>(tiles) << ((t + 1) * kFieldBits);
+  }
+  return packed;
+}
+
+// Expert e's count, offset and tiles of every schedule, from its packed
+// sums and `before`, the packed sums of the experts below it (an exclusive
+// scan): its first row and first tiles.
+__device__ __forceinline__ void write_expert_layout(const BlockPermuteParams& p, int e,
+                                                    uint64_t sums, uint64_t before) {
+  const int start = packed_field(before, 0), count = packed_field(sums, 0);
+  p.expert_offsets[e] = start;
+  p.expert_counts[e] = count;
+#pragma unroll 1
+  for (int t = 0; t < p.num_tile_sizes; ++t) {
+    const int base = packed_field(before, t + 1), tile_m = p.tile_m[t];
+#pragma unroll 1
+    for (int i = 0; i < packed_field(sums, t + 1); ++i) {
+      const int row_start = start + i * tile_m;
+      p.tiles[t][base + i] = DeviceTile{e, row_start, min(tile_m, start + count - row_start), 0};
+    }
+  }
+}
+
+// The last offset (every local row) and each schedule's tile count, from
+// the packed sums of all experts.
+__device__ __forceinline__ void write_layout_totals(const BlockPermuteParams& p, uint64_t total) {
+  p.expert_offsets[p.num_local] = packed_field(total, 0);
+#pragma unroll 1
+  for (int t = 0; t < p.num_tile_sizes; ++t) *p.num_tiles[t] = packed_field(total, t + 1);
+}
+
+// 32-bit words of one expert's token mask for T tokens.
+__host__ __device__ constexpr int mask_words(int num_tokens) { return (num_tokens + 31) / 32; }
+
+// Whether permute_by_token_masks serves p: routing mode (a token's ids are
+// distinct, so an expert has at most one row per token) and every expert's
+// token mask fits in the work area.
+__device__ __forceinline__ bool token_masks_fit(const BlockPermuteParams& p) {
+  return p.distinct_per_token &&
+         p.num_local * mask_words(exact_quotient(p.rows, p.inv_top_k)) <= kWorkWords;
+}
+
+// Phases 2-4 by token masks: bit t of expert e's mask is set when token t
+// has a row at e. An expert's count is its mask's popcount, and a row's rank
+// among its expert's rows (in increasing expanded index, which for distinct
+// ids is increasing token) is the popcount of the bits below its token. One
+// block scan of the packed (count, tiles per size) gives every offset and
+// tile base. Four barriers and no serial pass over the rows: the rows of
+// decode batches (T * K of 33..4096) place in one step. Each step is a
+// chain of dependent instructions (a row or an expert a thread), and it is
+// their latency, not the issue rate, that sets its time: 500-1000 cycles a
+// step at DeepSeekV3 T=16-64 (session 11 stamps), whether 8 or 32 warps run
+// it (session 11 run 4).
+__device__ inline void permute_by_token_masks(const BlockPermuteParams& p, BlockShared& s) {
+  const int tid = threadIdx.x, threads = blockDim.x;
+  const int num_local = p.num_local, rows = p.rows;
+  const float inv_top_k = p.inv_top_k;
+  const int words = mask_words(exact_quotient(rows, inv_top_k));
+  uint32_t* masks = reinterpret_cast<uint32_t*>(s.work.words);  // [num_local][words]
+#pragma unroll 1
+  for (int i = tid; i < num_local * words; i += threads) masks[i] = 0;
+  __syncthreads();
+  step_stamp(s, 0, tid == 0);
+#pragma unroll 1
+  for (int row = tid; row < rows; row += threads) {
+    const int e = s.expert[row];
+    const int token = exact_quotient(row, inv_top_k);
+    if (e >= 0) atomicOr(&masks[e * words + token / 32], 1u << (token % 32));
+  }
+  __syncthreads();
+  step_stamp(s, 1, tid == 0);
+
+  // Each thread owns a run of consecutive experts.
+  const int per_thread = p.experts_per_thread;
+  const int first = min(tid * per_thread, num_local);
+  const int last = min(first + per_thread, num_local);
+  auto expert_sums = [&](int e) {
+    int count = 0;
+#pragma unroll 1
+    for (int w = 0; w < words; ++w) count += __popc(masks[e * words + w]);
+    return packed_sums(p, count);
+  };
+  uint64_t mine = 0;
+#pragma unroll 1
+  for (int e = first; e < last; ++e) mine += expert_sums(e);
+  step_stamp(s, 2, tid == 0);
+  uint64_t total = 0;
+  uint64_t next = block_exclusive_sum(mine, s.scan64, total, p.owner_warps);
+  step_stamp(s, 3, tid == 0);
+#pragma unroll 1
+  for (int e = first; e < last; ++e) {
+    const uint64_t sums = expert_sums(e);
+    s.offsets[e] = packed_field(next, 0);
+    write_expert_layout(p, e, sums, next);
+    next += sums;
+  }
+  if (tid == 0) write_layout_totals(p, total);
+  step_stamp(s, 4, tid == 0);
+  __syncthreads();
+  step_stamp(s, 5, tid == 0);
+
+#pragma unroll 1
+  for (int row = tid; row < rows; row += threads) {
+    const int e = s.expert[row];
+    if (e < 0) {
+      p.expanded_to_permuted[row] = -1;
+      continue;
+    }
+    const int token = exact_quotient(row, inv_top_k);
+    const uint32_t* mask = masks + e * words;
+    int rank = __popc(mask[token / 32] & ((1u << (token % 32)) - 1u));
+#pragma unroll 1
+    for (int w = 0; w < token / 32; ++w) rank += __popc(mask[w]);
+    const int dst = s.offsets[e] + rank;
+    p.permuted_to_expanded[dst] = row;
+    p.expanded_to_permuted[row] = dst;
+  }
+  step_stamp(s, 6, tid == 0);
+  step_stamp(s, 7, tid == threads - 1);
+}
+
+// Phases 2-4 over s.expert[0, rows); every thread of the block calls it.
+__device__ inline void permute_block(const BlockPermuteParams& p, BlockShared& s) {
+  if (p.rows <= kWarpSize) {
+    permute_piece(p, s);
+    return;
+  }
+  if (token_masks_fit(p)) {
+    permute_by_token_masks(p, s);
+    return;
+  }
+  const int tid = threadIdx.x, threads = blockDim.x;
+  const int lane = tid % kWarpSize, warp = tid / kWarpSize;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  const int num_local = p.num_local;
+  // As many scatter warps as have counters in the work area and pieces to
+  // take (fewer counters to clear and add up for small inputs); each takes
+  // a span of whole pieces.
+  const int scatter_warps =
+      max(1, min(min(threads / kWarpSize, kWorkWords / num_local), (p.rows + kWarpSize - 1) / kWarpSize));
+  const int pieces = (p.rows + kWarpSize - 1) / kWarpSize;
+  const int span = (pieces + scatter_warps - 1) / scatter_warps * kWarpSize;
+  const int span_begin = warp * span;
+  const int span_end = min(span_begin + span, p.rows);
+
+  // Phase 2: rows per (scatter warp, expert).
+  for (int i = tid; i < scatter_warps * num_local; i += threads) s.work.words[i] = 0;
+  __syncthreads();
+  if (warp < scatter_warps) {
+    int* cursor = s.work.words + warp * num_local;
+    for_each_piece(s, span_begin, span_end, lane, [&](int, int e, unsigned same) {
+      if (e >= 0 && (same & lanes_below) == 0) cursor[e] += __popc(same);
+      __syncwarp();  // the next piece's leader sees this update
+    });
+  }
+  __syncthreads();
+
+  // Phase 3: each thread owns a run of consecutive experts.
+  const int per_thread = p.experts_per_thread;
+  const int first = min(tid * per_thread, num_local);
+  const int last = min(first + per_thread, num_local);
+  int mine = 0;
+  // Loops over experts and warps stay rolled (here and below): the block runs
+  // this code once per call, with its instructions not cached, so code size
+  // costs more than loop overhead.
+#pragma unroll 1
+  for (int e = first; e < last; ++e)
+#pragma unroll 1
+    for (int w = 0; w < scatter_warps; ++w) mine += s.work.words[w * num_local + e];
+  int total = 0;
+  int next = block_exclusive_sum(mine, s.scan, total);
+#pragma unroll 1
+  for (int e = first; e < last; ++e) {
+    s.offsets[e] = next;
+    p.expert_offsets[e] = next;
+    const int start = next;
+#pragma unroll 1
+    for (int w = 0; w < scatter_warps; ++w) {
+      const int n = s.work.words[w * num_local + e];
+      s.work.words[w * num_local + e] = next;
+      next += n;
+    }
+    p.expert_counts[e] = next - start;
+  }
+  if (tid == 0) {
+    s.offsets[num_local] = total;
+    p.expert_offsets[num_local] = total;
+  }
+  __syncthreads();
+
+  // Phase 4a: place the rows.
+  if (warp < scatter_warps) {
+    int* cursor = s.work.words + warp * num_local;
+    for_each_piece(s, span_begin, span_end, lane, [&](int row, int e, unsigned same) {
+      if (e >= 0) {
+        const int dst = cursor[e] + __popc(same & lanes_below);
+        p.permuted_to_expanded[dst] = row;
+        p.expanded_to_permuted[row] = dst;
+      } else if (row < span_end) {
+        p.expanded_to_permuted[row] = -1;
+      }
+      __syncwarp();  // every lane has read its cursor before the leader moves it
+      if (e >= 0 && (same & lanes_below) == 0) cursor[e] += __popc(same);
+      __syncwarp();
+    });
+  }
+  __syncthreads();  // the cursors are done: the work area takes the tile bases
+
+  // Phase 4b: tile bases of every schedule (the first tile of each expert;
+  // empty experts share their successor's), then the tiles.
+#pragma unroll 1
+  for (int t = 0; t < kMaxTileSizes; ++t) {
+    if (t >= p.num_tile_sizes) break;
+    int32_t* bases = s.work.words + t * (num_local + 1);
+    int my_tiles = 0;
+#pragma unroll 1
+    for (int e = first; e < last; ++e) {
+      const int count = s.offsets[e + 1] - s.offsets[e];
+      my_tiles += count == 0 ? 0 : exact_quotient(count - 1, p.inv_tile_m[t]) + 1;
+    }
+    int num_tiles = 0;
+    int base = block_exclusive_sum(my_tiles, s.scan, num_tiles);
+#pragma unroll 1
+    for (int e = first; e < last; ++e) {
+      bases[e] = base;
+      const int count = s.offsets[e + 1] - s.offsets[e];
+      base += count == 0 ? 0 : exact_quotient(count - 1, p.inv_tile_m[t]) + 1;
+    }
+    if (tid == 0) {
+      bases[num_local] = num_tiles;
+      *p.num_tiles[t] = num_tiles;
+    }
+  }
+  __syncthreads();
+#pragma unroll 1
+  for (int t = 0; t < kMaxTileSizes; ++t) {
+    if (t >= p.num_tile_sizes) break;
+    const int32_t* bases = s.work.words + t * (num_local + 1);
+    const int num_tiles = bases[num_local];
+    // Tile i belongs to the last expert whose first tile is <= i.
+    for (int i = tid; i < num_tiles; i += threads) {
+      int lo = 0, hi = num_local - 1;
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (bases[mid] <= i) lo = mid; else hi = mid - 1;
+      }
+      const int row_start = s.offsets[lo] + (i - bases[lo]) * p.tile_m[t];
+      const int rows = min(p.tile_m[t], s.offsets[lo + 1] - row_start);
+      p.tiles[t][i] = DeviceTile{lo, row_start, rows, 0};
+    }
+  }
+}
+
+}  // namespace unimoe::fused_detail
