@@ -101,6 +101,39 @@ int spread_min_tokens(bool deepseek) {
 template <int kPerLane, bool kDeepSeek>
 inline constexpr bool kHasWideKernels = kDeepSeek && kPerLane >= 2 && kPerLane <= 16;
 
+// A routing kernel's type: the fused, cluster and spread kernels alike.
+using RoutingKernel = void (*)(RoutingKernelParams, BlockPermuteParams);
+
+// Whether the device runs `kernel` in clusters of `ctas` CTAs of `threads`
+// threads: above the portable 8 the non-portable size allowed for it and
+// for `twin` (its wide twin, which runs the same clusters; null where there
+// is none), and at least one such cluster resident.
+bool runs_clusters_of(RoutingKernel kernel, RoutingKernel twin, int ctas, int threads) {
+  const auto allow = [](RoutingKernel k) {
+    if (cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess)
+      return true;
+    cudaGetLastError();
+    return false;
+  };
+  if (!allow(kernel) || (twin != nullptr && !allow(twin))) return false;
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = ctas;
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = ctas;
+  config.blockDim = threads;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return clusters >= 1;
+}
+
 // The largest cluster of the spread kernel the device runs at the kernel's
 // largest block: kSpreadMaxCtas (16, non-portable: the H200 runs 14 such
 // clusters at once) where it runs one, else the portable 8. Asked once a
@@ -108,34 +141,13 @@ inline constexpr bool kHasWideKernels = kDeepSeek && kPerLane >= 2 && kPerLane <
 template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold>
 int spread_device_max_ctas() {
   static const int largest = [] {
-    const auto kernel = spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
-      cudaGetLastError();
-      return kClusterMaxCtas;
-    }
-    if constexpr (kHasWideKernels<kPerLane, kDeepSeek>) {  // its wide twin runs the same clusters
-      const auto wide = spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, false, true>;
-      if (cudaFuncSetAttribute(wide, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
-        cudaGetLastError();
-        return kClusterMaxCtas;
-      }
-    }
-    cudaLaunchAttribute attribute;
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = routing_shape::kSpreadMaxCtas;
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = routing_shape::kSpreadMaxCtas;
-    config.blockDim = fused_threads(kPerLane);
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
-      cudaGetLastError();
-      clusters = 0;
-    }
-    return clusters >= 1 ? routing_shape::kSpreadMaxCtas : kClusterMaxCtas;
+    RoutingKernel twin = nullptr;
+    if constexpr (kHasWideKernels<kPerLane, kDeepSeek>)
+      twin = spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, false, true>;
+    return runs_clusters_of(spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>,
+                            twin, routing_shape::kSpreadMaxCtas, fused_threads(kPerLane))
+               ? routing_shape::kSpreadMaxCtas
+               : kClusterMaxCtas;
   }();
   return largest;
 }
@@ -178,41 +190,16 @@ int& cluster_max_ctas_setting() {
 
 // Whether the device runs this cluster kernel (and its wide twin) in
 // clusters of routing_shape::kClusterMaxCtasNonPortable at its largest
-// block: the non-portable size allowed and at least one such cluster
-// resident. Asked once a kernel.
+// block. Asked once a kernel.
 template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold>
 bool cluster_runs_large() {
   static const bool runs = [] {
-    constexpr int kLarge = routing_shape::kClusterMaxCtasNonPortable;
-    const auto allow = [](auto kernel) {
-      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
-          cudaSuccess)
-        return true;
-      cudaGetLastError();
-      return false;
-    };
-    const auto kernel = cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>;
-    if (!allow(kernel)) return false;
-    if constexpr (kHasWideKernels<kPerLane, kDeepSeek>) {
-      if (!allow(cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, false, true>))
-        return false;
-    }
-    cudaLaunchAttribute attribute;
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = kLarge;
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = kLarge;
-    config.blockDim = fused_threads(kPerLane);
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return clusters >= 1;
+    RoutingKernel twin = nullptr;
+    if constexpr (kHasWideKernels<kPerLane, kDeepSeek>)
+      twin = cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, false, true>;
+    return runs_clusters_of(cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>,
+                            twin, routing_shape::kClusterMaxCtasNonPortable,
+                            fused_threads(kPerLane));
   }();
   return runs;
 }
