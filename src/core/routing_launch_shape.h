@@ -26,9 +26,9 @@ inline constexpr int kClusterMaxCtasNonPortable = 16;
 // clusters of 16): 16 for the DeepSeek policies at E >= 128 and for the
 // others at E >= 256, else 8. Measured (session 20 run 3, H200, against 8
 // in the same build, T = 5..128, K = 4 and 8): DeepSeekV3 E=256 K=8 T=32
-// 5.19 -> 4.42 us, T=48 5.42 -> 4.75, 0.92-0.96 at T = 16..28, 0.85-0.88
+// 5.19 -> 4.42 us, T=48 5.42 -> 4.75, 0.92-0.99 at T = 16..28, 0.84-0.88
 // at 32..56; E=128 0.86-0.96 at 32..63, E=512 0.71-0.87 at 32..128; the
-// others 0.81-0.97 at E=512 from T=32, 0.97-0.99 at E=256, but 1.04-1.13
+// others 0.81-0.98 at E=512 from T=32, 0.97-1.01 at E=256, but 1.03-1.13
 // at E=128 from T=36 (a short choice a token: the larger cluster's barrier
 // costs more than the fewer tokens a CTA save). T <= 12: 0.99-1.01.
 inline constexpr int kClusterLargeFromExpertsDeepSeek = 128;
@@ -451,8 +451,8 @@ UNIMOE_HD int wide_parts(int num_experts, int n_group, int experts_per_group) {
 // own warp in the same build):
 //   E=256 (8 parts): K=4 0.95 at T=1 but 1.02-1.03 at T = 3..14; K=6 0.91
 //     at T=1, 0.99 at 2..14; K=8 0.88 at T=1, 0.95-0.99 at 2..14; K=10
-//     0.89-1.00; K=16 0.80-0.94; K=22 0.74-0.93;
-//   E=128 (4 parts): K = 4..8 1.03-1.10, K=16 0.96-0.97;
+//     0.89-1.00; K=16 0.80-0.94; K=22 0.74-1.00;
+//   E=128 (4 parts): K = 4..8 1.01-1.10, K=16 0.96-0.97;
 //   E=64 (2 parts): K = 4..16 1.07-1.12;
 //   E=384 and 512 (12 and 16 parts, K = 8..22): 0.69-0.83 at T=1, where
 //     alone they seat a token (1.00 beyond).
