@@ -175,12 +175,31 @@ inline constexpr int kSpreadMaxTopKByDefault = 8;
 // T=128: 96 threads for 384 experts; E = 512), the scan takes runs of
 // experts and loses (TopK E=384 K=1 T=128 4.83 -> 7.71), so by default the
 // spread kernel runs only with a permuting thread per local expert
-// (spread_by_default). Those two were set after the last device run: they
-// send the calls back to the CTA-0 kernels that session 15's sweep timed.
-inline constexpr int kSpreadFromTokensDeepSeek = 64;  // E >= 128
+// (spread_by_default).
+//
+// Since the CTA-0 kernel runs in clusters of 16 for the DeepSeek policies
+// at E >= 128 (session 20), it beats the spread kernel until its 15
+// routing CTAs take more than 8 tokens each: measured (session 21 run 1,
+// H200, DeepSeekV3 and MiniMax2, E 128/160/256, K 1/4/8, T 64..128, the
+// CTA-0 kernel against the spread kernel, best of 3; geometric means of
+// 18 points a T): 0.95 at T=64, 0.92 at 72, 0.93 at 80, 0.96 at 96 (0.88-
+// 1.04), 0.98 at 112 (0.92-1.09), 1.08 at 127 and 128 (up to 1.29: 9
+// tokens a CTA). DeepSeekV3 E=256 K=8: T=64 5.42 -> 5.54 us (one of the
+// three points of T=64 the spread kernel wins), T=72 6.24 -> 5.71, T=96
+// 6.33 -> 5.90; E=128 K=1 T=64 4.18 -> 3.79. From 8 * 15 + 1 = 121 the
+// geometric mean over those 126 points is 1.004x the best (from 64:
+// 1.044x). Where
+// the device does not run those clusters of 16 (`cluster_ctas` 8), the
+// CTA-0 kernel's 7 routing CTAs take 10 tokens each at T=64: there the
+// spread kernel keeps T = 64.
+inline constexpr int kSpreadFromTokensDeepSeek = 64;  // E >= 128, clusters of 8
+inline constexpr int kSpreadFromTokensDeepSeekLarge =
+    8 * (kClusterMaxCtasNonPortable - 1) + 1;  // E >= 128, clusters of 16
 inline constexpr int kSpreadFromTokensOther = 128;
-UNIMOE_HD int spread_from_tokens(bool deepseek, int num_experts) {
-  return deepseek && num_experts >= 128 ? kSpreadFromTokensDeepSeek : kSpreadFromTokensOther;
+UNIMOE_HD int spread_from_tokens(bool deepseek, int num_experts, int cluster_ctas) {
+  if (!deepseek || num_experts < 128) return kSpreadFromTokensOther;
+  return cluster_ctas >= kClusterMaxCtasNonPortable ? kSpreadFromTokensDeepSeekLarge
+                                                     : kSpreadFromTokensDeepSeek;
 }
 inline constexpr int kSpreadMinTokensDeepSeek = 2;
 inline constexpr int kSpreadMinTokensOther = 4;
@@ -241,11 +260,13 @@ inline SpreadShape spread_shape(int per_lane, int num_tokens, int num_local, int
 }
 
 // Whether the cluster variant takes the spread kernel for a call that it
-// serves (`shape`), at the measured defaults: from spread_from_tokens, K at
-// most kSpreadMaxTopKByDefault, and a permuting thread per local expert.
+// serves (`shape`), at the measured defaults: from spread_from_tokens (the
+// CTA-0 kernel's cluster for the call `cluster_ctas` CTAs), K at most
+// kSpreadMaxTopKByDefault, and a permuting thread per local expert.
 UNIMOE_HD bool spread_by_default(const SpreadShape& shape, int num_tokens, int top_k, int num_local,
-                                 int num_experts, bool deepseek) {
-  return shape.ctas > 0 && num_tokens >= spread_from_tokens(deepseek, num_experts) &&
+                                 int num_experts, bool deepseek, int cluster_ctas) {
+  return shape.ctas > 0 &&
+         num_tokens >= spread_from_tokens(deepseek, num_experts, cluster_ctas) &&
          top_k <= kSpreadMaxTopKByDefault && shape.permute_threads >= num_local;
 }
 

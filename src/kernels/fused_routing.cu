@@ -235,6 +235,11 @@ void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, boo
   // the same outputs).
   constexpr bool kHasWide = kHasWideKernels<kPerLane, kDeepSeek>;
   const ClusterSpread spread = spread_setting();
+  // The CTA-0 kernel's largest cluster for the call (its routing CTAs'
+  // tokens also set where the spread kernel takes over).
+  const int cluster_ctas =
+      cluster ? cluster_max_ctas_for<LogitT, kPerLane, kDeepSeek, kThreshold>(r.num_experts)
+              : kClusterMaxCtas;
   if (cluster && spread.on) {
     const auto kernel = spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>;
     const int device_max = spread_device_max_ctas<LogitT, kPerLane, kDeepSeek, kThreshold>();
@@ -246,7 +251,8 @@ void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, boo
     const bool take = spread.from_tokens > 0
                           ? shape.ctas > 0 && r.num_tokens >= spread.from_tokens
                           : routing_shape::spread_by_default(shape, r.num_tokens, r.top_k,
-                                                             p.num_local, r.num_experts, kDeepSeek);
+                                                             p.num_local, r.num_experts, kDeepSeek,
+                                                             cluster_ctas);
     if (take) {
       BlockPermuteParams q = for_block(p, shape.permute_threads);
       q.tokens_per_cta = shape.tokens_per_cta;
@@ -265,8 +271,7 @@ void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, boo
   const routing_shape::LaunchShape shape = routing_shape::launch_shape(
       kPerLane, r.num_tokens, p.num_local, r.num_experts, kDeepSeek, cluster,
       cluster ? cluster_min_tokens(kDeepSeek, r.num_experts, kHasWide && p.wide_parts > 0) : 1,
-      cluster ? cluster_max_ctas_for<LogitT, kPerLane, kDeepSeek, kThreshold>(r.num_experts)
-              : kClusterMaxCtas);
+      cluster_ctas);
   if (shape.routing_ctas == 1) {
     auto kernel = fused_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>;
     if constexpr (kHasWide) {

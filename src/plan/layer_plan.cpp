@@ -298,7 +298,8 @@ constexpr RoutingLimits kOtherLimits{2048, 256, 131072};
 // (routing_shape::spread_shape; every CTA of a cluster of up to 16 places
 // its own rows) up to kSpreadRuleMaxTokens where the cluster variant takes
 // it (routing_shape::spread_by_default; E_local taken as E, 16 CTAs: the
-// H200's largest cluster of it). Measured
+// H200's largest cluster of it, and the CTA-0 kernel's clusters as the
+// H200 runs them). Measured
 // (session 16 run 5, H200, DeepSeekV3/Renormalize/TopK, E 64..384, K
 // 1/4/8, T 128..384, run 5's spread kernel against split): 0.58-0.95
 // wherever it serves (DeepSeekV3 E=256 K=8 T=192 7.88 us vs 10.29, T=384
@@ -315,7 +316,8 @@ bool spread_serves(const RoutingConfig& routing, int num_tokens, bool deepseek) 
   const routing_shape::SpreadShape shape = routing_shape::spread_shape(
       routing_shape::slots_for_experts(e), num_tokens, e, e, deepseek,
       routing_shape::default_spread_min_tokens(deepseek), routing_shape::kSpreadMaxCtas);
-  return routing_shape::spread_by_default(shape, num_tokens, routing.top_k, e, e, deepseek);
+  return routing_shape::spread_by_default(shape, num_tokens, routing.top_k, e, e, deepseek,
+                                          routing_shape::cluster_max_ctas_by_default(deepseek, e));
 }
 
 }  // namespace

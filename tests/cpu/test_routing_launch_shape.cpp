@@ -333,19 +333,29 @@ TEST(RoutingLaunchShape, SpreadCoversTheTokensWithinItsBounds) {
   EXPECT_EQ(spread_shape(32, 8, 1024, 1024, false, 2, 16).ctas, 4);
 }
 
-// The spread kernel's measured defaults (session 16 runs 8-9): from T=64
-// for the DeepSeek policies at E >= 128, else from 128; K <= 8; a
-// permuting thread per local expert.
+// The spread kernel's measured defaults (session 16 runs 8-9, session 21
+// run 1): for the DeepSeek policies at E >= 128 from T=121 where the CTA-0
+// kernel runs in clusters of 16 (more than 8 tokens each of its 15 routing
+// CTAs), from T=64 in clusters of 8; else from 128; K <= 8; a permuting
+// thread per local expert.
 TEST(RoutingLaunchShape, SpreadByDefaultWhereItWasMeasuredToWin) {
-  auto by_default = [](int t, int e, int k, bool deepseek) {
+  auto by_default = [](int t, int e, int k, bool deepseek,
+                       int cluster_ctas = kClusterMaxCtasNonPortable) {
     const SpreadShape s = spread_shape(slots_for_experts(e), t, e, e, deepseek,
                                        default_spread_min_tokens(deepseek), kSpreadMaxCtas);
-    return spread_by_default(s, t, k, e, e, deepseek);
+    return spread_by_default(s, t, k, e, e, deepseek, cluster_ctas);
   };
-  EXPECT_FALSE(by_default(63, 256, 8, true));
-  EXPECT_TRUE(by_default(64, 256, 8, true));
-  EXPECT_TRUE(by_default(64, 128, 8, true));
-  EXPECT_FALSE(by_default(64, 64, 8, true));  // E < 128: from 128
+  EXPECT_EQ(kSpreadFromTokensDeepSeekLarge, 121);
+  EXPECT_FALSE(by_default(64, 256, 8, true));
+  EXPECT_FALSE(by_default(120, 256, 8, true));
+  EXPECT_TRUE(by_default(121, 256, 8, true));
+  EXPECT_TRUE(by_default(121, 128, 8, true));
+  // The CTA-0 kernel in clusters of 8 (a device without clusters of 16).
+  EXPECT_FALSE(by_default(63, 256, 8, true, kClusterMaxCtas));
+  EXPECT_TRUE(by_default(64, 256, 8, true, kClusterMaxCtas));
+  EXPECT_TRUE(by_default(64, 128, 8, true, kClusterMaxCtas));
+  EXPECT_FALSE(by_default(64, 64, 8, true, kClusterMaxCtas));  // E < 128: from 128
+  EXPECT_FALSE(by_default(121, 64, 8, true));
   EXPECT_FALSE(by_default(127, 8, 1, true));
   EXPECT_TRUE(by_default(128, 8, 1, true));
   EXPECT_FALSE(by_default(127, 128, 8, false));

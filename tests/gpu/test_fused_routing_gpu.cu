@@ -257,7 +257,7 @@ TEST(FusedRoutingGpu, OnePiecePathAtItsBound) {
 // many tiles, an EP range, and DeepSeekV3 over several CTA splits of the
 // cluster variant (T = 5, 9, 57: 5, 9 and 15 routing CTAs besides CTA 0 in
 // clusters of 16 at the wide choice's 1 token a CTA, the last of T=57
-// short; T=64 the spread kernel).
+// short; T=64 5 tokens a CTA: the spread kernel from T=121 there).
 TEST(FusedRoutingGpu, TokenMaskPathAtItsBound) {
   UNIMOE_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
