@@ -38,16 +38,6 @@ UNIMOE_HD int cluster_max_ctas_by_default(bool deepseek, int num_experts) {
   return num_experts >= from ? kClusterMaxCtasNonPortable : kClusterMaxCtas;
 }
 
-// The permutation of 33 .. 32 * n rows by merged pieces
-// (kernels/block_permute.cuh, permute_merged_pieces: each of 4 warps sorts
-// 32 rows, the rows then place by searches in every warp's sorted rows),
-// with n at most kMergedMaxPieces (4: every block has 4 warps).
-// kMergedPiecesByDefault: the n of the launchers unless
-// UNIMOE_MERGED_PIECES / set_merged_max_pieces set it (0: off, the token
-// masks or the general path instead).
-inline constexpr int kMergedMaxPieces = 4;
-inline constexpr int kMergedPiecesByDefault = 4;
-
 // Threads of the routing kernel for `per_lane` experts a lane: every warp
 // gets per_lane * 32 group keys in the work area. This also bounds
 // registers: 32 experts a lane need about 150 a thread, which 256 threads

@@ -1,8 +1,7 @@
 // Phases 2-4 of the fused routing kernels (fused_routing.cu) over a
 // block's staged rows, s.expert[0, rows): permute_block takes the short
-// paths up to 32 rows (block_permute_piece.cuh), merged pieces up to
-// 32 * p.merged_max_pieces rows, the per-expert token masks where they fit
-// the work area, else the general count, scan and scatter.
+// paths up to 32 rows (block_permute_piece.cuh), the per-expert token masks
+// where they fit the work area, else the general count, scan and scatter.
 #pragma once
 
 #include <cstdint>
@@ -154,157 +153,10 @@ __device__ inline void permute_by_token_masks(const BlockPermuteParams& p, Block
   step_stamp(s, 7, tid == threads - 1);
 }
 
-using routing_shape::kMergedMaxPieces;
-
-static_assert(2 * kMergedMaxPieces * kWarpSize <= kWorkWords,
-              "the sorted pieces and their packed tile sums fit in the work area");
-static_assert(kMergedMaxPieces <= 4, "a warp a piece: a block has at least 4 warps");
-
-// Whether permute_merged_pieces serves p: 33 .. 32 * p.merged_max_pieces
-// rows (the host clamps it to kMergedMaxPieces).
-__device__ __forceinline__ bool merged_pieces_fit(const BlockPermuteParams& p) {
-  return p.rows <= p.merged_max_pieces * kWarpSize;
-}
-
-// Keys of sorted[0, 32) below x in each of the kMergedMaxPieces pieces of
-// `sorted`: independent binary searches, unrolled with no branch between
-// them, so that their loads overlap (guarded by a branch a piece, they ran
-// one after another: 0.33 us a piece, session 21 run 2).
-__device__ __forceinline__ void keys_below_in_pieces(const uint32_t* sorted, uint32_t x,
-                                                     int (&below)[kMergedMaxPieces]) {
-#pragma unroll
-  for (int v = 0; v < kMergedMaxPieces; ++v) below[v] = entries_below(sorted + v * kWarpSize, x);
-}
-
-// Phases 2-4 by merged pieces. Warp w < kMergedMaxPieces takes rows 32 w ..
-// 32 w + 31 (its piece) and sorts their keys (local expert, row) over its
-// lanes, as permute_sorted_piece does one piece (past the rows, keys after
-// every row); the pieces go to shared memory. Past one barrier each key
-// finds, in every piece v, lo_v and hi_v: the keys of the experts below its
-// expert and through it (binary searches, all independent of each other).
-// The pieces are runs of rows in order, so the rows before a key in the
-// permutation (its place) are hi_v of the lower pieces, lo_v of the higher
-// ones and its lane in its own; its expert's offset is the sum of lo_v and
-// its count the sum of hi_v - lo_v. The key whose place is its expert's
-// offset (the expert's first row, its head) carries the expert's packed
-// sums (permute_by_token_masks's: count and tiles of each size); a scan over
-// each piece's lanes goes to shared memory, and past a second barrier a
-// head's tile bases are the sums of those scans below lo_v over the pieces:
-// the heads of every lower expert lie there. Then every thread writes an
-// expert's count and offset (any expert, rows or none). Two barriers, and
-// the same outputs as the other ways (the rows of an expert in increasing
-// expanded index).
-__device__ inline void permute_merged_pieces(const BlockPermuteParams& p, BlockShared& s) {
-  const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
-  const int threads = blockDim.x, num_local = p.num_local, rows = p.rows;
-  uint32_t* sorted = reinterpret_cast<uint32_t*>(s.work.words);  // [pieces][32]
-  // [pieces][32]: a piece's inclusive scan of its heads' packed sums.
-  uint64_t* head_sums = reinterpret_cast<uint64_t*>(s.work.words + kMergedMaxPieces * kWarpSize);
-  constexpr uint32_t kOffRank = kFusedMaxLocalExperts;  // after every local expert
-  constexpr uint32_t kNoRow = 0xffffffffu;              // after every row
-  const bool sorts = warp < kMergedMaxPieces;           // uniform per warp
-  const int row = warp * kWarpSize + lane;
-  uint32_t key = kNoRow;
-  if (sorts) {
-    if (row < rows) {
-      const int e = s.expert[row];
-      key = (e >= 0 ? static_cast<uint32_t>(e) : kOffRank) << 5 | static_cast<uint32_t>(lane);
-    }
-    key = sort_over_lanes(key, lane);
-    sorted[row] = key;  // slot `lane` of piece `warp`
-  }
-  step_stamp(s, 0, tid == 0);
-  __syncthreads();
-  step_stamp(s, 1, tid == 0);
-
-  const bool local = key < (kOffRank << 5);
-  const uint32_t e = local ? key >> 5 : 0u;
-  int lo[kMergedMaxPieces];
-  int offset = 0, count = 0;
-  uint64_t sums = 0;
-  if (sorts) {
-    int hi[kMergedMaxPieces];
-    keys_below_in_pieces(sorted, e << 5, lo);
-    keys_below_in_pieces(sorted, (e + 1) << 5, hi);
-    int place = lane;
-#pragma unroll
-    for (int v = 0; v < kMergedMaxPieces; ++v) {
-      offset += lo[v];
-      count += hi[v] - lo[v];
-      place += v < warp ? hi[v] : v > warp ? lo[v] : 0;
-    }
-    const int src = warp * kWarpSize + static_cast<int>(key & 31u);
-    if (local) {
-      p.permuted_to_expanded[place] = src;
-      p.expanded_to_permuted[src] = place;
-    } else if (key != kNoRow) {
-      p.expanded_to_permuted[src] = -1;
-    }
-    sums = local && place == offset ? packed_sums(p, count) : 0;
-    uint64_t inclusive = sums;
-#pragma unroll
-    for (int d = 1; d < kWarpSize; d *= 2) {
-      const uint64_t other = __shfl_up_sync(kFullMask, inclusive, d);
-      if (lane >= d) inclusive += other;
-    }
-    head_sums[row] = inclusive;
-  }
-  step_stamp(s, 2, tid == 0);
-  __syncthreads();
-  step_stamp(s, 3, tid == 0);
-
-  if (sums != 0) {  // a head: its expert's tiles
-    uint64_t before = 0;
-#pragma unroll
-    for (int v = 0; v < kMergedMaxPieces; ++v) {
-      const uint64_t below = head_sums[v * kWarpSize + max(lo[v] - 1, 0)];
-      before += lo[v] > 0 ? below : 0;
-    }
-    const int expert = static_cast<int>(e);
-#pragma unroll 1
-    for (int t = 0; t < p.num_tile_sizes; ++t) {
-      const int base = packed_field(before, t + 1), tile_m = p.tile_m[t];
-#pragma unroll 1
-      for (int i = 0; i < packed_field(sums, t + 1); ++i) {
-        const int row_start = offset + i * tile_m;
-        p.tiles[t][base + i] =
-            DeviceTile{expert, row_start, min(tile_m, offset + count - row_start), 0};
-      }
-    }
-  }
-  if (tid == 0) {
-    uint64_t total = 0;
-#pragma unroll
-    for (int v = 0; v < kMergedMaxPieces; ++v) total += head_sums[v * kWarpSize + kWarpSize - 1];
-    write_layout_totals(p, total);
-  }
-  step_stamp(s, 4, tid == 0);
-#pragma unroll 1
-  for (int x = tid; x < num_local; x += threads) {
-    int below[kMergedMaxPieces], through[kMergedMaxPieces];
-    keys_below_in_pieces(sorted, static_cast<uint32_t>(x) << 5, below);
-    keys_below_in_pieces(sorted, static_cast<uint32_t>(x + 1) << 5, through);
-    int first = 0, rows_of_x = 0;
-#pragma unroll
-    for (int v = 0; v < kMergedMaxPieces; ++v) {
-      first += below[v];
-      rows_of_x += through[v] - below[v];
-    }
-    p.expert_offsets[x] = first;
-    p.expert_counts[x] = rows_of_x;
-  }
-  step_stamp(s, 5, tid == 0);
-  step_stamp(s, 6, tid == threads - 1);
-}
-
 // Phases 2-4 over s.expert[0, rows); every thread of the block calls it.
 __device__ inline void permute_block(const BlockPermuteParams& p, BlockShared& s) {
   if (p.rows <= kWarpSize) {
     permute_piece(p, s);
-    return;
-  }
-  if (merged_pieces_fit(p)) {
-    permute_merged_pieces(p, s);
     return;
   }
   if (token_masks_fit(p)) {

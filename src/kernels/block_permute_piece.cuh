@@ -219,30 +219,12 @@ __device__ __forceinline__ void sync_from(int first_thread) {
 
 // Entries of sorted[0, 32) below x, for sorted ascending: a branchless
 // binary search (six dependent loads, a broadcast each).
-template <typename V>
-__device__ __forceinline__ int entries_below(const V* sorted, V x) {
+__device__ __forceinline__ int entries_below(const int32_t* sorted, int x) {
   int pos = 0;
 #pragma unroll
   for (int step = kWarpSize / 2; step > 0; step /= 2)
     if (sorted[pos + step - 1] < x) pos += step;
   return pos + (sorted[pos] < x);
-}
-
-// The warp's keys, one a lane, sorted ascending over the lanes (lane i
-// gets the i-th smallest): a bitonic network of shuffles. The keys must be
-// unique (no ties).
-__device__ __forceinline__ uint32_t sort_over_lanes(uint32_t key, int lane) {
-#pragma unroll
-  for (int size = 2; size <= kWarpSize; size *= 2) {
-#pragma unroll
-    for (int stride = size / 2; stride > 0; stride /= 2) {
-      const uint32_t other = __shfl_xor_sync(kFullMask, key, stride);
-      const bool ascending = (lane & size) == 0;  // every lane in the last merge
-      const bool low = (lane & stride) == 0;
-      key = low == ascending ? min(key, other) : max(key, other);
-    }
-  }
-  return key;
 }
 
 // Phases 2-4 for 17..32 rows (permute_piece): the first warp, a lane per
@@ -269,7 +251,17 @@ __device__ inline void permute_sorted_piece(const BlockPermuteParams& p, BlockSh
       const int e = s.expert[lane];
       key = (e >= 0 ? static_cast<uint32_t>(e) : kOffRank) << 5 | static_cast<uint32_t>(lane);
     }
-    key = sort_over_lanes(key, lane);
+    // Bitonic sort, ascending over the lanes: unique keys, so no ties.
+#pragma unroll
+    for (int size = 2; size <= kWarpSize; size *= 2) {
+#pragma unroll
+      for (int stride = size / 2; stride > 0; stride /= 2) {
+        const uint32_t other = __shfl_xor_sync(kFullMask, key, stride);
+        const bool ascending = (lane & size) == 0;  // every lane in the last merge
+        const bool low = (lane & stride) == 0;
+        key = low == ascending ? min(key, other) : max(key, other);
+      }
+    }
     sorted[lane] = key < (kOffRank << 5) ? static_cast<int>(key >> 5) : INT_MAX;
   }
   step_stamp(s, 0, tid == 0);

@@ -17,8 +17,7 @@
 // the warps then read), the per-warp cursors and the tile bases. Up to 32
 // rows (decode), phases 2-4 take a short path with at most one barrier
 // (permute_piece); beyond, routed rows place by per-expert token masks
-// where they fit the work area (permute_by_token_masks; up to 128 rows by
-// default, merged pieces: permute_merged_pieces), other inputs by
+// where they fit the work area (permute_by_token_masks), other inputs by
 // the general phases above. The routing kernels let the next kernel launch
 // at once (pdl_launch_dependents): its CTAs wait for this one's end on the
 // otherwise idle SMs.
@@ -176,16 +175,6 @@ ClusterSpread& spread_setting() {
   static ClusterSpread setting{env_switch_on("UNIMOE_CLUSTER_SPREAD"),
                                std::max(0, env_int("UNIMOE_SPREAD_MAX_CTAS", 0)),
                                std::max(0, env_int("UNIMOE_SPREAD_FROM_TOKENS", 0))};
-  return setting;
-}
-
-// The merged-pieces permutation's largest number of pieces as set
-// (set_merged_max_pieces; UNIMOE_MERGED_PIECES at start, clamped to
-// 0..kMergedMaxPieces; default routing_shape::kMergedPiecesByDefault).
-int& merged_max_pieces_setting() {
-  static int setting = std::clamp(
-      env_int("UNIMOE_MERGED_PIECES", routing_shape::kMergedPiecesByDefault), 0,
-      routing_shape::kMergedMaxPieces);
   return setting;
 }
 
@@ -401,7 +390,6 @@ void launch_block_or_cluster(const RoutingParams& routing, const PermuteParams& 
     p.num_tiles[s] = permute.num_tiles[s];
   }
   p.inv_top_k = inverse_of(permute.top_k);
-  p.merged_max_pieces = static_cast<uint8_t>(merged_max_pieces_setting());
 
   if (!route || rows == 0) {
     launch_pdl(fused_permute_kernel, 1, kMaxThreads, 0, stream, for_block(p, kMaxThreads));
@@ -446,16 +434,6 @@ void set_cluster_max_ctas(int max_ctas) {
         std::to_string(routing_shape::kClusterMaxCtasNonPortable) + "; got " +
         std::to_string(max_ctas));
   cluster_max_ctas_setting() = max_ctas;
-}
-
-int merged_max_pieces() { return merged_max_pieces_setting(); }
-
-void set_merged_max_pieces(int pieces) {
-  if (pieces < 0 || pieces > routing_shape::kMergedMaxPieces)
-    throw std::invalid_argument("set_merged_max_pieces: pieces must be 0 (off) .. " +
-                                std::to_string(routing_shape::kMergedMaxPieces) + "; got " +
-                                std::to_string(pieces));
-  merged_max_pieces_setting() = pieces;
 }
 
 void set_cluster_spread(ClusterSpread setting) {

@@ -85,17 +85,6 @@ void set_cluster_spread(ClusterSpread setting);
 int cluster_max_ctas();
 void set_cluster_max_ctas(int max_ctas);
 
-// The permutation's merged pieces (block_permute.cuh,
-// permute_merged_pieces: each of 4 warps sorts 32 rows, then the rows place
-// by searches in every warp's sorted rows; two barriers), process-wide: for
-// 33 .. 32 * pieces rows, pieces 0 (off: the token masks or the general
-// path) .. routing_shape::kMergedMaxPieces (4); default
-// routing_shape::kMergedPiecesByDefault. UNIMOE_MERGED_PIECES=N starts the
-// process at N (clamped). For tests and A/B timing; throws
-// std::invalid_argument for other values.
-int merged_max_pieces();
-void set_merged_max_pieces(int pieces);
-
 // The DeepSeek decode kernels' wide choice (E / 32 warps a token, groups of
 // 32 experts; docs/routing.md, "The wide choice"), process-wide:
 //   kMeasured (default): where routing_shape::wide_by_default says it wins

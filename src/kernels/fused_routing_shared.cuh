@@ -34,7 +34,6 @@ static_assert(kMaxThreads / kWarpSize <= 255 && kMaxTopK <= 255,
 static_assert(kMaxThreads * 4 + 16 + kWideAreaMaxBytes <= kWorkWords * 4,
               "the wide choice's area fits beside the keys of a block's seated tokens");
 static_assert(kMaxThreads / kWarpSize <= kWarpSize, "one warp scans the warp totals");
-static_assert(routing_shape::kMergedMaxPieces <= 255, "merged_max_pieces fits a byte");
 
 struct BlockPermuteParams {
   const int32_t* topk_ids;  // [rows], precomputed mode only
@@ -50,9 +49,6 @@ struct BlockPermuteParams {
   // padding byte): a division on the device sat ahead of the first key
   // load (session 20).
   uint8_t wide_floor_rank;
-  // The merged-pieces permutation's largest number of 32-row pieces
-  // (block_permute.cuh; 0: off), from the host: the last padding byte.
-  uint8_t merged_max_pieces;
   int local_offset;
   int num_local;
   int32_t* expert_counts;
@@ -119,9 +115,7 @@ static_assert(sizeof(BlockShared) <= 48 * 1024, "fits static shared memory");
 // after its barrier, 2 placed, 3 tiles written; permute_by_token_masks 0
 // masks cleared, 1 set, 2 expert sums, 3 scanned, 4 offsets and tiles
 // written, 5 after their barrier, 6 rows placed, 7 the last thread placed
-// its rows; permute_merged_pieces 0 sorted, 1 after its first barrier,
-// 2 placed, 3 after its second barrier, 4 tiles written, 5 counts and
-// offsets written, 6 the last thread wrote its experts'.
+// its rows.
 #ifdef UNIMOE_ROUTING_STAMPS
 template <class S>
 __device__ __forceinline__ void phase_stamp(S& s, int i, bool cond) {

@@ -250,6 +250,40 @@ TEST(FusedRoutingGpu, OnePiecePathAtItsBound) {
     }
 }
 
+// Routed rows beyond 32 place by per-expert token masks while every local
+// expert's mask (ceil(T / 32) words) fits the 8192-word work area, and by
+// the general path beyond: both sides of that bound (E_local = 1024 at
+// T = 256 and 257), masks of many words with a hot expert whose rows fill
+// many tiles, an EP range, and DeepSeekV3 over several CTA splits of the
+// cluster variant (T = 5, 9, 57: 5, 9 and 15 routing CTAs besides CTA 0 in
+// clusters of 16 at the wide choice's 1 token a CTA, the last of T=57
+// short; T=64 5 tokens a CTA: the spread kernel from T=121 there).
+TEST(FusedRoutingGpu, TokenMaskPathAtItsBound) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const std::vector<int> tile_m = {1, 3, 16};
+  for (int t : {256, 257}) {
+    Problem pr{make_routing(RoutingPolicy::Renormalize, 1024, 4, LogitsType::F32, false), t, 0, 0,
+               tile_m};
+    check_fused_and_split(pr, random_inputs(pr, rng));
+    Problem ep{pr.config, t, 100, 200, tile_m};
+    check_fused_and_split(ep, random_inputs(ep, rng));
+  }
+  Problem hot{make_routing(RoutingPolicy::Renormalize, 256, 8, LogitsType::F32, false), 300, 0, 0,
+              tile_m};
+  Inputs in = random_inputs(hot, rng);
+  for (int t = 0; t < hot.num_tokens; ++t) in.logits[static_cast<std::size_t>(t) * 256 + 7] += 20.0f;
+  check_fused_and_split(hot, in);
+  for (int t : {5, 9, 57, 64}) {
+    Problem ds{make_routing(RoutingPolicy::DeepSeekV3, 256, 8, LogitsType::F32, true), t, 0, 0,
+               tile_m};
+    ASSERT_EQ(ds.config.n_group, 8);
+    check_fused_and_split(ds, random_inputs(ds, rng));
+  }
+}
+
 // Sets a process-wide setting (its getter and setter) for a scope, then
 // restores it.
 template <typename T>
@@ -276,49 +310,6 @@ struct ScopedClusterMaxCtas : ScopedSetting<int> {
   explicit ScopedClusterMaxCtas(int max_ctas)
       : ScopedSetting(cluster_max_ctas, set_cluster_max_ctas, max_ctas) {}
 };
-
-// The merged-pieces permutation's largest pieces for a scope.
-struct ScopedMergedPieces : ScopedSetting<int> {
-  explicit ScopedMergedPieces(int pieces)
-      : ScopedSetting(merged_max_pieces, set_merged_max_pieces, pieces) {}
-};
-
-// Routed rows beyond 32 place by per-expert token masks while every local
-// expert's mask (ceil(T / 32) words) fits the 8192-word work area, and by
-// the general path beyond: both sides of that bound (E_local = 1024 at
-// T = 256 and 257), masks of many words with a hot expert whose rows fill
-// many tiles, an EP range, and DeepSeekV3 over several CTA splits of the
-// cluster variant (T = 5, 9, 57: 5, 9 and 15 routing CTAs besides CTA 0 in
-// clusters of 16 at the wide choice's 1 token a CTA, the last of T=57
-// short; T=64 five a CTA). Up to 128 rows merged pieces serve first
-// (MergedPiecesAtTheirBound); T=5 and 9 run here with them off.
-TEST(FusedRoutingGpu, TokenMaskPathAtItsBound) {
-  UNIMOE_REQUIRE_GPU();
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  const std::vector<int> tile_m = {1, 3, 16};
-  for (int t : {256, 257}) {
-    Problem pr{make_routing(RoutingPolicy::Renormalize, 1024, 4, LogitsType::F32, false), t, 0, 0,
-               tile_m};
-    check_fused_and_split(pr, random_inputs(pr, rng));
-    Problem ep{pr.config, t, 100, 200, tile_m};
-    check_fused_and_split(ep, random_inputs(ep, rng));
-  }
-  Problem hot{make_routing(RoutingPolicy::Renormalize, 256, 8, LogitsType::F32, false), 300, 0, 0,
-              tile_m};
-  Inputs in = random_inputs(hot, rng);
-  for (int t = 0; t < hot.num_tokens; ++t) in.logits[static_cast<std::size_t>(t) * 256 + 7] += 20.0f;
-  check_fused_and_split(hot, in);
-  ScopedMergedPieces off(0);
-  for (int t : {5, 9, 57, 64}) {
-    Problem ds{make_routing(RoutingPolicy::DeepSeekV3, 256, 8, LogitsType::F32, true), t, 0, 0,
-               tile_m};
-    ASSERT_EQ(ds.config.n_group, 8);
-    check_fused_and_split(ds, random_inputs(ds, rng));
-  }
-}
-
 
 // Whether the cluster variant launches the spread kernel for pr, at most
 // max_ctas CTAs (routing_shape::spread_shape at the launcher's default
@@ -511,59 +502,6 @@ TEST(FusedRoutingGpu, ClusterMaxCtasRefusesOtherSizes) {
   set_cluster_max_ctas(16);
   EXPECT_EQ(cluster_max_ctas(), 16);
   set_cluster_max_ctas(before);
-}
-
-// From 33 rows up to 32 * merged_max_pieces the permutation takes merged
-// pieces (permute_merged_pieces): both sides of its bound at 4 pieces (the
-// largest) and 2, and off (0), routed (the single block and the cluster
-// variant) and precomputed (ids that repeat within a token), with off-rank
-// rows, every row on one local expert, one hot expert, tile sizes that
-// split an expert's rows into several tiles, and E=1024 (several experts a
-// thread of a small block).
-TEST(FusedRoutingGpu, MergedPiecesAtTheirBound) {
-  UNIMOE_REQUIRE_GPU();
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  EXPECT_THROW(set_merged_max_pieces(-1), std::invalid_argument);
-  EXPECT_THROW(set_merged_max_pieces(routing_shape::kMergedMaxPieces + 1), std::invalid_argument);
-  const std::vector<int> tile_m = {1, 3, 16};
-  struct Shape {
-    int t, k;
-  };
-  // Rows 33, 40, 64, 65, 96, 128, 129, 242.
-  const Shape shapes[] = {{33, 1}, {5, 8}, {8, 8}, {13, 5}, {12, 8}, {16, 8}, {43, 3}, {11, 22}};
-  int cases = 0;
-  for (int pieces : {routing_shape::kMergedMaxPieces, 2, 0}) {
-    SCOPED_TRACE("merged pieces " + std::to_string(pieces));
-    ScopedMergedPieces scoped(pieces);
-    for (Shape sh : shapes)
-      for (auto [offset, count] : {std::pair{0, 128}, std::pair{40, 48}}) {
-        const RoutingConfig c =
-            make_routing(RoutingPolicy::Renormalize, 128, sh.k, LogitsType::F32, false);
-        Problem pr{c, sh.t, offset, count, tile_m};
-        check_fused_and_split(pr, random_inputs(pr, rng));
-        Inputs hot = random_inputs(pr, rng);
-        for (int t = 0; t < sh.t; ++t) hot.logits[static_cast<std::size_t>(t) * 128 + 45] += 20.0f;
-        check_fused_and_split(pr, hot);
-        Inputs one = precomputed_inputs(sh.t, sh.k, 128, rng);
-        std::fill(one.ids.begin(), one.ids.end(), offset + 7);  // every row on one local expert
-        check_fused_and_split(pr, one);
-        check_fused_and_split(pr, precomputed_inputs(sh.t, sh.k, 128, rng));
-        cases += 4;
-      }
-    for (int t : {5, 16, 32}) {
-      Problem ds{make_routing(RoutingPolicy::DeepSeekV3, 256, 8, LogitsType::BF16, true), t, 0, 0,
-                 tile_m};
-      check_fused_and_split(ds, random_inputs(ds, rng));
-      Problem big{make_routing(RoutingPolicy::Renormalize, 1024, 8, LogitsType::F32, false), t, 0,
-                  0, tile_m};
-      check_fused_and_split(big, random_inputs(big, rng));
-      cases += 2;
-    }
-  }
-  EXPECT_EQ(cases, 3 * (8 * 2 * 4 + 3 * 2));
-  EXPECT_EQ(merged_max_pieces(), routing_shape::kMergedPiecesByDefault);  // restored
 }
 
 TEST(FusedRoutingGpu, OneHotExpert) {
