@@ -17,7 +17,8 @@
 // the warps then read), the per-warp cursors and the tile bases. Up to 32
 // rows (decode), phases 2-4 take a short path with at most one barrier
 // (permute_piece); beyond, routed rows place by per-expert token masks
-// where they fit the work area (permute_by_token_masks), other inputs by
+// where they fit the work area (permute_by_token_masks; 33..64 rows by one
+// warp's sort, permute_sorted_pair), other inputs by
 // the general phases above. The routing kernels let the next kernel launch
 // at once (pdl_launch_dependents): its CTAs wait for this one's end on the
 // otherwise idle SMs.
@@ -175,6 +176,13 @@ ClusterSpread& spread_setting() {
   static ClusterSpread setting{env_switch_on("UNIMOE_CLUSTER_SPREAD"),
                                std::max(0, env_int("UNIMOE_SPREAD_MAX_CTAS", 0)),
                                std::max(0, env_int("UNIMOE_SPREAD_FROM_TOKENS", 0))};
+  return setting;
+}
+
+// Whether 33..64 rows take the one-warp sort of two keys a lane
+// (set_sorted_pair; UNIMOE_SORTED_PAIR=0 at start turns it off).
+bool& sorted_pair_setting() {
+  static bool setting = env_switch_on("UNIMOE_SORTED_PAIR");
   return setting;
 }
 
@@ -390,6 +398,7 @@ void launch_block_or_cluster(const RoutingParams& routing, const PermuteParams& 
     p.num_tiles[s] = permute.num_tiles[s];
   }
   p.inv_top_k = inverse_of(permute.top_k);
+  p.sorted_pair = sorted_pair_setting();
 
   if (!route || rows == 0) {
     launch_pdl(fused_permute_kernel, 1, kMaxThreads, 0, stream, for_block(p, kMaxThreads));
@@ -435,6 +444,10 @@ void set_cluster_max_ctas(int max_ctas) {
         std::to_string(max_ctas));
   cluster_max_ctas_setting() = max_ctas;
 }
+
+bool sorted_pair() { return sorted_pair_setting(); }
+
+void set_sorted_pair(bool on) { sorted_pair_setting() = on; }
 
 void set_cluster_spread(ClusterSpread setting) {
   if (setting.from_tokens < 0)

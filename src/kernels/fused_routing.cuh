@@ -53,8 +53,9 @@ void launch_fused_routing_permute(const RoutingParams& routing, const PermutePar
 // (UNIMOE_CLUSTER_MAX_CTAS at start) replaces the rule, for tests and A/B
 // timing.
 //
-// Where routing_shape::spread_by_default says so (routing mode; from T = 64
-// for the DeepSeek policies at E >= 128, else 128; K <= 8; the launch
+// Where routing_shape::spread_by_default says so (routing mode; for the
+// DeepSeek policies at E >= 128 from T = 121 where this kernel runs in
+// clusters of 16, else 64; the others from 128; K <= 8; the launch
 // shape, routing_shape::spread_shape, serving with a permuting thread per
 // local expert), the cluster variant launches the spread kernel instead:
 // every CTA of a cluster of up to 16 routes its run of tokens and places
@@ -84,6 +85,13 @@ void set_cluster_spread(ClusterSpread setting);
 // it, else 8). Throws std::invalid_argument for other values.
 int cluster_max_ctas();
 void set_cluster_max_ctas(int max_ctas);
+
+// Whether 33..64 rows permute by one warp's sort of two keys a lane
+// (block_permute.cuh, permute_sorted_pair), process-wide: on by default;
+// off, they take the token masks or the general path. UNIMOE_SORTED_PAIR=0
+// starts the process with it off. For tests and A/B timing.
+bool sorted_pair();
+void set_sorted_pair(bool on);
 
 // The DeepSeek decode kernels' wide choice (E / 32 warps a token, groups of
 // 32 experts; docs/routing.md, "The wide choice"), process-wide:

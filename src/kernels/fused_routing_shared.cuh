@@ -49,6 +49,9 @@ struct BlockPermuteParams {
   // padding byte): a division on the device sat ahead of the first key
   // load (session 20).
   uint8_t wide_floor_rank;
+  // Whether 33..64 rows take permute_sorted_pair (block_permute.cuh), from
+  // the host (set_sorted_pair): the last padding byte.
+  bool sorted_pair;
   int local_offset;
   int num_local;
   int32_t* expert_counts;
@@ -115,7 +118,7 @@ static_assert(sizeof(BlockShared) <= 48 * 1024, "fits static shared memory");
 // after its barrier, 2 placed, 3 tiles written; permute_by_token_masks 0
 // masks cleared, 1 set, 2 expert sums, 3 scanned, 4 offsets and tiles
 // written, 5 after their barrier, 6 rows placed, 7 the last thread placed
-// its rows.
+// its rows; permute_sorted_pair as permute_sorted_piece.
 #ifdef UNIMOE_ROUTING_STAMPS
 template <class S>
 __device__ __forceinline__ void phase_stamp(S& s, int i, bool cond) {

@@ -223,6 +223,18 @@ TEST(FusedRoutingGpu, ExpertParallelRangeWithOffRankRows) {
   check_fused_and_split(wide, random_inputs(wide, rng));
 }
 
+// One shape of a permutation path's bound test, each against split and
+// the reference: random logits (routed), precomputed ids all on local
+// expert `one`, and random precomputed ids.
+void check_bound_shape(const Problem& pr, int one, std::mt19937_64& rng) {
+  check_fused_and_split(pr, random_inputs(pr, rng));
+  const int t = pr.num_tokens, k = pr.config.top_k, e = pr.config.num_experts;
+  Inputs same = precomputed_inputs(t, k, e, rng);
+  std::fill(same.ids.begin(), same.ids.end(), pr.local_offset + one);
+  check_fused_and_split(pr, same);
+  check_fused_and_split(pr, precomputed_inputs(t, k, e, rng));
+}
+
 // Up to 32 rows the permute phases take a path of their own
 // (permute_one_piece): both sides of that bound, routed and precomputed,
 // with off-rank rows, every row on one expert, and tile sizes that split an
@@ -241,12 +253,7 @@ TEST(FusedRoutingGpu, OnePiecePathAtItsBound) {
     for (auto [offset, count] : {std::pair{0, 64}, std::pair{16, 24}}) {
       const RoutingConfig c =
           make_routing(RoutingPolicy::Renormalize, 64, s.k, LogitsType::F32, false);
-      Problem pr{c, s.t, offset, count, tile_m};
-      check_fused_and_split(pr, random_inputs(pr, rng));
-      Inputs one = precomputed_inputs(s.t, s.k, 64, rng);
-      std::fill(one.ids.begin(), one.ids.end(), offset + 5);  // every row on one local expert
-      check_fused_and_split(pr, one);
-      check_fused_and_split(pr, precomputed_inputs(s.t, s.k, 64, rng));
+      check_bound_shape(Problem{c, s.t, offset, count, tile_m}, 5, rng);
     }
 }
 
@@ -502,6 +509,58 @@ TEST(FusedRoutingGpu, ClusterMaxCtasRefusesOtherSizes) {
   set_cluster_max_ctas(16);
   EXPECT_EQ(cluster_max_ctas(), 16);
   set_cluster_max_ctas(before);
+}
+
+// The one-warp sort of two keys a lane for a scope.
+struct ScopedSortedPair : ScopedSetting<bool> {
+  explicit ScopedSortedPair(bool on) : ScopedSetting(sorted_pair, set_sorted_pair, on) {}
+};
+
+// From 33 to 64 rows the permutation takes one warp's sort of two keys a
+// lane (permute_sorted_pair): both sides of its bounds, on and off, routed
+// (the single block and the cluster variant) and precomputed (ids that
+// repeat within a token), with off-rank rows, every row on one local
+// expert, one hot expert, tile sizes that split an expert's rows into
+// several tiles, E=1024 (several experts a searching thread) and grouped
+// DeepSeekV3.
+TEST(FusedRoutingGpu, SortedPairAtItsBounds) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const std::vector<int> tile_m = {1, 3, 16};
+  struct Shape {
+    int t, k;
+  };
+  // Rows 32, 33, 40, 63, 64, 65.
+  const Shape shapes[] = {{4, 8}, {33, 1}, {5, 8}, {9, 7}, {8, 8}, {13, 5}};
+  int cases = 0;
+  for (bool on : {true, false}) {
+    SCOPED_TRACE(on ? "sorted pair on" : "sorted pair off");
+    ScopedSortedPair scoped(on);
+    for (Shape sh : shapes)
+      for (auto [offset, count] : {std::pair{0, 128}, std::pair{40, 48}}) {
+        const RoutingConfig c =
+            make_routing(RoutingPolicy::Renormalize, 128, sh.k, LogitsType::F32, false);
+        const Problem pr{c, sh.t, offset, count, tile_m};
+        check_bound_shape(pr, 7, rng);
+        Inputs hot = random_inputs(pr, rng);
+        for (int t = 0; t < sh.t; ++t) hot.logits[static_cast<std::size_t>(t) * 128 + 45] += 20.0f;
+        check_fused_and_split(pr, hot);
+        cases += 4;
+      }
+    for (int t : {5, 8}) {
+      Problem ds{make_routing(RoutingPolicy::DeepSeekV3, 256, 8, LogitsType::BF16, true), t, 0, 0,
+                 tile_m};
+      check_fused_and_split(ds, random_inputs(ds, rng));
+      Problem big{make_routing(RoutingPolicy::Renormalize, 1024, 8, LogitsType::F32, false), t, 0,
+                  0, tile_m};
+      check_fused_and_split(big, random_inputs(big, rng));
+      cases += 2;
+    }
+  }
+  EXPECT_EQ(cases, 2 * (6 * 2 * 4 + 2 * 2));
+  EXPECT_TRUE(sorted_pair());  // restored
 }
 
 TEST(FusedRoutingGpu, OneHotExpert) {
