@@ -154,51 +154,49 @@ __device__ inline void permute_by_token_masks(const BlockPermuteParams& p, Block
   step_stamp(s, 7, tid == threads - 1);
 }
 
-// Entries of sorted[0, n) below x, n a power of two, for sorted ascending:
-// a branchless binary search (log2(n) + 1 dependent loads, a broadcast
-// each).
-template <int kN>
-__device__ __forceinline__ int entries_below_n(const int32_t* sorted, int x) {
+// Entries of sorted[0, 64) below x, for sorted ascending: a branchless
+// binary search (seven dependent loads, a broadcast each).
+__device__ __forceinline__ int entries_below_64(const int32_t* sorted, int x) {
   int pos = 0;
 #pragma unroll
-  for (int step = kN / 2; step > 0; step /= 2)
+  for (int step = kWarpSize; step > 0; step /= 2)
     if (sorted[pos + step - 1] < x) pos += step;
   return pos + (sorted[pos] < x);
 }
 
-// Phases 2-4 for 33 .. 32 * kKeys rows (kKeys 2 or 4), as
-// permute_sorted_piece does up to 32 with kKeys keys a lane: the first warp
-// sorts the rows by (local expert, row), row j * 32 + l's key in lane l's
-// register j, by a bitonic network over the 32 * kKeys (shuffles, and
-// exchanges within each lane where the stride is 32 or more); lane l then
-// holds permuted positions j * 32 + l, places their rows and, where a run
-// of one expert starts, writes its tiles (a scan over every register's
-// lanes). The sorted experts go to the work area, and after one barrier
-// the other warps (a block has at least 4) find each expert's offset and
-// count by binary search. No barrier before the rows place, against the
-// token masks' four: measured (session 21 run 4, H200, 144 decode points
-// of 33..64 rows, DeepSeekV3/Renormalize/TopK, E 64..1024, K 1..8, against
-// the token masks in the same build), two keys a lane: the cluster variant
+// Whether permute_sorted_pair serves p: 33..64 rows, where the host lets it.
+__device__ __forceinline__ bool sorted_pair_fits(const BlockPermuteParams& p) {
+  return p.sorted_pair && p.rows <= 2 * kWarpSize;
+}
+
+// Phases 2-4 for 33..64 rows, as permute_sorted_piece does up to 32 with
+// two keys a lane: the first warp sorts the rows by (local expert, row), row
+// j * 32 + l's key in lane l's register j, by a bitonic network over the 64
+// (shuffles, and one exchange within each lane where the stride is 32);
+// lane l then holds permuted positions l and 32 + l, places their rows and,
+// where a run of one expert starts, writes its tiles (a scan over both
+// registers' lanes). The sorted experts go to the work area, and after one
+// barrier the other warps (a block has at least 4) find each expert's
+// offset and count by binary search. No barrier before the rows place,
+// against the token masks' four: measured (session 21 run 4, H200, 144
+// decode points of 33..64 rows, DeepSeekV3/Renormalize/TopK, E 64..1024,
+// K 1..8, against the token masks in the same build), the cluster variant
 // 0.77-0.94x (0.90 by geometric mean), the single block 0.92; Renormalize
 // E=128 K=8 T=5..8 3.06-3.08 -> 2.83-2.84 us, DeepSeekV3 E=256 K=8
 // 3.75-3.78 -> 3.44-3.50. (Four warps sorting 32 rows each, then merged by
 // binary searches past a barrier, lost to the masks: 1.01-1.02x, run 3.)
-template <int kKeys>
-__device__ inline void permute_sorted_keys(const BlockPermuteParams& p, BlockShared& s) {
-  static_assert(kKeys == 2 || kKeys == 4, "two or four keys a lane");
+__device__ inline void permute_sorted_pair(const BlockPermuteParams& p, BlockShared& s) {
   const int tid = threadIdx.x, lane = tid % kWarpSize;
   const int num_local = p.num_local, rows = p.rows;
-  int32_t* sorted = s.work.words;  // [32 kKeys]: the sorted rows' experts, INT_MAX past them
+  int32_t* sorted = s.work.words;  // [64]: the sorted rows' local experts, INT_MAX past them
   constexpr uint32_t kOffRank = kFusedMaxLocalExperts;  // after every local expert
   constexpr uint32_t kNoRow = 0xffffffffu;              // after every row
-  constexpr int kRowBits = kKeys == 2 ? 6 : 7;
-  constexpr int kN = kKeys * kWarpSize;
-  uint32_t key[kKeys];
+  constexpr int kRowBits = 6;
+  uint32_t key[2] = {kNoRow, kNoRow};
   if (tid < kWarpSize) {
 #pragma unroll
-    for (int j = 0; j < kKeys; ++j) {
+    for (int j = 0; j < 2; ++j) {
       const int row = j * kWarpSize + lane;
-      key[j] = kNoRow;
       if (row < rows) {
         const int e = s.expert[row];
         key[j] = (e >= 0 ? static_cast<uint32_t>(e) : kOffRank) << kRowBits |
@@ -207,23 +205,17 @@ __device__ inline void permute_sorted_keys(const BlockPermuteParams& p, BlockSha
     }
     // Bitonic sort of element i = j * 32 + lane, ascending: unique keys.
 #pragma unroll
-    for (int size = 2; size <= kN; size *= 2) {
+    for (int size = 2; size <= 2 * kWarpSize; size *= 2) {
 #pragma unroll
       for (int stride = size / 2; stride > 0; stride /= 2) {
-        if (stride >= kWarpSize) {  // within the lane: registers j and j + stride / 32
-          const int step = stride / kWarpSize;
-#pragma unroll
-          for (int j = 0; j < kKeys; ++j) {
-            if ((j & step) != 0) continue;
-            const bool ascending = ((j * kWarpSize) & size) == 0;
-            const uint32_t low = min(key[j], key[j + step]), high = max(key[j], key[j + step]);
-            key[j] = ascending ? low : high;
-            key[j + step] = ascending ? high : low;
-          }
+        if (stride == kWarpSize) {  // size 64: within the lane, ascending
+          const uint32_t low = min(key[0], key[1]), high = max(key[0], key[1]);
+          key[0] = low;
+          key[1] = high;
           continue;
         }
 #pragma unroll
-        for (int j = 0; j < kKeys; ++j) {
+        for (int j = 0; j < 2; ++j) {
           const uint32_t other = __shfl_xor_sync(kFullMask, key[j], stride);
           const bool ascending = ((j * kWarpSize + lane) & size) == 0;
           const bool low = (lane & stride) == 0;
@@ -232,7 +224,7 @@ __device__ inline void permute_sorted_keys(const BlockPermuteParams& p, BlockSha
       }
     }
 #pragma unroll
-    for (int j = 0; j < kKeys; ++j)
+    for (int j = 0; j < 2; ++j)
       sorted[j * kWarpSize + lane] =
           key[j] < (kOffRank << kRowBits) ? static_cast<int>(key[j] >> kRowBits) : INT_MAX;
   }
@@ -242,7 +234,7 @@ __device__ inline void permute_sorted_keys(const BlockPermuteParams& p, BlockSha
   if (tid >= kWarpSize) {  // offsets and counts, a thread an expert
 #pragma unroll 1
     for (int e = tid - kWarpSize; e < num_local; e += blockDim.x - kWarpSize) {
-      const int below = entries_below_n<kN>(sorted, e), through = entries_below_n<kN>(sorted, e + 1);
+      const int below = entries_below_64(sorted, e), through = entries_below_64(sorted, e + 1);
       p.expert_offsets[e] = below;
       p.expert_counts[e] = through - below;
     }
@@ -250,11 +242,10 @@ __device__ inline void permute_sorted_keys(const BlockPermuteParams& p, BlockSha
   }
 
   // Register j of lane l: permuted position j * 32 + l.
-  bool local[kKeys];
-  int e[kKeys];
-  int num_rows = 0;
+  bool local[2];
+  int e[2];
 #pragma unroll
-  for (int j = 0; j < kKeys; ++j) {
+  for (int j = 0; j < 2; ++j) {
     local[j] = key[j] < (kOffRank << kRowBits);
     e[j] = local[j] ? static_cast<int>(key[j] >> kRowBits) : -1;
     const int row = static_cast<int>(key[j] & ((1u << kRowBits) - 1u)), place = j * kWarpSize + lane;
@@ -264,63 +255,55 @@ __device__ inline void permute_sorted_keys(const BlockPermuteParams& p, BlockSha
     } else if (key[j] != kNoRow) {
       p.expanded_to_permuted[row] = -1;
     }
-    num_rows += __popc(__ballot_sync(kFullMask, local[j]));
   }
+  const int num_rows =
+      __popc(__ballot_sync(kFullMask, local[0])) + __popc(__ballot_sync(kFullMask, local[1]));
   if (lane == 0) p.expert_offsets[num_local] = num_rows;
   step_stamp(s, 2, tid == 0);
   // Runs of one expert: each starts at a head and ends at the next one.
-  bool head[kKeys];
-  unsigned heads[kKeys];
+  const int previous0 = __shfl_up_sync(kFullMask, e[0], 1);
+  const int previous1 = __shfl_up_sync(kFullMask, e[1], 1);
+  const int last0 = __shfl_sync(kFullMask, e[0], kWarpSize - 1);
+  const bool head[2] = {local[0] && (lane == 0 || previous0 != e[0]),
+                        local[1] && (lane == 0 ? last0 : previous1) != e[1]};
+  const uint64_t heads = static_cast<uint64_t>(__ballot_sync(kFullMask, head[0])) |
+                         static_cast<uint64_t>(__ballot_sync(kFullMask, head[1])) << kWarpSize;
+  int count[2];
 #pragma unroll
-  for (int j = 0; j < kKeys; ++j) {
-    // The element before lane 0's is the last lane's of the register below.
-    const int up = __shfl_up_sync(kFullMask, e[j], 1);
-    const int last_below = __shfl_sync(kFullMask, e[j > 0 ? j - 1 : 0], kWarpSize - 1);
-    const int previous = lane > 0 ? up : j > 0 ? last_below : -1;
-    head[j] = local[j] && previous != e[j];
-    heads[j] = __ballot_sync(kFullMask, head[j]);
-  }
-  int count[kKeys];
-#pragma unroll
-  for (int j = 0; j < kKeys; ++j) {
+  for (int j = 0; j < 2; ++j) {
     const int place = j * kWarpSize + lane;
-    int next = num_rows;  // the next head's place
-#pragma unroll
-    for (int jj = kKeys - 1; jj > j; --jj)
-      if (heads[jj] != 0u) next = jj * kWarpSize + __ffs(heads[jj]) - 1;
-    const unsigned above = heads[j] & ~((2u << lane) - 1u);
-    if (above != 0u) next = j * kWarpSize + __ffs(above) - 1;
-    count[j] = next - place;
+    const uint64_t above = heads & ~((2ull << place) - 1ull);
+    count[j] = above != 0 ? __ffsll(static_cast<long long>(above)) - 1 - place : num_rows - place;
   }
 #pragma unroll 1
   for (int t = 0; t < kMaxTileSizes; ++t) {
     if (t >= p.num_tile_sizes) break;
     const int tile_m = p.tile_m[t];
-    int tiles[kKeys], inclusive[kKeys];
+    int tiles[2], inclusive[2];
 #pragma unroll
-    for (int j = 0; j < kKeys; ++j) {
+    for (int j = 0; j < 2; ++j) {
       tiles[j] = head[j] ? exact_quotient(count[j] - 1, p.inv_tile_m[t]) + 1 : 0;
       inclusive[j] = tiles[j];
     }
 #pragma unroll
     for (int d = 1; d < kWarpSize; d *= 2) {
 #pragma unroll
-      for (int j = 0; j < kKeys; ++j) {
+      for (int j = 0; j < 2; ++j) {
         const int other = __shfl_up_sync(kFullMask, inclusive[j], d);
         if (lane >= d) inclusive[j] += other;
       }
     }
-    int before = 0;  // the tiles of the registers below
+    const int total0 = __shfl_sync(kFullMask, inclusive[0], kWarpSize - 1);
 #pragma unroll
-    for (int j = 0; j < kKeys; ++j) {
-      const int base = inclusive[j] - tiles[j] + before, place = j * kWarpSize + lane;
+    for (int j = 0; j < 2; ++j) {
+      const int base = inclusive[j] - tiles[j] + (j == 1 ? total0 : 0);
+      const int place = j * kWarpSize + lane;
 #pragma unroll 1
       for (int i = 0; i < tiles[j]; ++i)
         p.tiles[t][base + i] =
             DeviceTile{e[j], place + i * tile_m, min(tile_m, count[j] - i * tile_m), 0};
-      before += __shfl_sync(kFullMask, inclusive[j], kWarpSize - 1);
     }
-    if (lane == kWarpSize - 1) *p.num_tiles[t] = before;
+    if (lane == kWarpSize - 1) *p.num_tiles[t] = total0 + inclusive[1];
   }
   step_stamp(s, 3, tid == 0);
 }
@@ -331,12 +314,8 @@ __device__ inline void permute_block(const BlockPermuteParams& p, BlockShared& s
     permute_piece(p, s);
     return;
   }
-  if (p.sorted_keys >= 2 && p.rows <= 2 * kWarpSize) {
-    permute_sorted_keys<2>(p, s);
-    return;
-  }
-  if (p.sorted_keys >= 4 && p.rows <= 4 * kWarpSize) {
-    permute_sorted_keys<4>(p, s);
+  if (sorted_pair_fits(p)) {
+    permute_sorted_pair(p, s);
     return;
   }
   if (token_masks_fit(p)) {

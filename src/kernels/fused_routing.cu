@@ -398,8 +398,7 @@ void launch_block_or_cluster(const RoutingParams& routing, const PermuteParams& 
     p.num_tiles[s] = permute.num_tiles[s];
   }
   p.inv_top_k = inverse_of(permute.top_k);
-  static const int sorted_keys = env_int("UNIMOE_SORTED_KEYS", 4);
-  p.sorted_keys = static_cast<uint8_t>(sorted_pair_setting() ? sorted_keys : 1);
+  p.sorted_pair = sorted_pair_setting();
 
   if (!route || rows == 0) {
     launch_pdl(fused_permute_kernel, 1, kMaxThreads, 0, stream, for_block(p, kMaxThreads));

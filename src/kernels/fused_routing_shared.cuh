@@ -49,10 +49,9 @@ struct BlockPermuteParams {
   // padding byte): a division on the device sat ahead of the first key
   // load (session 20).
   uint8_t wide_floor_rank;
-  // One warp's sort takes up to 32 * sorted_keys rows (2: 33..64 by
-  // permute_sorted_keys<2>, 4: 65..128 by <4>; block_permute.cuh), from the
-  // host (set_sorted_pair): the last padding byte.
-  uint8_t sorted_keys;
+  // Whether 33..64 rows take permute_sorted_pair (block_permute.cuh), from
+  // the host (set_sorted_pair): the last padding byte.
+  bool sorted_pair;
   int local_offset;
   int num_local;
   int32_t* expert_counts;

@@ -532,9 +532,8 @@ TEST(FusedRoutingGpu, SortedPairAtItsBounds) {
   struct Shape {
     int t, k;
   };
-  // Rows 32, 33, 40, 63, 64, 65, 96, 128, 129.
-  const Shape shapes[] = {{4, 8}, {33, 1}, {5, 8},  {9, 7},  {8, 8},
-                          {13, 5}, {12, 8}, {16, 8}, {43, 3}};
+  // Rows 32, 33, 40, 63, 64, 65.
+  const Shape shapes[] = {{4, 8}, {33, 1}, {5, 8}, {9, 7}, {8, 8}, {13, 5}};
   int cases = 0;
   for (bool on : {true, false}) {
     SCOPED_TRACE(on ? "sorted pair on" : "sorted pair off");
@@ -550,7 +549,7 @@ TEST(FusedRoutingGpu, SortedPairAtItsBounds) {
         check_fused_and_split(pr, hot);
         cases += 4;
       }
-    for (int t : {5, 16}) {
+    for (int t : {5, 8}) {
       Problem ds{make_routing(RoutingPolicy::DeepSeekV3, 256, 8, LogitsType::BF16, true), t, 0, 0,
                  tile_m};
       check_fused_and_split(ds, random_inputs(ds, rng));
@@ -560,7 +559,7 @@ TEST(FusedRoutingGpu, SortedPairAtItsBounds) {
       cases += 2;
     }
   }
-  EXPECT_EQ(cases, 2 * (9 * 2 * 4 + 2 * 2));
+  EXPECT_EQ(cases, 2 * (6 * 2 * 4 + 2 * 2));
   EXPECT_TRUE(sorted_pair());  // restored
 }
 
