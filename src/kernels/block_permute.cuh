@@ -309,14 +309,24 @@ __device__ inline void permute_sorted_pair(const BlockPermuteParams& p, BlockSha
 }
 
 // Phases 2-4 over s.expert[0, rows); every thread of the block calls it.
+// kSortedPair: the kernel holds permute_sorted_pair. Holding it cost the
+// threshold kernels of the policies without groups (E > 128, K >= 8) their
+// other paths: measured (session 21 run 7, H200, b97274d against 2285753,
+// best of 3), Renormalize/TopK/Default E=512 K=8 1.06-1.12x at T = 12..128,
+// E=256 K=8 1.03-1.06x (0.97 at T = 6..8 where it ran); every other
+// kernel within 0.99-1.02 beyond 64 rows. So those kernels leave it out
+// (fused_routing_kernels.cuh, kHoldsSortedPair).
+template <bool kSortedPair = true>
 __device__ inline void permute_block(const BlockPermuteParams& p, BlockShared& s) {
   if (p.rows <= kWarpSize) {
     permute_piece(p, s);
     return;
   }
-  if (sorted_pair_fits(p)) {
-    permute_sorted_pair(p, s);
-    return;
+  if constexpr (kSortedPair) {
+    if (sorted_pair_fits(p)) {
+      permute_sorted_pair(p, s);
+      return;
+    }
   }
   if (token_masks_fit(p)) {
     permute_by_token_masks(p, s);

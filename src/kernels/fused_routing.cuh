@@ -87,8 +87,10 @@ int cluster_max_ctas();
 void set_cluster_max_ctas(int max_ctas);
 
 // Whether 33..64 rows permute by one warp's sort of two keys a lane
-// (block_permute.cuh, permute_sorted_pair), process-wide: on by default;
-// off, they take the token masks or the general path. UNIMOE_SORTED_PAIR=0
+// (block_permute.cuh, permute_sorted_pair), process-wide: on by default
+// (in every kernel but the threshold kernels of the policies without
+// groups, which do not hold it); off, they take the token masks or the
+// general path. UNIMOE_SORTED_PAIR=0
 // starts the process with it off. For tests and A/B timing.
 bool sorted_pair();
 void set_sorted_pair(bool on);

@@ -13,6 +13,11 @@
 
 namespace unimoe::fused_detail {
 
+// Whether a fused or cluster kernel holds permute_sorted_pair: all but the
+// threshold kernels of the policies without groups (permute_block).
+template <bool kDeepSeek, bool kThreshold>
+inline constexpr bool kHoldsSortedPair = kDeepSeek || !kThreshold;
+
 // The experts of `token`, as the fused, cluster and spread kernels choose
 // them (every lane of the warp calls it): DeepSeek's keys staged by the
 // block and its slots in runs, the others' strided; the K best by
@@ -247,7 +252,7 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   phase_stamp(s, 3, threadIdx.x == 0);
   __syncthreads();
   phase_stamp(s, 5, threadIdx.x == 0);
-  permute_block(p, s);
+  permute_block<kHoldsSortedPair<kDeepSeek, kThreshold>>(p, s);
   phase_stamp(s, 7, threadIdx.x == 0);
   print_stamps(s, "block", r, 0, 1);
 }
@@ -305,7 +310,7 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     __cluster_barrier_arrive();
     __cluster_barrier_wait();
     phase_stamp(s, 5, threadIdx.x == 0);
-    if (rank == 0) permute_block(p, s);
+    if (rank == 0) permute_block<kHoldsSortedPair<kDeepSeek, kThreshold>>(p, s);
     phase_stamp(s, 7, threadIdx.x == 0);
     print_stamps(s, "cluster-whole", r, rank, ctas);
     return;
@@ -314,7 +319,7 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     __cluster_barrier_arrive();
     __cluster_barrier_wait();  // every routed row staged in s.expert
     phase_stamp(s, 5, threadIdx.x == 0);
-    permute_block(p, s);
+    permute_block<kHoldsSortedPair<kDeepSeek, kThreshold>>(p, s);
     phase_stamp(s, 7, threadIdx.x == 0);
     print_stamps(s, "cluster", r, rank, ctas);
     return;
