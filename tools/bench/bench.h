@@ -91,4 +91,13 @@ struct StreamPatternOptions {
 // Returns the exit status (2: no GPU, 0: done).
 int run_stream_patterns(const StreamPatternOptions& opt);
 
+// --launch-floor: an empty kernel (kernels/launch_floor.cuh) in the decode
+// routing kernels' launch shapes, timed as the routing sweep times them.
+struct LaunchFloorOptions {
+  int iters = 20;
+  std::string json_path = "out/launch_floor.json";
+};
+// Returns the exit status (2: no GPU, 1: a probe did not run, 0: done).
+int run_launch_floor(const LaunchFloorOptions& opt);
+
 }  // namespace unimoe::bench

@@ -269,6 +269,11 @@ int run_stream_patterns(const StreamPatternOptions&) {
   return 2;
 }
 
+int run_launch_floor(const LaunchFloorOptions&) {
+  std::fprintf(stderr, "unimoe-bench --launch-floor needs a GPU: built without CUDA\n");
+  return 2;
+}
+
 }  // namespace unimoe::bench
 
 #endif

@@ -182,8 +182,19 @@ int main(int argc, char** argv) {
                "instead of the layer: time one read of a weight matrix per access pattern (the decode "
                "GEMMs' loads, bulk copies, a linear read) at the decode GEMMs' sizes and 1 GiB; --iters "
                "reads each");
+  bool launch_floor = false;
+  app.add_flag("--launch-floor", launch_floor,
+               "instead of the layer: time an empty kernel in the decode routing kernels' launch "
+               "shapes (one CTA, clusters of 2..16, chains of 2 and 4), as --routing-sweep times "
+               "a call; --iters replays");
   CLI11_PARSE(app, argc, argv);
   try {
+    if (launch_floor) {
+      LaunchFloorOptions lo;
+      lo.iters = opt.iters;
+      if (app.count("--json") > 0) lo.json_path = opt.json_path;
+      return run_launch_floor(lo);
+    }
     if (stream_patterns) {
       StreamPatternOptions po;
       po.reads = opt.iters;

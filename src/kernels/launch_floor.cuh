@@ -1,0 +1,38 @@
+// The launch floor: a kernel that does only what every decode routing kernel
+// does around its work (wait for the previous grid, let the next one launch,
+// write to global memory), launched as they are (PDL, thread-block
+// clusters). Timed back to back in a graph (`unimoe-bench --launch-floor`),
+// it is the part of a routing call that no change to the routing itself can
+// remove. Two fuller forms add the skeleton of a routing call's chain: one
+// load of global memory written before the previous grid (the logits), then
+// a barrier across the block, or across the cluster where there is one.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace unimoe {
+
+enum class FloorSteps {
+  kEmpty,        // wait, trigger, one store
+  kLoad,         // and every thread loads one float of `src` first
+  kLoadBarrier,  // and a block (or cluster) barrier after the load
+};
+
+const char* floor_steps_name(FloorSteps steps);
+
+// One launch of `ctas` CTAs of `threads` threads, as clusters of
+// `cluster_ctas` CTAs (0: no cluster attribute; above 8 the non-portable
+// size is allowed first). Thread 0 of CTA 0 writes ctas * threads to
+// word[0], and a thread whose loaded value is not 0 writes it to word[1]
+// (none, with `src` zeroed: that keeps the loads). `src` holds ctas *
+// threads floats; kEmpty does not read it. Throws std::invalid_argument for a shape
+// that is not a launch (ctas < 1, threads not a multiple of 32 in
+// 32..1024, ctas not whole clusters, a cluster above 16, a null pointer
+// that is read) and std::runtime_error when the launch fails (a cluster the
+// device cannot run, say).
+void launch_floor_probe(FloorSteps steps, int ctas, int cluster_ctas, int threads, const float* src,
+                        int32_t* word, cudaStream_t stream);
+
+}  // namespace unimoe
