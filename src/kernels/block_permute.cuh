@@ -86,15 +86,25 @@ __device__ __forceinline__ bool token_masks_fit(const BlockPermuteParams& p) {
 // or an expert a thread), and it is their latency, not the issue rate, that
 // sets its time: 500-1000 cycles a step at DeepSeekV3 T=16-64 (session 11
 // stamps), whether 8 or 32 warps run it (session 11 run 4).
-__device__ inline void permute_by_token_masks(const BlockPermuteParams& p, BlockShared& s) {
+// Its first step, zeroing the masks: CTA 0 of the cluster kernel takes it
+// before its cluster barrier (`cleared`), while the routing CTAs route.
+__device__ __forceinline__ void clear_token_masks(const BlockPermuteParams& p, BlockShared& s) {
+  const int n = p.num_local * mask_words(exact_quotient(p.rows, p.inv_top_k));
+#pragma unroll 1
+  for (int i = threadIdx.x; i < n; i += blockDim.x) s.work.words[i] = 0;
+}
+
+__device__ inline void permute_by_token_masks(const BlockPermuteParams& p, BlockShared& s,
+                                              bool cleared) {
   const int tid = threadIdx.x, threads = blockDim.x;
   const int num_local = p.num_local, rows = p.rows;
   const float inv_top_k = p.inv_top_k;
   const int words = mask_words(exact_quotient(rows, inv_top_k));
   uint32_t* masks = reinterpret_cast<uint32_t*>(s.work.words);  // [num_local][words]
-#pragma unroll 1
-  for (int i = tid; i < num_local * words; i += threads) masks[i] = 0;
-  __syncthreads();
+  if (!cleared) {
+    clear_token_masks(p, s);
+    __syncthreads();
+  }
   step_stamp(s, 0, tid == 0);
 #pragma unroll 1
   for (int row = tid; row < rows; row += threads) {
@@ -308,6 +318,12 @@ __device__ inline void permute_sorted_pair(const BlockPermuteParams& p, BlockSha
   step_stamp(s, 3, tid == 0);
 }
 
+// Whether permute_block<kSortedPair> takes the token masks for p.
+template <bool kSortedPair>
+__device__ __forceinline__ bool takes_token_masks(const BlockPermuteParams& p) {
+  return p.rows > kWarpSize && !(kSortedPair && sorted_pair_fits(p)) && token_masks_fit(p);
+}
+
 // Phases 2-4 over s.expert[0, rows); every thread of the block calls it.
 // kSortedPair: the kernel holds permute_sorted_pair. Holding it cost the
 // threshold kernels of the policies without groups (E > 128, K >= 8) their
@@ -316,8 +332,12 @@ __device__ inline void permute_sorted_pair(const BlockPermuteParams& p, BlockSha
 // E=256 K=8 1.03-1.06x (0.97 at T = 6..8 where it ran); every other
 // kernel within 0.99-1.02 beyond 64 rows. So those kernels leave it out
 // (fused_routing_kernels.cuh, kHoldsSortedPair).
+//
+// masks_cleared: the caller took clear_token_masks already, where
+// takes_token_masks said so (and a barrier since).
 template <bool kSortedPair = true>
-__device__ inline void permute_block(const BlockPermuteParams& p, BlockShared& s) {
+__device__ inline void permute_block(const BlockPermuteParams& p, BlockShared& s,
+                                     bool masks_cleared = false) {
   if (p.rows <= kWarpSize) {
     permute_piece(p, s);
     return;
@@ -329,7 +349,7 @@ __device__ inline void permute_block(const BlockPermuteParams& p, BlockShared& s
     }
   }
   if (token_masks_fit(p)) {
-    permute_by_token_masks(p, s);
+    permute_by_token_masks(p, s, masks_cleared);
     return;
   }
   const int tid = threadIdx.x, threads = blockDim.x;
