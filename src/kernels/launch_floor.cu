@@ -11,13 +11,74 @@ namespace {
 
 constexpr int kMaxClusterCtas = 16;  // the non-portable limit on sm_90
 
+// kLoadHandoff's mbarrier (PTX: mbarrier, barrier.cluster, mapa).
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void handoff_init(uint64_t* bar, uint32_t count) {
+  asm volatile(
+      "mbarrier.init.shared::cta.b64 [%0], %1;\n"
+      "fence.mbarrier_init.release.cluster;\n" ::"r"(smem_address(bar)),
+      "r"(count)
+      : "memory");
+}
+
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+}
+
+// Arrives on the mbarrier at `bar`'s offset in CTA `rank`'s shared memory.
+__device__ __forceinline__ void handoff_arrive_remote(uint64_t* bar, uint32_t rank) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+      "}\n" ::"r"(smem_address(bar)),
+      "r"(rank)
+      : "memory");
+}
+
+__device__ __forceinline__ void handoff_wait(uint64_t* bar) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], 0;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(smem_address(bar))
+      : "memory");
+}
+
 template <FloorSteps kSteps, bool kCluster>
 __global__ void launch_floor_kernel(const float* src, int32_t* word) {
+  constexpr bool kHandoff = kSteps == FloorSteps::kLoadHandoff && kCluster;
+  __shared__ uint64_t bar;
+  uint32_t rank = 0;
+  if constexpr (kHandoff) {  // before the wait for the previous grid: nothing of it is read
+    rank = cooperative_groups::this_cluster().block_rank();
+    if (rank == 0 && threadIdx.x == 0)
+      handoff_init(&bar, (cooperative_groups::this_cluster().num_blocks() - 1) * (blockDim.x / 32));
+    cluster_arrive_relaxed();
+  }
   pdl_begin();
   pdl_launch_dependents();
   float v = 0.0f;
   if constexpr (kSteps != FloorSteps::kEmpty) v = src[blockIdx.x * blockDim.x + threadIdx.x];
-  if constexpr (kSteps == FloorSteps::kLoadBarrier) {
+  if constexpr (kHandoff) {
+    cluster_wait();  // the mbarrier is initialized
+    if (rank != 0) {
+      __syncwarp();
+      if (threadIdx.x % 32 == 0) handoff_arrive_remote(&bar, 0);
+    } else {
+      handoff_wait(&bar);
+    }
+  } else if constexpr (kSteps == FloorSteps::kLoadBarrier || kSteps == FloorSteps::kLoadHandoff) {
     if constexpr (kCluster) cooperative_groups::this_cluster().sync();
     else __syncthreads();
   }
@@ -51,6 +112,7 @@ const char* floor_steps_name(FloorSteps steps) {
     case FloorSteps::kEmpty: return "empty";
     case FloorSteps::kLoad: return "load";
     case FloorSteps::kLoadBarrier: return "load+barrier";
+    case FloorSteps::kLoadHandoff: return "load+handoff";
   }
   return "?";
 }
@@ -76,6 +138,9 @@ void launch_floor_probe(FloorSteps steps, int ctas, int cluster_ctas, int thread
       break;
     case FloorSteps::kLoadBarrier:
       launch_clustered_or_not<FloorSteps::kLoadBarrier>(ctas, cluster_ctas, threads, src, word, stream);
+      break;
+    case FloorSteps::kLoadHandoff:
+      launch_clustered_or_not<FloorSteps::kLoadHandoff>(ctas, cluster_ctas, threads, src, word, stream);
       break;
   }
 }

@@ -18,6 +18,13 @@ enum class FloorSteps {
   kEmpty,        // wait, trigger, one store
   kLoad,         // and every thread loads one float of `src` first
   kLoadBarrier,  // and a block (or cluster) barrier after the load
+  // And, in clusters, a handoff to CTA 0 in place of the barrier: every
+  // warp of the other CTAs arrives (release, cluster scope) on an mbarrier
+  // in CTA 0's shared memory, which CTA 0 waits on (acquire); the mbarrier
+  // is initialized behind a cluster barrier that every CTA arrives at
+  // before its wait for the previous grid and waits at after the load.
+  // Without clusters, as kLoadBarrier.
+  kLoadHandoff,
 };
 
 const char* floor_steps_name(FloorSteps steps);

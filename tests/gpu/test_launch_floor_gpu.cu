@@ -1,6 +1,7 @@
 // The launch floor probe (kernels/launch_floor.cuh): every form runs in
 // every shape `unimoe-bench --launch-floor` times, directly and replayed
-// from a graph, and the probe refuses shapes that are not a launch.
+// from a graph (a handoff whose arrivals fell short of its mbarrier's count
+// would hang here), and the probe refuses shapes that are not a launch.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -19,7 +20,8 @@ struct ProbeShape {
   int ctas, cluster_ctas, threads;
 };
 
-constexpr FloorSteps kAllSteps[] = {FloorSteps::kEmpty, FloorSteps::kLoad, FloorSteps::kLoadBarrier};
+constexpr FloorSteps kAllSteps[] = {FloorSteps::kEmpty, FloorSteps::kLoad, FloorSteps::kLoadBarrier,
+                                    FloorSteps::kLoadHandoff};
 
 // word[0]; word[1] (a non-zero loaded value) must stay poisoned.
 int32_t read_word(const test::DeviceBuffer<int32_t>& word) {
@@ -64,7 +66,7 @@ TEST(LaunchFloorGpu, EveryFormAndShapeWritesItsThreadCount) {
     }
   }
   UNIMOE_CUDA_CHECK(cudaStreamDestroy(stream));
-  EXPECT_EQ(cases, 21);
+  EXPECT_EQ(cases, 28);
 }
 
 // The loads are real: a non-zero value read by any thread reaches word[1].
@@ -74,7 +76,8 @@ TEST(LaunchFloorGpu, TheLoadFormsReadTheirSource) {
   host[16 * 256 - 1] = 7.0f;  // the last thread of the last CTA
   test::DeviceBuffer<float> src(host);
   test::DeviceBuffer<int32_t> word(2);
-  for (const FloorSteps steps : {FloorSteps::kLoad, FloorSteps::kLoadBarrier}) {
+  for (const FloorSteps steps :
+       {FloorSteps::kLoad, FloorSteps::kLoadBarrier, FloorSteps::kLoadHandoff}) {
     SCOPED_TRACE(floor_steps_name(steps));
     word.poison();
     launch_floor_probe(steps, 16, 16, 256, src.get(), word.get(), nullptr);

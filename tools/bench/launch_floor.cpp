@@ -3,8 +3,8 @@
 // kernels, the way the routing sweep times them (kCallsPerGraph calls back
 // to back in a graph, the median replay per call), and chains of 2 and 4
 // probes a call (the split chain's kernel boundaries), each shape in the
-// probe's three forms (empty; one load; one load and a block or cluster
-// barrier). A routing call's time minus its shape's floor is what its
+// probe's four forms (empty; one load; one load and a block or cluster
+// barrier; one load and a handoff to CTA 0 through an mbarrier). A routing call's time minus its shape's floor is what its
 // kernels' work costs. Prints a table and writes JSON.
 #include "bench.h"
 
@@ -53,7 +53,8 @@ int run_launch_floor(const LaunchFloorOptions& opt) {
   for (const FloorShape& s : kShapes) most_threads = std::max(most_threads, s.ctas * s.threads);
   const DeviceMem src(std::size_t(most_threads) * sizeof(float));
   UNIMOE_CUDA_CHECK(cudaMemset(src.p, 0, std::size_t(most_threads) * sizeof(float)));
-  constexpr FloorSteps kSteps[] = {FloorSteps::kEmpty, FloorSteps::kLoad, FloorSteps::kLoadBarrier};
+  constexpr FloorSteps kSteps[] = {FloorSteps::kEmpty, FloorSteps::kLoad, FloorSteps::kLoadBarrier,
+                                   FloorSteps::kLoadHandoff};
 
   nlohmann::json doc;
   doc["tool"] = "unimoe-bench --launch-floor";
@@ -66,9 +67,10 @@ int run_launch_floor(const LaunchFloorOptions& opt) {
   std::printf("launch floor on %s (PDL %s), %d calls a graph, median of %d replays\n", prop.name,
               pdl_enabled() ? "on" : "off", kCallsPerGraph, opt.iters);
   std::printf("us a call by the probe's form (empty; one load; one load, then a block barrier, or a\n"
-              "cluster barrier where there are clusters)\n");
-  std::printf("%6s %8s %8s %6s %12s %12s %14s\n", "ctas", "cluster", "threads", "chain", "empty", "load",
-              "load+barrier");
+              "cluster barrier where there are clusters; one load, then the other CTAs' warps hand off\n"
+              "to CTA 0 through an mbarrier, a block barrier without clusters)\n");
+  std::printf("%6s %8s %8s %6s %12s %12s %14s %14s\n", "ctas", "cluster", "threads", "chain", "empty",
+              "load", "load+barrier", "load+handoff");
   int wrong = 0;
   for (const FloorShape& s : kShapes) {
     std::printf("%6d %8d %8d %6d", s.ctas, s.cluster_ctas, s.threads, s.chain);
@@ -88,7 +90,7 @@ int run_launch_floor(const LaunchFloorOptions& opt) {
       UNIMOE_CUDA_CHECK(cudaMemcpy(&got, word.p, sizeof(got), cudaMemcpyDeviceToHost));
       const bool ran = got == s.ctas * s.threads;  // the probe wrote its grid's thread count
       wrong += !ran;
-      std::printf(" %*.3f%s", steps == FloorSteps::kLoadBarrier ? 14 : 12, us, ran ? "" : " (no word)");
+      std::printf(" %*.3f%s", steps >= FloorSteps::kLoadBarrier ? 14 : 12, us, ran ? "" : " (no word)");
       doc["points"].push_back({{"ctas", s.ctas},
                                {"cluster_ctas", s.cluster_ctas},
                                {"threads", s.threads},
