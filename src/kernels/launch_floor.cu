@@ -59,11 +59,11 @@ template <FloorSteps kSteps, bool kCluster>
 __global__ void launch_floor_kernel(const float* src, int32_t* word) {
   constexpr bool kHandoff = kSteps == FloorSteps::kLoadHandoff && kCluster;
   __shared__ uint64_t bar;
-  uint32_t rank = 0;
+  uint32_t rank = 0, others = 0;  // others: the CTAs that hand off to CTA 0
   if constexpr (kHandoff) {  // before the wait for the previous grid: nothing of it is read
     rank = cooperative_groups::this_cluster().block_rank();
-    if (rank == 0 && threadIdx.x == 0)
-      handoff_init(&bar, (cooperative_groups::this_cluster().num_blocks() - 1) * (blockDim.x / 32));
+    others = cooperative_groups::this_cluster().num_blocks() - 1;
+    if (rank == 0 && threadIdx.x == 0 && others > 0) handoff_init(&bar, others * (blockDim.x / 32));
     cluster_arrive_relaxed();
   }
   pdl_begin();
@@ -75,7 +75,7 @@ __global__ void launch_floor_kernel(const float* src, int32_t* word) {
     if (rank != 0) {
       __syncwarp();
       if (threadIdx.x % 32 == 0) handoff_arrive_remote(&bar, 0);
-    } else {
+    } else if (others > 0) {  // a cluster of one has nothing to hand off
       handoff_wait(&bar);
     }
   } else if constexpr (kSteps == FloorSteps::kLoadBarrier || kSteps == FloorSteps::kLoadHandoff) {

@@ -33,7 +33,7 @@ int32_t read_word(const test::DeviceBuffer<int32_t>& word) {
 TEST(LaunchFloorGpu, EveryFormAndShapeWritesItsThreadCount) {
   UNIMOE_REQUIRE_GPU();
   const ProbeShape shapes[] = {{1, 0, 256},  {1, 0, 1024}, {2, 2, 256}, {8, 8, 1024},
-                               {16, 16, 256}, {48, 16, 32}, {3, 0, 96}};
+                               {16, 16, 256}, {48, 16, 32}, {3, 0, 96},   {2, 1, 64}};
   test::DeviceBuffer<float> src(std::vector<float>(48 * 1024, 0.0f));
   test::DeviceBuffer<int32_t> word(2);
   cudaStream_t stream;
@@ -66,7 +66,7 @@ TEST(LaunchFloorGpu, EveryFormAndShapeWritesItsThreadCount) {
     }
   }
   UNIMOE_CUDA_CHECK(cudaStreamDestroy(stream));
-  EXPECT_EQ(cases, 28);
+  EXPECT_EQ(cases, 32);
 }
 
 // The loads are real: a non-zero value read by any thread reaches word[1].
