@@ -1,5 +1,6 @@
 #include <cooperative_groups.h>
 
+#include <iterator>
 #include <stdexcept>
 #include <string>
 
@@ -129,20 +130,14 @@ void launch_floor_probe(FloorSteps steps, int ctas, int cluster_ctas, int thread
   require(cluster_ctas == 0 || ctas % cluster_ctas == 0, "ctas must be whole clusters");
   require(word != nullptr, "word must not be null");
   require(steps == FloorSteps::kEmpty || src != nullptr, "src must not be null where it is read");
-  switch (steps) {
-    case FloorSteps::kEmpty:
-      launch_clustered_or_not<FloorSteps::kEmpty>(ctas, cluster_ctas, threads, src, word, stream);
-      break;
-    case FloorSteps::kLoad:
-      launch_clustered_or_not<FloorSteps::kLoad>(ctas, cluster_ctas, threads, src, word, stream);
-      break;
-    case FloorSteps::kLoadBarrier:
-      launch_clustered_or_not<FloorSteps::kLoadBarrier>(ctas, cluster_ctas, threads, src, word, stream);
-      break;
-    case FloorSteps::kLoadHandoff:
-      launch_clustered_or_not<FloorSteps::kLoadHandoff>(ctas, cluster_ctas, threads, src, word, stream);
-      break;
-  }
+  using Launch = void (*)(int, int, int, const float*, int32_t*, cudaStream_t);
+  constexpr Launch kLaunch[] = {
+      launch_clustered_or_not<FloorSteps::kEmpty>, launch_clustered_or_not<FloorSteps::kLoad>,
+      launch_clustered_or_not<FloorSteps::kLoadBarrier>,
+      launch_clustered_or_not<FloorSteps::kLoadHandoff>};
+  const int form = static_cast<int>(steps);
+  require(form >= 0 && form < static_cast<int>(std::size(kLaunch)), "steps is not a form");
+  kLaunch[form](ctas, cluster_ctas, threads, src, word, stream);
 }
 
 }  // namespace unimoe

@@ -34,11 +34,11 @@ const char* floor_steps_name(FloorSteps steps);
 // size is allowed first). Thread 0 of CTA 0 writes ctas * threads to
 // word[0], and a thread whose loaded value is not 0 writes it to word[1]
 // (none, with `src` zeroed: that keeps the loads). `src` holds ctas *
-// threads floats; kEmpty does not read it. Throws std::invalid_argument for a shape
-// that is not a launch (ctas < 1, threads not a multiple of 32 in
-// 32..1024, ctas not whole clusters, a cluster above 16, a null pointer
-// that is read) and std::runtime_error when the launch fails (a cluster the
-// device cannot run, say).
+// threads floats; kEmpty does not read it. Throws std::invalid_argument
+// for a shape that is not a launch (ctas < 1, threads not a multiple of 32
+// in 32..1024, ctas not whole clusters, a cluster above 16, a null pointer
+// that is read, `steps` not a FloorSteps value) and std::runtime_error
+// when the launch fails (a cluster the device cannot run, say).
 void launch_floor_probe(FloorSteps steps, int ctas, int cluster_ctas, int threads, const float* src,
                         int32_t* word, cudaStream_t stream);
 

@@ -105,6 +105,8 @@ TEST(LaunchFloorGpu, RefusesShapesThatAreNotALaunch) {
                std::invalid_argument);
   EXPECT_THROW(launch_floor_probe(FloorSteps::kLoadBarrier, 1, 0, 256, nullptr, word, nullptr),
                std::invalid_argument);
+  EXPECT_THROW(launch_floor_probe(static_cast<FloorSteps>(7), 1, 0, 256, src, word, nullptr),
+               std::invalid_argument);
 }
 
 }  // namespace
