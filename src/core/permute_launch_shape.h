@@ -13,8 +13,17 @@ namespace unimoe::permute_shape {
 // slower at the 8 points where 128 scatter CTAs and 8 or 12 scan CTAs
 // (E_local 256 and 384) passed 132, every policy at T=16384 K=8 (DeepSeekV3
 // E=256 22.18 -> 23.00 us); E_local = 128 there (4 scan CTAs) gained 0.96.
-inline bool scan_triggers_scatter(int scatter_ctas, int scan_ctas, int sm_count) {
-  return scatter_ctas + scan_ctas <= sm_count;
+// Where the scatter ranks its rows before its wait (the token masks of the
+// calls the octet kernel counted: `ranks_before_wait`), it triggers
+// whatever the CTAs: measured (session 23 run 4, H200, 72 split-chain
+// points, DeepSeekV3/MiniMax2 E 128..384, K 4 and 8, T 2048..16384), the
+// calls past 132 CTAs 0.93-0.95x with the trigger (DeepSeekV3 E=256 K=8
+// T=16384 21.62 -> 20.70 us, T=8192 16.59 -> 15.30), the others unchanged;
+// the votes' scatter, which has nothing to do before its wait, stays with
+// the SM rule (Renormalize E=256 K=8 T=16384 26.19 -> 27.14 forced).
+inline bool scan_triggers_scatter(int scatter_ctas, int scan_ctas, int sm_count,
+                                  bool ranks_before_wait) {
+  return ranks_before_wait || scatter_ctas + scan_ctas <= sm_count;
 }
 
 }  // namespace unimoe::permute_shape

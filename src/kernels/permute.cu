@@ -21,12 +21,17 @@
 // scatter 9.0 -> 7.4 once each kernel's loads are all in flight at once,
 // one vote a piece instead of two, and one scan for the offsets and the
 // first tile schedule.
+// Session 23 (globaltimer and clock64 stamps, a one-off build, DeepSeekV3
+// E=256 K=8 T=16384): the scatter took 5.4 us, 2,770 cycles of them in the
+// votes of pass 1; the calls the octet kernel counted now rank by token
+// masks before the scatter's wait (permute_scatter_kernel<true>).
 // Expanded rows are split into chunks of whole warp pieces, and each chunk
-// into one contiguous span per warp, so that ranks come from warp votes and
-// per-warp counters in shared memory: no global atomics, the same result on
-// every run.
+// into one contiguous span per warp, so that ranks come from warp votes (or
+// token masks) and per-warp counters in shared memory: no global atomics,
+// the same result on every run.
 #include <algorithm>
 
+#include "core/exact_quotient.h"
 #include "core/permute_launch_shape.h"
 #include "core/routing_launch_shape.h"
 #include "kernels/common.cuh"
@@ -366,6 +371,7 @@ struct ScatterParams {
   int tile_m[kMaxTileSizes];
   DeviceTile* tiles[kMaxTileSizes];
   int32_t* num_tiles[kMaxTileSizes];  // written by block 0
+  float inv_top_k;                    // inverse_of(K), for the token masks (kMasks)
 };
 
 // Exclusive scan of value(e) over e < n: emit(e, the sum of value over
@@ -466,8 +472,88 @@ __device__ __forceinline__ void load_pieces(const int32_t* s_row, int piece, int
   }
 }
 
+// The chunk's experts into s_row, and every warp's counters (or masks)
+// zeroed. Every thread calls it; a barrier must follow.
+__device__ __forceinline__ void stage_rows(const ScatterParams& p,
+                                           const int (&expert)[kScatterRowsPerThread],
+                                           int32_t* s_row,
+                                           int16_t (*s_cursor)[kMaxLocalExperts]) {
+#pragma unroll
+  for (int u = 0; u < kScatterRowsPerThread; ++u) {
+    const int i = threadIdx.x + u * kScatterThreads;
+    if (i < p.chunk_rows) s_row[i] = expert[u];
+  }
+#pragma unroll
+  for (int w = 0; w < kScatterWarps; ++w)
+    for (int e = threadIdx.x; e < p.num_local; e += kScatterThreads) s_cursor[w][e] = 0;
+}
+
+// Pass 1 by token masks (permute_scatter_kernel<true>): this warp's span
+// sets its masks, then packs each row's rank beside its expert.
+__device__ __forceinline__ void rank_by_masks(const ScatterParams& p, int32_t* s_row,
+                                              int16_t (*s_cursor)[kMaxLocalExperts],
+                                              int span_begin, int span_end, int lane, int warp) {
+  uint32_t* masks = reinterpret_cast<uint32_t*>(s_cursor[warp]);  // two experts a word
+  for (int piece = span_begin; piece < span_end; piece += kPiecesAtOnce * kWarpSize) {
+    int e[kPiecesAtOnce];
+    load_pieces(s_row, piece, span_end, lane, e);
+#pragma unroll
+    for (int j = 0; j < kPiecesAtOnce; ++j) {
+      const int token = exact_quotient(piece + j * kWarpSize + lane - span_begin, p.inv_top_k);
+      if (e[j] >= 0) atomicOr(&masks[e[j] >> 1], 1u << ((e[j] & 1) * 16 + token));
+    }
+  }
+  __syncwarp();  // the span's masks are whole
+  for (int piece = span_begin; piece < span_end; piece += kPiecesAtOnce * kWarpSize) {
+    int e[kPiecesAtOnce];
+    load_pieces(s_row, piece, span_end, lane, e);
+#pragma unroll
+    for (int j = 0; j < kPiecesAtOnce; ++j) {
+      const int i = piece + j * kWarpSize + lane;
+      const int token = exact_quotient(i - span_begin, p.inv_top_k);
+      const unsigned mask = e[j] >= 0 ? static_cast<uint16_t>(s_cursor[warp][e[j]]) : 0u;
+      if (i < span_end) s_row[i] = packed_row(e[j], __popc(mask & ((1u << token) - 1u)));
+    }
+  }
+}
+
+// Each warp's counts (kMasks: the masks' popcounts) -> its first row within
+// the chunk's rows of each expert, in place. Every thread calls it, after
+// a barrier; another must follow before the bases are read.
+template <bool kMasks>
+__device__ __forceinline__ void warp_bases(const ScatterParams& p,
+                                           int16_t (*s_cursor)[kMaxLocalExperts]) {
+  for (int e = threadIdx.x; e < p.num_local; e += blockDim.x) {
+    int next = 0;
+#pragma unroll
+    for (int w = 0; w < kScatterWarps; ++w) {
+      const int n = kMasks ? __popc(static_cast<uint16_t>(s_cursor[w][e])) : s_cursor[w][e];
+      s_cursor[w][e] = static_cast<int16_t>(next);
+      next += n;
+    }
+  }
+}
+
+// kMasks (the calls the octet kernel counted, launch_permute's `counted`:
+// a token's K experts are distinct, and a warp's span is 2 to 16 whole
+// tokens, 2 * K rows a block of its chunk, octet_count_blocks): pass 1
+// ranks the rows by token masks instead of votes. Bit t of s_cursor[w][e],
+// read as 16 bits, says that token t of warp w's span has a row at e (an
+// atomicOr on the 32-bit word of two experts' masks); a row's rank is the
+// popcount of the bits below its token's, and the warp's count of e the
+// popcount of the mask. With nothing but the ids to read, pass 1 and the
+// warp bases run before the wait, and the scan triggers this kernel even
+// where its CTAs do not all find a free SM (scan_triggers_scatter).
+// Measured (H200, DeepSeekV3/MiniMax2 E 128..384, K 4 and 8, T 2048..16384,
+// against the votes in the same build): session 23 run 3, the masks after
+// the wait, 0.97-0.98x at T=16384 K=8 (DeepSeekV3 E=256 21.34 -> 20.86 us);
+// run 4, before it and triggered, 0.957 by geometric mean over 72 points,
+// 0.89-0.93 at T = 4096-16384 (DeepSeekV3 E=256 K=8 T=4096 13.96 -> 12.59,
+// T=16384 22.24 -> 20.70).
+template <bool kMasks>
 __global__ void __launch_bounds__(kScatterThreads) permute_scatter_kernel(ScatterParams p) {
-  __shared__ int16_t s_cursor[kScatterWarps][kMaxLocalExperts];  // counts, then warp bases
+  // Counts (kMasks: masks), then warp bases.
+  __shared__ alignas(4) int16_t s_cursor[kScatterWarps][kMaxLocalExperts];
   __shared__ int32_t s_row[kMaxChunkRows];      // expert (-1: off rank or past the end), then rank
   __shared__ int s_offset[kMaxLocalExperts + 1];
   __shared__ int s_first[kMaxLocalExperts];     // the chunk's first row of each expert
@@ -481,15 +567,25 @@ __global__ void __launch_bounds__(kScatterThreads) permute_scatter_kernel(Scatte
   const bool has_rows = blockIdx.x < p.num_chunks;
 
   // Loads first, all in flight: the chunk's experts, the totals, the bases.
-  // The experts before the wait: the scan before this kernel triggers it
-  // once its own wait is over (scan_triggers_scatter), so the ids' writer,
-  // a grid before the scan's predecessor or that predecessor itself, is
-  // complete when this block starts; the totals and bases are the scan's.
+  // The experts before the wait (with kMasks, the whole pass 1): the scan
+  // before this kernel triggers it once its own wait is over
+  // (scan_triggers_scatter), so the ids' writer, a grid before the scan's
+  // predecessor or that predecessor itself, is complete when this block
+  // starts; the totals and bases are the scan's.
   int expert[kScatterRowsPerThread];
 #pragma unroll
   for (int u = 0; u < kScatterRowsPerThread; ++u)
     expert[u] = local_expert(p.topk_ids, chunk_begin + threadIdx.x + u * kScatterThreads, chunk_end,
                              p.local_offset, p.num_local);
+  if constexpr (kMasks) {
+    // Pass 1 and the warp bases need only the ids: before the wait, so that
+    // where the scan triggers this kernel they overlap it.
+    stage_rows(p, expert, s_row, s_cursor);
+    __syncthreads();
+    if (has_rows) rank_by_masks(p, s_row, s_cursor, warp * span, (warp + 1) * span, lane, warp);
+    __syncthreads();
+    warp_bases<true>(p, s_cursor);
+  }
   pdl_begin();
   int base[kExpertsPerScatterThread], total[kExpertsPerScatterThread];
 #pragma unroll
@@ -504,14 +600,7 @@ __global__ void __launch_bounds__(kScatterThreads) permute_scatter_kernel(Scatte
     const int e = threadIdx.x + u * kScatterThreads;
     if (e < p.num_local) s_bases[e] = total[u];
   }
-#pragma unroll
-  for (int u = 0; u < kScatterRowsPerThread; ++u) {
-    const int i = threadIdx.x + u * kScatterThreads;
-    if (i < p.chunk_rows) s_row[i] = expert[u];
-  }
-#pragma unroll
-  for (int w = 0; w < kScatterWarps; ++w)
-    for (int e = threadIdx.x; e < p.num_local; e += kScatterThreads) s_cursor[w][e] = 0;
+  if constexpr (!kMasks) stage_rows(p, expert, s_row, s_cursor);
   __syncthreads();
 
   // Offsets and the first schedule's tile bases in one scan: rows in the
@@ -542,40 +631,34 @@ __global__ void __launch_bounds__(kScatterThreads) permute_scatter_kernel(Scatte
   }
 
   if (has_rows) {
-    // Pass 1: each row's rank among its warp's earlier rows of its expert,
-    // kPiecesAtOnce pieces a step (their votes in flight together); only
-    // the lowest lane of each group of equal experts moves the warp's
-    // counter, so the counters need no atomics.
+    // Pass 1 (votes; kMasks took it before the wait): each row's rank
+    // among its warp's earlier rows of its expert, kPiecesAtOnce pieces a
+    // step (their votes in flight together); only the lowest lane of each
+    // group of equal experts moves the warp's counter, so the counters
+    // need no atomics.
     const int span_begin = warp * span, span_end = span_begin + span;
-    for (int piece = span_begin; piece < span_end; piece += kPiecesAtOnce * kWarpSize) {
-      int e[kPiecesAtOnce];
-      unsigned same[kPiecesAtOnce];
-      load_pieces(s_row, piece, span_end, lane, e);
+    if constexpr (!kMasks) {
+      for (int piece = span_begin; piece < span_end; piece += kPiecesAtOnce * kWarpSize) {
+        int e[kPiecesAtOnce];
+        unsigned same[kPiecesAtOnce];
+        load_pieces(s_row, piece, span_end, lane, e);
 #pragma unroll
-      for (int j = 0; j < kPiecesAtOnce; ++j) same[j] = __match_any_sync(kFullMask, e[j]);
+        for (int j = 0; j < kPiecesAtOnce; ++j) same[j] = __match_any_sync(kFullMask, e[j]);
 #pragma unroll
-      for (int j = 0; j < kPiecesAtOnce; ++j) {
-        const int i = piece + j * kWarpSize + lane;
-        const int before = e[j] >= 0 ? s_cursor[warp][e[j]] : 0;
-        __syncwarp();  // every lane has read its counter before the leader moves it
-        if (e[j] >= 0 && (same[j] & lanes_below) == 0) s_cursor[warp][e[j]] = before + __popc(same[j]);
-        if (i < span_end) s_row[i] = packed_row(e[j], before + __popc(same[j] & lanes_below));
-        __syncwarp();
+        for (int j = 0; j < kPiecesAtOnce; ++j) {
+          const int i = piece + j * kWarpSize + lane;
+          const int before = e[j] >= 0 ? s_cursor[warp][e[j]] : 0;
+          __syncwarp();  // every lane has read its counter before the leader moves it
+          if (e[j] >= 0 && (same[j] & lanes_below) == 0)
+            s_cursor[warp][e[j]] = before + __popc(same[j]);
+          if (i < span_end) s_row[i] = packed_row(e[j], before + __popc(same[j] & lanes_below));
+          __syncwarp();
+        }
       }
+      __syncthreads();
+      warp_bases<false>(p, s_cursor);
+      __syncthreads();
     }
-    __syncthreads();
-
-    // Counts -> each warp's first row within the chunk's rows of the expert.
-    for (int e = threadIdx.x; e < p.num_local; e += blockDim.x) {
-      int next = 0;
-#pragma unroll
-      for (int w = 0; w < kScatterWarps; ++w) {
-        const int n = s_cursor[w][e];
-        s_cursor[w][e] = static_cast<int16_t>(next);
-        next += n;
-      }
-    }
-    __syncthreads();
 
     // Pass 2: place the rows, each on its own (the warp that ranked them:
     // its bases are s_cursor[warp]); kPiecesAtOnce rows a lane read before
@@ -658,10 +741,14 @@ void launch_permute(const PermuteParams& params, cudaStream_t stream, bool count
           "counted: only calls of more than " + std::to_string(kCountScanRows) +
               " expanded rows whose chunks are whole octet blocks, with 8-byte aligned scratch "
               "(routing_writes_counts)");
+  // The token masks in the calls the octet kernel counted, unless
+  // UNIMOE_SCATTER_MASKS is "0" (read once; for A/B timing).
+  static const bool masks_on = env_switch_on("UNIMOE_SCATTER_MASKS");
+  const bool masks = counted && masks_on;
   static const bool trigger_on = env_switch_on("UNIMOE_PERMUTE_TRIGGER");
   const int sm_count = current_device_sm_count();
   const bool trigger = trigger_on && permute_shape::scan_triggers_scatter(
-                                         std::max(l.num_chunks, 1), scan_blocks, sm_count);
+                                         std::max(l.num_chunks, 1), scan_blocks, sm_count, masks);
   // A scan kernel, instantiated with or without the trigger.
   const auto launch_scan = [&](auto with_trigger, auto without_trigger, auto&&... args) {
     launch_pdl(trigger ? with_trigger : without_trigger, scan_blocks, kScanThreads, 0, stream,
@@ -696,13 +783,15 @@ void launch_permute(const PermuteParams& params, cudaStream_t stream, bool count
   scatter.expert_offsets = params.expert_offsets;
   scatter.permuted_to_expanded = params.permuted_to_expanded;
   scatter.expanded_to_permuted = params.expanded_to_permuted;
+  scatter.inv_top_k = inverse_of(params.top_k);
   scatter.num_tile_sizes = params.num_tile_sizes;
   for (int s = 0; s < params.num_tile_sizes; ++s) {
     scatter.tile_m[s] = params.tile_m[s];
     scatter.tiles[s] = params.tiles[s];
     scatter.num_tiles[s] = params.num_tiles[s];
   }
-  launch_pdl(permute_scatter_kernel, std::max(l.num_chunks, 1), kScatterThreads, 0, stream, scatter);
+  launch_pdl(masks ? permute_scatter_kernel<true> : permute_scatter_kernel<false>,
+             std::max(l.num_chunks, 1), kScatterThreads, 0, stream, scatter);
   UNIMOE_LAUNCH_CHECK();
 }
 
