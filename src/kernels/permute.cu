@@ -548,7 +548,7 @@ __device__ __forceinline__ void warp_bases(const ScatterParams& p,
 // against the votes in the same build): session 23 run 3, the masks after
 // the wait, 0.97-0.98x at T=16384 K=8 (DeepSeekV3 E=256 21.34 -> 20.86 us);
 // run 4, before it and triggered, 0.957 by geometric mean over 72 points,
-// 0.89-0.93 at T = 4096-16384 (DeepSeekV3 E=256 K=8 T=4096 13.96 -> 12.59,
+// 0.88-0.96 at T = 4096-16384 (DeepSeekV3 E=256 K=8 T=4096 13.96 -> 12.59,
 // T=16384 22.24 -> 20.70).
 template <bool kMasks>
 __global__ void __launch_bounds__(kScatterThreads) permute_scatter_kernel(ScatterParams p) {
