@@ -489,7 +489,16 @@ __device__ __forceinline__ void stage_rows(const ScatterParams& p,
 }
 
 // Pass 1 by token masks (permute_scatter_kernel<true>): this warp's span
-// sets its masks, then packs each row's rank beside its expert.
+// sets its masks, then packs each row's rank beside its expert. A counted
+// chunk is n <= kOctetCountMaxBlocks octet blocks of kOctetTokensPerBlock
+// tokens, so a warp's span is 16 * n / kScatterWarps whole tokens: at most
+// 16, one bit each in an expert's 16-bit mask.
+static_assert(routing_shape::kOctetTokensPerBlock % kScatterWarps == 0,
+              "a warp's span of a counted chunk is whole tokens");
+static_assert(routing_shape::kOctetTokensPerBlock * routing_shape::kOctetCountMaxBlocks /
+                      kScatterWarps <=
+                  16,
+              "a span's tokens fit an expert's 16-bit mask");
 __device__ __forceinline__ void rank_by_masks(const ScatterParams& p, int32_t* s_row,
                                               int16_t (*s_cursor)[kMaxLocalExperts],
                                               int span_begin, int span_end, int lane, int warp) {
