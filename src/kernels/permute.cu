@@ -472,6 +472,19 @@ __device__ __forceinline__ void load_pieces(const int32_t* s_row, int piece, int
   }
 }
 
+// f(i, entry) for each of this lane's entries i of the span, kPiecesAtOnce
+// pieces loaded before any is handed on (entry -1 from span_end on).
+template <typename F>
+__device__ __forceinline__ void for_span_entries(const int32_t* s_row, int span_begin, int span_end,
+                                                 int lane, F f) {
+  for (int piece = span_begin; piece < span_end; piece += kPiecesAtOnce * kWarpSize) {
+    int entry[kPiecesAtOnce];
+    load_pieces(s_row, piece, span_end, lane, entry);
+#pragma unroll
+    for (int j = 0; j < kPiecesAtOnce; ++j) f(piece + j * kWarpSize + lane, entry[j]);
+  }
+}
+
 // The chunk's experts into s_row, and every warp's counters (or masks)
 // zeroed. Every thread calls it; a barrier must follow.
 __device__ __forceinline__ void stage_rows(const ScatterParams& p,
@@ -503,27 +516,16 @@ __device__ __forceinline__ void rank_by_masks(const ScatterParams& p, int32_t* s
                                               int16_t (*s_cursor)[kMaxLocalExperts],
                                               int span_begin, int span_end, int lane, int warp) {
   uint32_t* masks = reinterpret_cast<uint32_t*>(s_cursor[warp]);  // two experts a word
-  for (int piece = span_begin; piece < span_end; piece += kPiecesAtOnce * kWarpSize) {
-    int e[kPiecesAtOnce];
-    load_pieces(s_row, piece, span_end, lane, e);
-#pragma unroll
-    for (int j = 0; j < kPiecesAtOnce; ++j) {
-      const int token = exact_quotient(piece + j * kWarpSize + lane - span_begin, p.inv_top_k);
-      if (e[j] >= 0) atomicOr(&masks[e[j] >> 1], 1u << ((e[j] & 1) * 16 + token));
-    }
-  }
+  for_span_entries(s_row, span_begin, span_end, lane, [&](int i, int e) {
+    const int token = exact_quotient(i - span_begin, p.inv_top_k);
+    if (e >= 0) atomicOr(&masks[e >> 1], 1u << ((e & 1) * 16 + token));
+  });
   __syncwarp();  // the span's masks are whole
-  for (int piece = span_begin; piece < span_end; piece += kPiecesAtOnce * kWarpSize) {
-    int e[kPiecesAtOnce];
-    load_pieces(s_row, piece, span_end, lane, e);
-#pragma unroll
-    for (int j = 0; j < kPiecesAtOnce; ++j) {
-      const int i = piece + j * kWarpSize + lane;
-      const int token = exact_quotient(i - span_begin, p.inv_top_k);
-      const unsigned mask = e[j] >= 0 ? static_cast<uint16_t>(s_cursor[warp][e[j]]) : 0u;
-      if (i < span_end) s_row[i] = packed_row(e[j], __popc(mask & ((1u << token) - 1u)));
-    }
-  }
+  for_span_entries(s_row, span_begin, span_end, lane, [&](int i, int e) {
+    const int token = exact_quotient(i - span_begin, p.inv_top_k);
+    const unsigned mask = e >= 0 ? static_cast<uint16_t>(s_cursor[warp][e]) : 0u;
+    if (i < span_end) s_row[i] = packed_row(e, __popc(mask & ((1u << token) - 1u)));
+  });
 }
 
 // Each warp's counts (kMasks: the masks' popcounts) -> its first row within
