@@ -211,9 +211,10 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* global) {
 // reads 128 contiguous bytes, all in flight at once. (Each lane reading its
 // own run from global memory touched a different 128-byte line a lane,
 // four round trips in a row: session 15 run 6, ncu, the loads waited on
-// the load/store queues.) Every lane of the warp calls it.
+// the load/store queues.) Every lane of the warp calls it: the copies
+// (stage_row_copies), then the wait (stage_row_wait).
 template <typename LogitT, int kPerLane>
-__device__ __forceinline__ void stage_row(const LogitT* row, float* token_slots, int sub) {
+__device__ __forceinline__ void stage_row_copies(const LogitT* row, float* token_slots, int sub) {
   using S = RunSlots<LogitT, kPerLane>;
   const char* src = reinterpret_cast<const char*>(row);
   char* dst = reinterpret_cast<char*>(token_slots);
@@ -223,9 +224,19 @@ __device__ __forceinline__ void stage_row(const LogitT* row, float* token_slots,
     cp_async_16(dst + (q / S::kPieces) * S::kSlotBytes + S::kStageBytes + (q % S::kPieces) * 16,
                 src + q * 16);
   }
-  asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+__device__ __forceinline__ void stage_row_wait() {
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
   __syncwarp();  // the octet's pieces, copied by its other lanes
 }
+
+// The row's first loads, which the kernel issues right after its wait
+// (routing_octets_kernel): in the filter mode the staging copies (in
+// flight, nothing held here), else the lane's first kChunk logits.
+struct RowStart {
+  float chunk[kChunk];
+};
 
 // Four staged logits of the lane's run from `staged` (its slot's run).
 __device__ __forceinline__ void staged_four(const float* staged, int v, float (&x)[4]) {
@@ -256,18 +267,20 @@ __device__ __forceinline__ void four_keys(const float (&x)[4], const float* bias
 // Step 1: the lane's keys into shared memory (its slot), and its two best.
 // kExact: deepseek_key's c (sigmoid_fp32 takes NaN as -inf); else filter
 // keys. kStaged (the filter mode; 16-byte aligned logits): the token's row
-// is staged first (stage_row); otherwise each lane loads its own run,
-// kChunk logits at a time, the next chunk loading meanwhile (a chunk never
-// reaches past E = 8 * kPerLane: the bound given to load_slots is the
-// chunk's own length).
-template <bool kExact, bool kStaged, typename LogitT, int kPerLane>
+// is staged first (stage_row_copies); otherwise each lane loads its own
+// run, kChunk logits at a time, the next chunk loading meanwhile (a chunk
+// never reaches past E = 8 * kPerLane: the bound given to load_slots is
+// the chunk's own length). kStarted: the kernel issued the row's first
+// loads (`start`); else they are issued here.
+template <bool kExact, bool kStaged, bool kStarted, typename LogitT, int kPerLane>
 __device__ __forceinline__ void octet_keys(const LogitT* row, int sub, const float* bias, float* keys,
-                                           float& first, float& second) {
+                                           const RowStart& start, float& first, float& second) {
   first = -INFINITY;
   second = -INFINITY;
   if constexpr (kStaged) {
     using S = RunSlots<LogitT, kPerLane>;
-    stage_row<LogitT, kPerLane>(row, keys - sub * (kPerLane + 4), sub);
+    if constexpr (!kStarted) stage_row_copies<LogitT, kPerLane>(row, keys - sub * (kPerLane + 4), sub);
+    stage_row_wait();
     const LogitT* staged =
         reinterpret_cast<const LogitT*>(reinterpret_cast<const char*>(keys) + S::kStageBytes);
 #pragma unroll
@@ -279,7 +292,12 @@ __device__ __forceinline__ void octet_keys(const LogitT* row, int sub, const flo
   } else {
     const LogitT* lane_row = row + sub * kPerLane;
     float x[kChunk];
-    load_slots<true>(lane_row, kChunk, Slots<kChunk, true>{0}, 0.0f, x);
+    if constexpr (kStarted) {
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) x[j] = start.chunk[j];
+    } else {
+      load_slots<true>(lane_row, kChunk, Slots<kChunk, true>{0}, 0.0f, x);
+    }
 #pragma unroll
     for (int v = 0; v < kPerLane; v += kChunk) {
       float next[kChunk];
@@ -302,13 +320,14 @@ __device__ __forceinline__ void octet_keys(const LogitT* row, int sub, const flo
 // and whether the exact keys are needed (filter keys only: a kept group
 // the exact keys might not keep, a threshold at +inf, or more candidates
 // than the list holds).
-template <bool kExact, bool kStaged, typename LogitT, int kPerLane>
+template <bool kExact, bool kStaged, bool kStarted, typename LogitT, int kPerLane>
 __device__ __forceinline__ SlotMask<kPerLane> octet_candidates(const RoutingKernelParams& p, int sub,
                                                                const LogitT* row, const float* bias,
-                                                               float* keys, bool& exact_needed) {
+                                                               float* keys, const RowStart& start,
+                                                               bool& exact_needed) {
   using Mask = SlotMask<kPerLane>;
   float first, second;
-  octet_keys<kExact, kStaged, LogitT, kPerLane>(row, sub, bias, keys, first, second);
+  octet_keys<kExact, kStaged, kStarted, LogitT, kPerLane>(row, sub, bias, keys, start, first, second);
   // 2-3. Kept groups, the threshold, the candidates (a lane reads back only
   // its own keys: no barrier). Filter keys take every key within
   // key_margin of the threshold: at least K kept keys reach t, so the K-th
@@ -395,27 +414,55 @@ __global__ void __launch_bounds__(kThreads)
   const int slot = threadIdx.x / kOctetLanes;  // the block's token
   const int base = sub * kPerLane;              // the lane's first expert
 
-  // The bias (0 where absent), NaN as -inf: then c = s + bias is never NaN,
-  // as deepseek_key's c, and needs no test a key. Written before the wait:
-  // the bias is no output of the previous grid.
-  for (int e = threadIdx.x; e < p.num_experts; e += kThreads)
-    s_bias[e / kPerLane][e % kPerLane] = p.bias != nullptr ? nan_to_neg_inf(p.bias[e]) : 0.0f;
-  pdl_begin();
-  __syncthreads();
-  const int first_token = blockIdx.x * kTokensPerBlock;
-  // Whole warps past the tokens leave (with kCount after counting nothing:
-  // every thread meets count_block_rows' barriers).
-  int* count_area = reinterpret_cast<int*>(&s_keys[0][0][0]);
-  if (first_token + (threadIdx.x / kWarpSize) * kTokensPerWarp >= p.num_tokens) {  // whole warp
-    if constexpr (kCount) count_block_rows(counts, count_area, -1);
-    return;
+  // Before the wait: the bias's loads (the bias is no output of the
+  // previous grid) and the row's address. Right after it the row's first
+  // loads go out (RowStart), and only then is the bias stored and the
+  // block's barrier met, so that the bias's latency and the row's overlap
+  // (session 24 run 3, DeepSeekV3 E=256 K=8 T=16384 20.35 -> 19.80 us; with
+  // the address formed after the wait, as the compiler otherwise places
+  // it, 20.03). The bias (0 where absent) is stored NaN as -inf: then
+  // c = s + bias is never NaN, as deepseek_key's c, and needs no test a key.
+  constexpr int kBiasPerThread = (kOctetLanes * kPerLane + kThreads - 1) / kThreads;
+  float bias_values[kBiasPerThread];
+#pragma unroll
+  for (int i = 0; i < kBiasPerThread; ++i) {
+    const int e = threadIdx.x + i * kThreads;
+    bias_values[i] = p.bias != nullptr && e < p.num_experts ? p.bias[e] : 0.0f;
   }
+  const int first_token = blockIdx.x * kTokensPerBlock;
+  const bool warp_routes = first_token + (threadIdx.x / kWarpSize) * kTokensPerWarp < p.num_tokens;
   const int token = first_token + slot;
   const bool live = token < p.num_tokens;  // the warp's last octets may route a copy of a token
   const LogitT* row = static_cast<const LogitT*>(p.logits) +
                       static_cast<size_t>(live ? token : p.num_tokens - 1) * p.num_experts;
+  // A copy formed here, before the wait, for the first loads alone (the
+  // other loads keep `row`, which the compiler knows to be global memory).
+  const LogitT* row_early = row;
+  asm volatile("" : "+l"(row_early));
+  pdl_begin();
+  RowStart start;
+  if (warp_routes) {
+    if constexpr (kFilter) {
+      stage_row_copies<LogitT, kPerLane>(row_early, &s_keys[slot][0][0], sub);
+    } else {
+      load_slots<true>(row_early + sub * kPerLane, kChunk, Slots<kChunk, true>{0}, 0.0f, start.chunk);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kBiasPerThread; ++i) {
+    const int e = threadIdx.x + i * kThreads;
+    if (e < p.num_experts) s_bias[e / kPerLane][e % kPerLane] = nan_to_neg_inf(bias_values[i]);
+  }
+  __syncthreads();
+  // Whole warps past the tokens leave (with kCount after counting nothing:
+  // every thread meets count_block_rows' barriers).
+  int* count_area = reinterpret_cast<int*>(&s_keys[0][0][0]);
+  if (!warp_routes) {
+    if constexpr (kCount) count_block_rows(counts, count_area, -1);
+    return;
+  }
   float* keys = s_keys[slot][sub];
-  const float* bias = s_bias[sub];
+  const float* lane_bias = s_bias[sub];
 
   const auto octet_total = [&](Mask m, int& before) {
     const int mine = popcount(m);
@@ -436,13 +483,17 @@ __global__ void __launch_bounds__(kThreads)
   Mask candidates = 0;
   int before = 0, total = 0;
   if constexpr (kFilter) {
-    candidates = octet_candidates<false, true, LogitT, kPerLane>(p, sub, row, bias, keys, exact_needed);
+    candidates = octet_candidates<false, true, true, LogitT, kPerLane>(p, sub, row, lane_bias, keys,
+                                                                     start, exact_needed);
     total = octet_total(candidates, before);
     keys_exact = __any_sync(kFullMask, exact_needed || total > kListMax);  // uniform
   }
   if (keys_exact) {
-    candidates =
-        octet_candidates<true, kFilter, LogitT, kPerLane>(p, sub, row, bias, keys, exact_needed);
+    // In the filter mode the keys have overwritten the staged row: staged
+    // again. In the exact mode this is the only pass, its first loads
+    // issued above.
+    candidates = octet_candidates<true, kFilter, !kFilter, LogitT, kPerLane>(p, sub, row, lane_bias,
+                                                                            keys, start, exact_needed);
     total = octet_total(candidates, before);
   }
 
