@@ -118,13 +118,17 @@ __device__ __forceinline__ float key_margin(float t) {
 // margins) or surely not, wherever that decides this group. An octet with
 // a score that is not finite (infinite biases, or two keys' sum past the
 // largest float), or whose margin overflows, is never certain: the warp
-// takes the exact keys.
-template <bool kExact>
+// takes the exact keys. kGroups > 0: n_group is kGroups (the common
+// DeepSeekV3 case, a group a lane, compiled with its shuffles' lanes and
+// bounds known); 0: p.n_group.
+template <bool kExact, int kGroups>
 __device__ __forceinline__ bool octet_group_kept(const RoutingKernelParams& p, int sub, float first,
                                                  float second, bool& certain) {
+  static_assert(kGroups == 0 || kGroups == kOctetLanes, "a compiled group count is a group a lane");
   certain = true;
-  if (p.n_group == 1) return true;
-  const int lanes_log2 = 3 - (__ffs(p.n_group) - 1);  // lanes a group: 8 / n_group
+  const int n_group = kGroups > 0 ? kGroups : p.n_group;
+  if (n_group == 1) return true;
+  const int lanes_log2 = kGroups > 0 ? 0 : 3 - (__ffs(n_group) - 1);  // lanes a group: 8 / n_group
   for (int d = (1 << lanes_log2) / 2; d > 0; d /= 2) {
     const float other_first = __shfl_xor_sync(kFullMask, first, d, kOctetLanes);
     const float other_second = __shfl_xor_sync(kFullMask, second, d, kOctetLanes);
@@ -150,16 +154,18 @@ __device__ __forceinline__ bool octet_group_kept(const RoutingKernelParams& p, i
   for (int g = 0; g < kOctetLanes; ++g) {
     const float other = __shfl_sync(kFullMask, score, (g << lanes_log2) & 7, kOctetLanes);
     const bool above = other > score || (other == score && g < group);
-    if (g < p.n_group) rank += above;
+    if (g < n_group) rank += above;
     if constexpr (!kExact) {
-      if (g < p.n_group && g != group) {
+      if (g < n_group) {  // this group's own term: 0 and 1 where the margin is finite
         surely_above += other > score + margin;
         maybe_above += other >= score - margin;
       }
     }
   }
-  if constexpr (!kExact)
+  if constexpr (!kExact) {
+    maybe_above -= 1;
     certain = margin < INFINITY && (maybe_above < p.topk_group || surely_above >= p.topk_group);
+  }
   return rank < p.topk_group;
 }
 
@@ -334,7 +340,9 @@ __device__ __forceinline__ SlotMask<kPerLane> octet_candidates(const RoutingKern
   // best exact key is at least t less one key's error, and each exact one
   // of the K best has a filter key at least t less two.
   bool certain;
-  const bool kept = octet_group_kept<kExact>(p, sub, first, second, certain);
+  const bool kept = p.n_group == kOctetLanes
+                        ? octet_group_kept<kExact, kOctetLanes>(p, sub, first, second, certain)
+                        : octet_group_kept<kExact, 0>(p, sub, first, second, certain);
   const float t = octet_threshold(p.top_k, kept, second);
   const float floor = kExact ? t : t - key_margin(t);  // -inf stays -inf
   Mask candidates = 0;
