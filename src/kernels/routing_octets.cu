@@ -366,6 +366,29 @@ __device__ __forceinline__ int lowest_slot(uint64_t m) {
   return __ffsll(static_cast<long long>(m)) - 1;
 }
 
+// Entries sub and sub + 8 (where there is one) of a token's list of
+// `total` candidate pairs ranked in one pass over the list: a pair's rank is
+// the count of larger pairs, and ranks below K name the chosen.
+__device__ __forceinline__ void rank_two_entries(const uint64_t* list, int total, int sub, int top_k,
+                                                 int* chosen) {
+  const bool has_second = sub + kOctetLanes < total;
+  const uint64_t v0 = list[sub];
+  const uint64_t v1 = has_second ? list[sub + kOctetLanes] : ~uint64_t(0);
+  int rank0 = 0, rank1 = 0, q = 0;
+  for (; q + 1 < total; q += 2) {  // two pairs a load
+    const ulonglong2 two = *reinterpret_cast<const ulonglong2*>(&list[q]);
+    rank0 += (two.x > v0) + (two.y > v0);
+    rank1 += (two.x > v1) + (two.y > v1);
+  }
+  if (q < total) {
+    const uint64_t last = list[q];
+    rank0 += last > v0;
+    rank1 += last > v1;
+  }
+  if (rank0 < top_k) chosen[rank0] = expert_of_pair(v0);
+  if (has_second && rank1 < top_k) chosen[rank1] = expert_of_pair(v1);
+}
+
 // Where the kernels built with kCount count the permute's rows
 // (PermuteCounts, for local experts local_offset .. + num_local; `blocks`
 // octet blocks a permute chunk).
@@ -537,8 +560,21 @@ __global__ void __launch_bounds__(kThreads)
             candidate_pair(deepseek_score(x[q]) + s_bias[e[q] / kPerLane][e[q] % kPerLane], e[q]);
   }
   __syncwarp();
+  // A pair's rank is the count of larger pairs in its token's list. In the
+  // exact mode, where any token of the warp has more than 8 candidates, a
+  // lane ranks its entries sub and sub + 8 in one pass (rank_two_entries);
+  // the entries past those, one a pass. (In the filter kernels the one pass
+  // made DeepSeekV3 1.02-1.05 slower at K=4 and at T=8192 K=8, even in
+  // calls where it did not run: session 24 runs 6-7.)
+  int first_entry = sub;
+  if constexpr (!kFilter) {
+    if (__any_sync(kFullMask, listed && sub + kOctetLanes < total)) {  // uniform
+      if (listed && sub < total) rank_two_entries(s_list[slot], total, sub, p.top_k, s_chosen[slot]);
+      first_entry = sub + 2 * kOctetLanes;
+    }
+  }
   if (listed) {
-    for (int i = sub; i < total; i += kOctetLanes) {
+    for (int i = first_entry; i < total; i += kOctetLanes) {
       const uint64_t v = s_list[slot][i];
       int rank = 0, q = 0;
       for (; q + 1 < total; q += 2) {  // two pairs a load
