@@ -344,7 +344,7 @@ UNIMOE_HD bool split_sorts_runs(int slots, int top_k, int num_tokens, bool deeps
 // group one or more whole lanes). Each lane computes E / 8 keys where the
 // warp kernel's lanes compute E / 32, so a token's chain is longer and the
 // octet kernel pays only where the GPU is full: from
-// octets_from_tokens(E, grouped) tokens. Measured (session 14 run 4, H200,
+// octets_from_tokens(E, K, grouped) tokens. Measured (session 14 run 4, H200,
 // 168 points, DeepSeekV3 with 8 groups and MiniMax2, E 64..384, K 1/4/8,
 // T 512..16384, against the warp kernel): grouped, the octets win from
 // T = 4096 (E=256 K=8 18.74 -> 17.74 us; at 3072 0.99-1.04) and at E = 384
@@ -352,17 +352,44 @@ UNIMOE_HD bool split_sorts_runs(int slots, int top_k, int num_tokens, bool deeps
 // has no group stage, from 3072 at E = 384, 4096 at E = 256 (K=1 4% behind
 // there, K=4/8 ahead), 8192 at E = 128 and 16384 at E = 64. At T=16384:
 // E=256 K=8 34.41 -> 26.91 us (grouped), E=384 K=8 63.08 -> 35.78 (the
-// warp kernel's 12 experts a lane take 16 slots). `forced` > 0
+// warp kernel's 12 experts a lane take 16 slots). Since session 24 (the
+// octet kernel's row loads issued before its block barrier, its group
+// stage compiled for a group a lane, two list entries ranked a pass in
+// the exact mode) it wins earlier at K = 4 and 8: from T*K = 4096 rows,
+// and 8192 at E = 384 with one group (run 10, H200, DeepSeekV3 with 8
+// groups and MiniMax2, E 64..384, T 256..16384, every point from the new
+// bound up to the old one 0.79-0.99 of the warp kernel's split chain:
+// DeepSeekV3 E=256 K=8 T=2048 12.50 -> 10.56 us, T=512 11.13 -> 10.38;
+// one bound lower, at T*K = 2048, 1.03-1.20 slower; the full sweep of run
+// 11: 42 points of K = 4 and 8 newly routed by octets, 0.87 and 0.89 by
+// geometric mean, none slower). Not at K = 6, where the same row bound
+// measured 1.03 slower by geometric mean over 17 points (1.12 at worst,
+// MiniMax2 E=256 T=1024; run 11): there the octet kernel cannot count
+// the permute's rows (octet_count_blocks: 96-row blocks in 256-row
+// chunks), so the chain keeps its count kernel. K = 5 and 7 (no count
+// either) and K < 4 (unmeasured) keep the session 14 bounds. `forced` > 0
 // (UNIMOE_SPLIT_OCTETS_MIN_TOKENS) replaces the bound.
 inline constexpr int kOctetLanes = 8;
 UNIMOE_HD bool octet_slots_supported(int per_lane) {
   return per_lane == 8 || per_lane == 16 || per_lane == 32 || per_lane == 48;
 }
-UNIMOE_HD int octets_from_tokens(int num_experts, bool grouped) {
-  if (grouped) return num_experts >= 384 ? 2048 : 4096;
-  if (num_experts >= 384) return 3072;
-  if (num_experts >= 256) return 4096;
-  return num_experts >= 128 ? 8192 : 16384;
+UNIMOE_HD int octets_from_tokens(int num_experts, int top_k, bool grouped) {
+  int from;
+  if (grouped) {
+    from = num_experts >= 384 ? 2048 : 4096;
+  } else if (num_experts >= 384) {
+    from = 3072;
+  } else if (num_experts >= 256) {
+    from = 4096;
+  } else {
+    from = num_experts >= 128 ? 8192 : 16384;
+  }
+  if (top_k == 4 || top_k == 8) {
+    const int rows = num_experts >= 384 && !grouped ? 8192 : 4096;
+    const int by_rows = (rows + top_k - 1) / top_k;
+    from = by_rows < from ? by_rows : from;
+  }
+  return from;
 }
 // From how many tokens the octet kernel takes its filter mode (a token's
 // logits staged into shared memory by coalesced copies, filter keys from the
@@ -393,7 +420,7 @@ UNIMOE_HD bool split_takes_octets(bool deepseek, int num_experts, int top_k, int
   if (!deepseek || top_k > kOctetLanes || num_experts % kOctetLanes != 0) return false;
   if (!octet_slots_supported(num_experts / kOctetLanes)) return false;
   if (n_group < 1 || n_group > kOctetLanes || kOctetLanes % n_group != 0) return false;
-  return num_tokens >= (forced > 0 ? forced : octets_from_tokens(num_experts, n_group > 1));
+  return num_tokens >= (forced > 0 ? forced : octets_from_tokens(num_experts, top_k, n_group > 1));
 }
 
 // The octet kernel can do the permute's count kernel's work too (session

@@ -185,7 +185,7 @@ TEST(RoutingLaunchShape, SplitTakesOctetsWhereItServes) {
   for (int e : {64, 128, 256, 384})
     for (int k = 1; k <= 8; ++k)
       for (int n_group : {1, 2, 4, 8}) {
-        const int t = octets_from_tokens(e, n_group > 1);
+        const int t = octets_from_tokens(e, k, n_group > 1);
         EXPECT_TRUE(split_takes_octets(true, e, k, n_group, t, 0));
         EXPECT_FALSE(split_takes_octets(true, e, k, n_group, t - 1, 0));
         EXPECT_TRUE(split_takes_octets(true, e, k, n_group, 1 << 20, 0));
@@ -196,14 +196,26 @@ TEST(RoutingLaunchShape, SplitTakesOctetsWhereItServes) {
   EXPECT_FALSE(split_takes_octets(true, 256, 8, 16, t, 0));    // two groups a lane
   EXPECT_FALSE(split_takes_octets(true, 256, 8, 3, t, 0));     // a group across lanes
   for (int e : {8, 160, 192, 320, 512, 1024}) EXPECT_FALSE(split_takes_octets(true, e, 1, 1, t, 0));
-  // The measured bounds: groups from 4096 (2048 at E = 384); one group later
-  // the fewer the experts.
-  EXPECT_EQ(octets_from_tokens(256, true), 4096);
-  EXPECT_EQ(octets_from_tokens(384, true), 2048);
-  EXPECT_EQ(octets_from_tokens(384, false), 3072);
-  EXPECT_EQ(octets_from_tokens(256, false), 4096);
-  EXPECT_EQ(octets_from_tokens(128, false), 8192);
-  EXPECT_EQ(octets_from_tokens(64, false), 16384);
+  // The measured bounds. K other than 4 and 8: groups from 4096 (2048 at
+  // E = 384); one group later the fewer the experts.
+  for (int k : {1, 2, 3, 5, 6, 7}) {
+    EXPECT_EQ(octets_from_tokens(256, k, true), 4096);
+    EXPECT_EQ(octets_from_tokens(384, k, true), 2048);
+    EXPECT_EQ(octets_from_tokens(384, k, false), 3072);
+    EXPECT_EQ(octets_from_tokens(256, k, false), 4096);
+    EXPECT_EQ(octets_from_tokens(128, k, false), 8192);
+    EXPECT_EQ(octets_from_tokens(64, k, false), 16384);
+  }
+  // K = 4 and 8: from 4096 rows (8192 at E = 384 with one group), where
+  // that is earlier.
+  for (int e : {64, 128, 256, 384}) {
+    EXPECT_EQ(octets_from_tokens(e, 8, true), 512);
+    EXPECT_EQ(octets_from_tokens(e, 4, true), 1024);
+  }
+  EXPECT_EQ(octets_from_tokens(256, 8, false), 512);
+  EXPECT_EQ(octets_from_tokens(64, 4, false), 1024);
+  EXPECT_EQ(octets_from_tokens(384, 8, false), 1024);
+  EXPECT_EQ(octets_from_tokens(384, 4, false), 2048);
   // An override replaces the bound, not the shapes.
   EXPECT_TRUE(split_takes_octets(true, 256, 8, 8, 1, 1));
   EXPECT_FALSE(split_takes_octets(true, 256, 8, 8, 4096, 4097));
@@ -259,7 +271,7 @@ TEST(RoutingLaunchShape, OctetFilterModeFromItsMeasuredBounds) {
         EXPECT_FALSE(octets_filter(e, n_group, 1 << 20, 0));
         continue;
       }
-      EXPECT_GE(from, octets_from_tokens(e, n_group > 1));
+      for (int k = 1; k <= 8; ++k) EXPECT_GE(from, octets_from_tokens(e, k, n_group > 1));
       EXPECT_TRUE(octets_filter(e, n_group, from, 0));
       EXPECT_FALSE(octets_filter(e, n_group, from - 1, 0));
     }

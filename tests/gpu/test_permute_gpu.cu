@@ -292,13 +292,15 @@ TEST(PermuteGpu, NoTokensStillWritesCountsOffsetsAndTileCounts) {
 
 // ------------------------------------------------------------ CUDA graph ----
 
-// Twice: T = 333 (the warp routing kernel) and a T the octet kernel routes
-// (routing_shape::octets_from_tokens), which also writes the permute's chunk
-// counts (routing_writes_counts): the split chain as the layer and the sweep
+// Three times: T = 333 (the warp routing kernel at K=8 below the octet
+// kernel's bound, routing_shape::octets_from_tokens) and two T the octet
+// kernel routes, which also writes the permute's chunk counts
+// (routing_writes_counts): the split chain as the layer and the sweep
 // launch it.
 TEST(PermuteGpu, GraphReplayOfRoutingAndPermute) {
   UNIMOE_REQUIRE_GPU();
-  for (const int t : {333, routing_shape::octets_from_tokens(256, true) + 7}) {
+  ASSERT_GT(routing_shape::octets_from_tokens(256, 8, true), 333);
+  for (const int t : {333, routing_shape::octets_from_tokens(256, 8, true) + 7, 4103}) {
   SCOPED_TRACE("T=" + std::to_string(t));
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));

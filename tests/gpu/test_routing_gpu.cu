@@ -246,8 +246,8 @@ TEST(RoutingGpu, GroupedDeepSeekV3WhereRunsSort) {
 // (routing_shape::octets_filter, for aligned logits) where `filter` and the
 // shape has one, else in its exact mode where the shape has one below the
 // filter's bound.
-int octet_tokens(int e, int n_group, bool filter, int extra) {
-  const int octets = routing_shape::octets_from_tokens(e, n_group > 1);
+int octet_tokens(int e, int k, int n_group, bool filter, int extra) {
+  const int octets = routing_shape::octets_from_tokens(e, k, n_group > 1);
   const int from = routing_shape::octet_filter_from_tokens(e, n_group > 1);
   return (filter && from > 0 ? std::max(octets, from) : octets) + extra;
 }
@@ -273,7 +273,7 @@ TEST(RoutingGpu, DeepSeekOctets) {
                                              cases % 2 ? LogitsType::BF16 : LogitsType::F32);
           if (n_group == 0) c.policy = RoutingPolicy::MiniMax2;
           if (!test::legal_routing(c)) continue;
-          const int t = octet_tokens(e, c.n_group, cases % 2 == 0, 13);  // both modes
+          const int t = octet_tokens(e, k, c.n_group, cases % 2 == 0, 13);  // both modes
           RoutingParams rp;
           rp.config = c;
           rp.num_tokens = t;
@@ -317,7 +317,7 @@ TEST(RoutingGpu, AdversarialLogitsOfOctets) {
           c.has_bias = bias_kind > 0;
           c = with_groups(c);
           if (!test::legal_routing(c)) continue;
-          const int t = octet_tokens(e, c.n_group, cases % 2 == 0, 5);  // both modes
+          const int t = octet_tokens(e, k, c.n_group, cases % 2 == 0, 5);  // both modes
           ASSERT_TRUE(routing_shape::split_takes_octets(true, e, k, c.n_group, t, 0));
           SCOPED_TRACE(describe(c, t) + " bias_kind " + std::to_string(bias_kind));
           std::vector<float> values = test::adversarial_logits(t, e, k, rng);
@@ -352,7 +352,7 @@ TEST(RoutingGpu, NearTiesOfOctets) {
           RoutingConfig c = grouped_deepseek(e, k, n_group, std::max(1, n_group / 2), type);
           c.has_bias = cases % 2 == 1;
           if (!test::legal_routing(c)) continue;
-          const int t = octet_tokens(e, n_group, true, 3);  // the filter mode where it is
+          const int t = octet_tokens(e, k, n_group, true, 3);  // the filter mode where it is
           ASSERT_TRUE(routing_shape::split_takes_octets(true, e, k, n_group, t, 0));
           filter_cases += routing_shape::octets_filter(e, n_group, t, 0);
           SCOPED_TRACE(describe(c, t));
