@@ -291,6 +291,45 @@ TEST(FusedRoutingGpu, TokenMaskPathAtItsBound) {
   }
 }
 
+// The token masks at decode sizes, where each expert's layout is written
+// after the barrier, beside the rows (permute_by_token_masks): E_local of
+// 1, 3, 5 and 8 experts a lane of a warp, T where the masks take one and
+// two words, K that takes the masks from 33 rows (K = 3 below 64 rows: the
+// sorted pair takes 33..64 rows where a kernel holds it), an EP range with
+// off-rank rows, tile sizes that split an expert's rows, and one hot expert
+// that every token picks (64 rows at one expert: 64 tiles at tile_m 1).
+// TokenMaskPathAtItsBound covers E=1024 at T=256, where the layout is
+// written before the barrier instead (its sums do not fit the work area).
+TEST(FusedRoutingGpu, TokenMasksAtDecodeSizes) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const std::vector<int> tile_m = {1, 3, 16};
+  struct Case {
+    RoutingPolicy policy;
+    int experts, top_k, local_offset, num_local;  // num_local 0: every expert
+  };
+  const Case cases[] = {
+      {RoutingPolicy::Renormalize, 32, 8, 0, 0},    {RoutingPolicy::Renormalize, 96, 8, 0, 0},
+      {RoutingPolicy::TopK, 160, 3, 0, 0},          {RoutingPolicy::Renormalize, 128, 8, 0, 0},
+      {RoutingPolicy::DeepSeekV3, 256, 8, 0, 0},    {RoutingPolicy::Default, 384, 6, 100, 256},
+      {RoutingPolicy::DeepSeekV3, 256, 8, 40, 150},
+  };
+  for (const Case& c : cases)
+    for (const LogitsType type : kTypes)
+      for (const int t : {9, 12, 33, 63, 64, 65}) {
+        Problem pr{make_routing(c.policy, c.experts, c.top_k, type, c.policy == RoutingPolicy::DeepSeekV3),
+                   t, c.local_offset, c.num_local, tile_m};
+        check_fused_and_split(pr, random_inputs(pr, rng));
+      }
+  Problem hot{make_routing(RoutingPolicy::Renormalize, 256, 8, LogitsType::F32, false), 64, 0, 0,
+              tile_m};
+  Inputs in = random_inputs(hot, rng);
+  for (int t = 0; t < hot.num_tokens; ++t) in.logits[static_cast<std::size_t>(t) * 256 + 200] += 20.0f;
+  check_fused_and_split(hot, in);
+}
+
 // Sets a process-wide setting (its getter and setter) for a scope, then
 // restores it.
 template <typename T>
@@ -689,10 +728,16 @@ TEST(FusedRoutingGpu, GraphReplayWithNewLogits) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  Problem pr{make_routing(RoutingPolicy::DeepSeekV3, 256, 8, LogitsType::F32, true), 333, 32, 128};
+  // T = 333 and T = 48 (the token masks at a decode size, here over an EP
+  // range of 96 experts).
+  for (const int t : {333, 48}) {
+  SCOPED_TRACE("T=" + std::to_string(t));
+  Problem pr{make_routing(RoutingPolicy::DeepSeekV3, 256, 8, LogitsType::F32, true), t, 32,
+             t == 48 ? 96 : 128};
   ASSERT_EQ(pr.config.n_group, 8);
+  const std::size_t cells = static_cast<std::size_t>(t) * 256;
   const std::vector<float> bias = test::random_vector(256, rng, -0.2f, 0.2f);
-  Rig rig(pr, test::logits_inputs(pr, std::vector<float>(333 * 256, 0.0f), bias));
+  Rig rig(pr, test::logits_inputs(pr, std::vector<float>(cells, 0.0f), bias));
 
   for (const bool cluster : {false, true}) {
   SCOPED_TRACE(cluster ? "cluster variant" : "fused block");
@@ -710,7 +755,7 @@ TEST(FusedRoutingGpu, GraphReplayWithNewLogits) {
   for (int replay = 0; replay < 3; ++replay) {
     SCOPED_TRACE("replay " + std::to_string(replay));
     // A different skew each time, so that the routing outcome really changes.
-    std::vector<float> values = test::random_vector(333 * 256, rng, -4, 4);
+    std::vector<float> values = test::random_vector(cells, rng, -4, 4);
     for (std::size_t i = 0; i < values.size(); ++i)
       if (static_cast<int>(i % 256) / 32 == replay) values[i] += 2.0f;
     const Inputs in = test::logits_inputs(pr, std::move(values), bias);
@@ -728,6 +773,7 @@ TEST(FusedRoutingGpu, GraphReplayWithNewLogits) {
   UNIMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
   UNIMOE_CUDA_CHECK(cudaGraphDestroy(graph));
   UNIMOE_CUDA_CHECK(cudaStreamDestroy(stream));
+  }
   }
 }
 
