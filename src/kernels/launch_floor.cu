@@ -106,7 +106,38 @@ void launch_clustered_or_not(int ctas, int cluster_ctas, int threads, const floa
   else launch_steps<kSteps, false>(ctas, cluster_ctas, threads, src, word, stream);
 }
 
+// A CTA of 1,024 threads: two fill an SM (2,048 threads), so that two a SM
+// reach every SM whatever the block scheduler's order.
+constexpr int kEvictThreads = 1024;
+
+// launch_icache_evict's kernels: four chains of FFMAs unrolled into about
+// 8,200 instructions (the compiler keeps a loop of two passes over them),
+// a different kernel for each kSeed so that their code differs.
+template <int kSeed>
+__global__ void __launch_bounds__(kEvictThreads) icache_evict_kernel(float* sink, float a, float b) {
+  float x0 = threadIdx.x, x1 = x0 + 1.0f, x2 = x0 + 2.0f, x3 = x0 + 3.0f + kSeed;
+#pragma unroll
+  for (int i = 0; i < 4096; ++i) {
+    x0 = x0 * a + b;
+    x1 = x1 * a + b;
+    x2 = x2 * a + b;
+    x3 = x3 * a + b;
+  }
+  sink[blockIdx.x * blockDim.x + threadIdx.x] = x0 + x1 + x2 + x3;
+}
+
 }  // namespace
+
+int icache_evict_sink_floats(int num_sms) { return 2 * num_sms * kEvictThreads; }
+
+void launch_icache_evict(int num_sms, float* sink, cudaStream_t stream) {
+  if (num_sms < 1) throw std::invalid_argument("launch_icache_evict: num_sms must be >= 1");
+  if (sink == nullptr) throw std::invalid_argument("launch_icache_evict: sink must not be null");
+  icache_evict_kernel<0><<<2 * num_sms, kEvictThreads, 0, stream>>>(sink, 1.0001f, 0.5f);
+  UNIMOE_CUDA_CHECK(cudaGetLastError());
+  icache_evict_kernel<1><<<2 * num_sms, kEvictThreads, 0, stream>>>(sink, 1.0002f, 0.25f);
+  UNIMOE_CUDA_CHECK(cudaGetLastError());
+}
 
 const char* floor_steps_name(FloorSteps steps) {
   switch (steps) {

@@ -42,4 +42,19 @@ const char* floor_steps_name(FloorSteps steps);
 void launch_floor_probe(FloorSteps steps, int ctas, int cluster_ctas, int threads, const float* src,
                         int32_t* word, cudaStream_t stream);
 
+// Two kernels of about 130 KB of straight-line code each, two CTAs of
+// 1,024 threads an SM (so every SM runs them), so that the next kernel on
+// the stream finds none of its code in the SMs' instruction caches (L2
+// still holds it), as a routing call does inside a model, where other
+// kernels run between two layers' calls. Neither waits for the previous
+// grid nor lets the next launch early. `sink` holds
+// icache_evict_sink_floats(num_sms) floats (written, never meant to be
+// read).
+// For phase-stamp studies (unimoe-bench --routing-sweep --evict-icache;
+// bench/results/h200-ifetch-probe-session25.txt measured what such code
+// costs: straight-line code from L2 at about 2.2 cycles an instruction,
+// 1.0 warm). Throws std::invalid_argument for num_sms < 1 or a null sink.
+int icache_evict_sink_floats(int num_sms);
+void launch_icache_evict(int num_sms, float* sink, cudaStream_t stream);
+
 }  // namespace unimoe

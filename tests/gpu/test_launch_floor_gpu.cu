@@ -2,8 +2,12 @@
 // every shape `unimoe-bench --launch-floor` times, directly and replayed
 // from a graph (a handoff whose arrivals fell short of its mbarrier's count
 // would hang here), and the probe refuses shapes that are not a launch.
+// Also the instruction-cache evicting kernels (launch_icache_evict): they
+// run on every SM's share of CTAs, write their whole sink, and refuse bad
+// arguments.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -107,6 +111,26 @@ TEST(LaunchFloorGpu, RefusesShapesThatAreNotALaunch) {
                std::invalid_argument);
   EXPECT_THROW(launch_floor_probe(static_cast<FloorSteps>(7), 1, 0, 256, src, word, nullptr),
                std::invalid_argument);
+}
+
+TEST(LaunchFloorGpu, IcacheEvictWritesItsWholeSink) {
+  UNIMOE_REQUIRE_GPU();
+  int num_sms = 0;
+  UNIMOE_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0));
+  const std::size_t n = std::size_t(icache_evict_sink_floats(num_sms));
+  ASSERT_EQ(n, std::size_t(2) * num_sms * 1024);
+  test::DeviceBuffer<float> sink(n);
+  UNIMOE_CUDA_CHECK(cudaMemset(sink.get(), 0xff, n * sizeof(float)));  // NaN
+  launch_icache_evict(num_sms, sink.get(), nullptr);
+  UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> got = sink.download();
+  for (std::size_t i = 0; i < n; ++i) ASSERT_TRUE(std::isfinite(got[i])) << "sink[" << i << "]";
+}
+
+TEST(LaunchFloorGpu, IcacheEvictRefusesBadArguments) {
+  float* const sink = reinterpret_cast<float*>(16);  // never dereferenced: both calls throw
+  EXPECT_THROW(launch_icache_evict(0, sink, nullptr), std::invalid_argument);
+  EXPECT_THROW(launch_icache_evict(132, nullptr, nullptr), std::invalid_argument);
 }
 
 }  // namespace

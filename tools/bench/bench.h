@@ -77,6 +77,11 @@ struct SweepOptions {
   RoutingSweepGrid grid = default_routing_sweep_grid();
   int iters = 20;
   std::string json_path = "out/routing_sweep.json";
+  // --evict-icache: before each call in the graph, launch_icache_evict
+  // (kernels/launch_floor.cuh), so that every call fetches its code from
+  // L2 as inside a model; for phase stamps. The times then include the
+  // evicting kernels and are no routing times.
+  bool evict_icache = false;
 };
 // Times every point, writes JSON; returns the exit status (2: no GPU,
 // 1: the variants disagreed somewhere, 0: done).

@@ -177,6 +177,11 @@ int main(int argc, char** argv) {
                  "routing sweep: DeepSeekV3's n_group where it fits, topk_group half of it")
       ->capture_default_str()
       ->check(CLI::Range(2, 16));
+  bool evict_icache = false;
+  app.add_flag("--evict-icache", evict_icache,
+               "routing sweep: before each call, run two kernels whose code evicts the SMs' "
+               "instruction caches (as the kernels between two layers' calls do); for phase stamps "
+               "(cmake -DUNIMOE_ROUTING_STAMPS=ON): the times include those kernels");
   bool stream_patterns = false;
   app.add_flag("--stream-patterns", stream_patterns,
                "instead of the layer: time one read of a weight matrix per access pattern (the decode "
@@ -189,6 +194,8 @@ int main(int argc, char** argv) {
                "a call; --iters replays");
   CLI11_PARSE(app, argc, argv);
   try {
+    if (evict_icache && !routing_sweep)
+      throw Error("evict-icache", "--evict-icache applies to --routing-sweep only");
     if (launch_floor) {
       LaunchFloorOptions lo;
       lo.iters = opt.iters;
@@ -213,6 +220,7 @@ int main(int argc, char** argv) {
       so.grid.deepseek_groups = deepseek_groups;
       if (app.count("--tokens") > 0) so.grid.tokens = parse_counts(token_list, "tokens");
       so.iters = opt.iters;
+      so.evict_icache = evict_icache;
       if (app.count("--json") > 0) so.json_path = opt.json_path;
       return run_routing_sweep(so);
     }

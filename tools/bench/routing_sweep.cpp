@@ -25,6 +25,7 @@
 #include "kernels/common.cuh"
 #include "kernels/fill.cuh"
 #include "kernels/fused_routing.cuh"
+#include "kernels/launch_floor.cuh"
 #include "kernels/permute.cuh"
 #include "kernels/routing.cuh"
 #include "plan/layer_plan.h"
@@ -120,6 +121,11 @@ int run_routing_sweep(const SweepOptions& opt) {
   UNIMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaDeviceProp prop{};
   UNIMOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  DeviceMem evict_sink(
+      opt.evict_icache ? std::size_t(icache_evict_sink_floats(prop.multiProcessorCount)) * 4 : 4);
+  if (opt.evict_icache)
+    std::printf("routing sweep: --evict-icache: each call follows two code-evicting kernels, whose "
+                "time the reported times include\n");
 
   nlohmann::json doc;
   doc["tool"] = "unimoe-bench --routing-sweep";
@@ -128,6 +134,7 @@ int run_routing_sweep(const SweepOptions& opt) {
   doc["calls_per_graph"] = kCallsPerGraph;
   doc["tile_m"] = kSweepTileM;
   doc["iters"] = opt.iters;
+  doc["evict_icache"] = opt.evict_icache;
   doc["points"] = nlohmann::json::array();
   int mismatches = 0;
   // Written every 2000 points too, so a sweep cut short by a time limit
@@ -170,7 +177,11 @@ int run_routing_sweep(const SweepOptions& opt) {
     auto cluster = [&] { launch_cluster_routing_permute(r, p, stream); };
     auto time = [&](const std::function<void()>& variant) {
       cudaGraphExec_t g = capture(stream, [&] {
-        for (int c = 0; c < kCallsPerGraph; ++c) variant();
+        for (int c = 0; c < kCallsPerGraph; ++c) {
+          if (opt.evict_icache)
+            launch_icache_evict(prop.multiProcessorCount, evict_sink.as<float>(), stream);
+          variant();
+        }
       });
       const double us = median_replay_us(g, stream, opt.iters, kCallsPerGraph);
       cudaGraphExecDestroy(g);
