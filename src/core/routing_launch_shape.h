@@ -528,6 +528,28 @@ UNIMOE_HD int cluster_min_tokens_by_default(bool deepseek, int num_experts, bool
   return num_experts < kClusterLargeFromExpertsOther ? 2 : 4;
 }
 
+// Where one routing CTA serves a call of the cluster variant (its smallest
+// calls), whether it still launches a cluster, of 2 CTAs (CTA 0 permutes,
+// CTA 1 routes), rather than the single block: the policies without
+// DeepSeek's decode path, at E <= 128. Measured (session 25, H200):
+// - run 10, the same binary with and without it: Renormalize E=128 K=8
+//   T=1 back to back (the sweep) 2.29 -> 2.42 us, T=2 within 0.03; but
+//   after kernels that evict the SMs' instruction caches
+//   (`--evict-icache`), as inside a model, the single block's call ends
+//   2,000 cycles later than back to back and the cluster's does not (CTA
+//   0 done 6,293 against 4,224 cycles after the wait), and the
+//   qwen3-30b-a3b layer at T=1 takes 26.7 us against 27.55. DeepSeekV3
+//   E=256 (whose single block takes the wide choice) went 3.02 -> 3.55
+//   back to back and its dsv3-tp8 layer 30.45 -> 31.4 at T=1: not there.
+// - run 11, a full sweep with it for every E: back to back, the cluster
+//   variant at T <= 4 without DeepSeek's policies 1.005x at E=128, 1.017
+//   at E=8, 1.022 at E=64, but 1.049 at E=256 and 1.077 at E=1024 (T=1
+//   3.26 -> 3.95 us), where the cold case was not measured: left out.
+inline constexpr int kClusterOfTwoMaxExperts = 128;
+UNIMOE_HD bool cluster_of_two_for_one_cta(bool deepseek, int num_experts) {
+  return !deepseek && num_experts <= kClusterOfTwoMaxExperts;
+}
+
 // The most tokens a block seats: the single block (its decode way, T <= 4
 // at E = 256) 4, a routing CTA of the cluster or spread kernels 2. Run 6
 // (DeepSeekV3 E=256): the single block 0.82-0.92 at K=8 (T=1 3.70 -> 3.02

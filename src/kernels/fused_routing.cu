@@ -280,7 +280,8 @@ void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, boo
       kPerLane, r.num_tokens, p.num_local, r.num_experts, kDeepSeek, cluster,
       cluster ? cluster_min_tokens(kDeepSeek, r.num_experts, kHasWide && p.wide_parts > 0) : 1,
       cluster_ctas);
-  if (shape.routing_ctas == 1) {
+  if (shape.routing_ctas == 1 &&
+      !(cluster && routing_shape::cluster_of_two_for_one_cta(kDeepSeek, r.num_experts))) {
     auto kernel = fused_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>;
     if constexpr (kHasWide) {
       if (block_takes_wide(r, p, shape.threads))

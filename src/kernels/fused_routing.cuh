@@ -44,8 +44,12 @@ void launch_fused_routing_permute(const RoutingParams& routing, const PermutePar
 // 4; UNIMOE_CLUSTER_MIN_TOKENS overrides it), while its first CTA permutes
 // every row, reading the rows'
 // experts that the others wrote into its shared memory (the others weigh
-// their experts meanwhile). Where one routing CTA is enough (or in
-// precomputed mode) it launches the fused block itself.
+// their experts meanwhile). Where one routing CTA is enough it launches,
+// for the DeepSeek policies and above E = 128, the fused block itself, and
+// for the others a cluster of 2 (routing_shape::cluster_of_two_for_one_cta: inside a model,
+// with other kernels between two calls, the single block's call ran about
+// 1 us longer than back to back and the cluster's did not; session 25). In
+// precomputed mode it launches the fused block.
 // Its largest cluster: 16 CTAs (non-portable) for the DeepSeek policies at
 // E >= 128 and the others at E >= 256, else 8
 // (routing_shape::cluster_max_ctas_by_default, measured); 8 where the

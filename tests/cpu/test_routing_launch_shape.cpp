@@ -137,6 +137,22 @@ TEST(RoutingLaunchShape, ExpertRunsCoverTheExpertsAndOwnersAreWholeWarps) {
     }
 }
 
+// Where one routing CTA serves the cluster variant's call (Renormalize
+// E=128 at T = 1..2 here), the policies without DeepSeek's decode path
+// still take a cluster, of 2 CTAs, up to E = 128; DeepSeek's, and the
+// others above E = 128, take the single block.
+TEST(RoutingLaunchShape, OneRoutingCtaTakesAClusterOfTwoOutsideDeepSeekUpToE128) {
+  for (int e : {8, 64, 128}) {
+    EXPECT_TRUE(cluster_of_two_for_one_cta(false, e)) << e;
+    EXPECT_FALSE(cluster_of_two_for_one_cta(true, e)) << e;
+  }
+  for (int e : {160, 256, 1024}) EXPECT_FALSE(cluster_of_two_for_one_cta(false, e)) << e;
+  const int min_tokens = cluster_min_tokens_by_default(false, 128, false);
+  EXPECT_EQ(launch_shape(4, 1, 128, 128, false, true, min_tokens).routing_ctas, 1);
+  EXPECT_EQ(launch_shape(4, 2, 128, 128, false, true, min_tokens).routing_ctas, 1);
+  EXPECT_EQ(launch_shape(4, 3, 128, 128, false, true, min_tokens).routing_ctas, 2);
+}
+
 TEST(RoutingLaunchShape, SplitWeighsInBatchesFromItsBoundExceptWhereTheWeightIsTheLogit) {
   for (SplitWeight w : {SplitWeight::kRowSoftmax, SplitWeight::kChosen, SplitWeight::kDeepSeek}) {
     const int bound = split_batch_min_tokens(w);

@@ -777,6 +777,49 @@ TEST(FusedRoutingGpu, GraphReplayWithNewLogits) {
   }
 }
 
+// The cluster variant's smallest calls outside DeepSeek's policies: one
+// routing CTA, launched as a cluster of 2 (routing_shape::
+// cluster_of_two_for_one_cta), captured once and replayed with new logits.
+TEST(FusedRoutingGpu, ClusterOfTwoGraphReplayWithNewLogits) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  for (const RoutingPolicy policy : {RoutingPolicy::Renormalize, RoutingPolicy::TopK})
+    for (const int t : {1, 2}) {
+      Problem pr{make_routing(policy, 128, 8, LogitsType::F32, false), t, 0, 0};
+      SCOPED_TRACE(pr.describe());
+      const std::size_t cells = static_cast<std::size_t>(t) * 128;
+      Rig rig(pr, test::logits_inputs(pr, std::vector<float>(cells, 0.0f), {}));
+      cudaStream_t stream;
+      UNIMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      rig.run_cluster(stream);
+      UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+      UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      for (int replay = 0; replay < 3; ++replay) {
+        SCOPED_TRACE("replay " + std::to_string(replay));
+        const Inputs in =
+            test::logits_inputs(pr, test::random_vector(cells, rng, -4, 4), {});
+        rig.upload(in);
+        rig.poison();
+        UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+        UNIMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+        UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+        const Outputs got = rig.download();
+        test::expect_matches_reference(pr, in, got);
+        rig.poison();
+        rig.run_split(nullptr);
+        test::expect_identical(got, rig.download(), false);
+      }
+      UNIMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+      UNIMOE_CUDA_CHECK(cudaGraphDestroy(graph));
+      UNIMOE_CUDA_CHECK(cudaStreamDestroy(stream));
+    }
+}
+
 // Sets UNIMOE_ROUTING_VARIANT for a scope (unset for nullptr), then restores it.
 class ScopedVariant {
  public:
