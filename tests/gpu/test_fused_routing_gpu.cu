@@ -723,24 +723,13 @@ TEST(FusedRoutingGpu, RefusesInputsBeyondOneBlock) {
   UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-TEST(FusedRoutingGpu, GraphReplayWithNewLogits) {
-  UNIMOE_REQUIRE_GPU();
-  const uint64_t seed = test::fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  // T = 333 and T = 48 (the token masks at a decode size, here over an EP
-  // range of 96 experts).
-  for (const int t : {333, 48}) {
-  SCOPED_TRACE("T=" + std::to_string(t));
-  Problem pr{make_routing(RoutingPolicy::DeepSeekV3, 256, 8, LogitsType::F32, true), t, 32,
-             t == 48 ? 96 : 128};
-  ASSERT_EQ(pr.config.n_group, 8);
-  const std::size_t cells = static_cast<std::size_t>(t) * 256;
-  const std::vector<float> bias = test::random_vector(256, rng, -0.2f, 0.2f);
-  Rig rig(pr, test::logits_inputs(pr, std::vector<float>(cells, 0.0f), bias));
-
-  for (const bool cluster : {false, true}) {
-  SCOPED_TRACE(cluster ? "cluster variant" : "fused block");
+// Captures rig's fused block (cluster false) or cluster variant once and
+// replays it three times, each with the logits make_logits(replay) gives
+// (and `bias`): the outputs poisoned before each replay, then held to the
+// reference and, bit for bit, to the split launches.
+template <class MakeLogits>
+void replay_with_new_logits(const Problem& pr, Rig& rig, bool cluster,
+                            const std::vector<float>& bias, MakeLogits make_logits) {
   cudaStream_t stream;
   UNIMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph;
@@ -754,26 +743,48 @@ TEST(FusedRoutingGpu, GraphReplayWithNewLogits) {
   UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   for (int replay = 0; replay < 3; ++replay) {
     SCOPED_TRACE("replay " + std::to_string(replay));
-    // A different skew each time, so that the routing outcome really changes.
-    std::vector<float> values = test::random_vector(cells, rng, -4, 4);
-    for (std::size_t i = 0; i < values.size(); ++i)
-      if (static_cast<int>(i % 256) / 32 == replay) values[i] += 2.0f;
-    const Inputs in = test::logits_inputs(pr, std::move(values), bias);
+    const Inputs in = test::logits_inputs(pr, make_logits(replay), bias);
     rig.upload(in);
     rig.poison();
     UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());  // uploads and poison land before the replay
     UNIMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
     UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const Outputs fused = rig.download();
-    test::expect_matches_reference(pr, in, fused);
+    const Outputs got = rig.download();
+    test::expect_matches_reference(pr, in, got);
     rig.poison();
     rig.run_split(nullptr);
-    test::expect_identical(fused, rig.download(), false);
+    test::expect_identical(got, rig.download(), false);
   }
   UNIMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
   UNIMOE_CUDA_CHECK(cudaGraphDestroy(graph));
   UNIMOE_CUDA_CHECK(cudaStreamDestroy(stream));
-  }
+}
+
+TEST(FusedRoutingGpu, GraphReplayWithNewLogits) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  // T = 333 and T = 48 (the token masks at a decode size, here over an EP
+  // range of 96 experts).
+  for (const int t : {333, 48}) {
+    SCOPED_TRACE("T=" + std::to_string(t));
+    Problem pr{make_routing(RoutingPolicy::DeepSeekV3, 256, 8, LogitsType::F32, true), t, 32,
+               t == 48 ? 96 : 128};
+    ASSERT_EQ(pr.config.n_group, 8);
+    const std::size_t cells = static_cast<std::size_t>(t) * 256;
+    const std::vector<float> bias = test::random_vector(256, rng, -0.2f, 0.2f);
+    Rig rig(pr, test::logits_inputs(pr, std::vector<float>(cells, 0.0f), bias));
+    for (const bool cluster : {false, true}) {
+      SCOPED_TRACE(cluster ? "cluster variant" : "fused block");
+      replay_with_new_logits(pr, rig, cluster, bias, [&](int replay) {
+        // A different skew each time, so that the routing outcome really changes.
+        std::vector<float> values = test::random_vector(cells, rng, -4, 4);
+        for (std::size_t i = 0; i < values.size(); ++i)
+          if (static_cast<int>(i % 256) / 32 == replay) values[i] += 2.0f;
+        return values;
+      });
+    }
   }
 }
 
@@ -791,32 +802,8 @@ TEST(FusedRoutingGpu, ClusterOfTwoGraphReplayWithNewLogits) {
       SCOPED_TRACE(pr.describe());
       const std::size_t cells = static_cast<std::size_t>(t) * 128;
       Rig rig(pr, test::logits_inputs(pr, std::vector<float>(cells, 0.0f), {}));
-      cudaStream_t stream;
-      UNIMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      rig.run_cluster(stream);
-      UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-      UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      for (int replay = 0; replay < 3; ++replay) {
-        SCOPED_TRACE("replay " + std::to_string(replay));
-        const Inputs in =
-            test::logits_inputs(pr, test::random_vector(cells, rng, -4, 4), {});
-        rig.upload(in);
-        rig.poison();
-        UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
-        UNIMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-        UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-        const Outputs got = rig.download();
-        test::expect_matches_reference(pr, in, got);
-        rig.poison();
-        rig.run_split(nullptr);
-        test::expect_identical(got, rig.download(), false);
-      }
-      UNIMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
-      UNIMOE_CUDA_CHECK(cudaGraphDestroy(graph));
-      UNIMOE_CUDA_CHECK(cudaStreamDestroy(stream));
+      replay_with_new_logits(pr, rig, true, {},
+                             [&](int) { return test::random_vector(cells, rng, -4, 4); });
     }
 }
 
