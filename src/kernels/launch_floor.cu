@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cluster_handoff.cuh"
 #include "kernels/common.cuh"
 #include "kernels/launch_floor.cuh"
 
@@ -12,59 +13,17 @@ namespace {
 
 constexpr int kMaxClusterCtas = 16;  // the non-portable limit on sm_90
 
-// kLoadHandoff's mbarrier (PTX: mbarrier, barrier.cluster, mapa).
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void handoff_init(uint64_t* bar, uint32_t count) {
-  asm volatile(
-      "mbarrier.init.shared::cta.b64 [%0], %1;\n"
-      "fence.mbarrier_init.release.cluster;\n" ::"r"(smem_address(bar)),
-      "r"(count)
-      : "memory");
-}
-
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-}
-
-__device__ __forceinline__ void cluster_wait() {
-  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
-}
-
-// Arrives on the mbarrier at `bar`'s offset in CTA `rank`'s shared memory.
-__device__ __forceinline__ void handoff_arrive_remote(uint64_t* bar, uint32_t rank) {
-  asm volatile(
-      "{\n"
-      ".reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
-      "}\n" ::"r"(smem_address(bar)),
-      "r"(rank)
-      : "memory");
-}
-
-__device__ __forceinline__ void handoff_wait(uint64_t* bar) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], 0;\n"
-      "@!done bra WAIT;\n"
-      "}\n" ::"r"(smem_address(bar))
-      : "memory");
-}
-
 template <FloorSteps kSteps, bool kCluster>
 __global__ void launch_floor_kernel(const float* src, int32_t* word) {
-  constexpr bool kHandoff = kSteps == FloorSteps::kLoadHandoff && kCluster;
+  constexpr bool kCtaHandoff = kSteps == FloorSteps::kLoadCtaHandoff;
+  constexpr bool kHandoff = (kSteps == FloorSteps::kLoadHandoff || kCtaHandoff) && kCluster;
   __shared__ uint64_t bar;
   uint32_t rank = 0, others = 0;  // others: the CTAs that hand off to CTA 0
   if constexpr (kHandoff) {  // before the wait for the previous grid: nothing of it is read
     rank = cooperative_groups::this_cluster().block_rank();
     others = cooperative_groups::this_cluster().num_blocks() - 1;
-    if (rank == 0 && threadIdx.x == 0 && others > 0) handoff_init(&bar, others * (blockDim.x / 32));
+    const uint32_t arrivals = kCtaHandoff ? others : others * (blockDim.x / 32);
+    if (rank == 0 && threadIdx.x == 0 && others > 0) handoff_init(&bar, arrivals);
     cluster_arrive_relaxed();
   }
   pdl_begin();
@@ -74,12 +33,17 @@ __global__ void launch_floor_kernel(const float* src, int32_t* word) {
   if constexpr (kHandoff) {
     cluster_wait();  // the mbarrier is initialized
     if (rank != 0) {
-      __syncwarp();
-      if (threadIdx.x % 32 == 0) handoff_arrive_remote(&bar, 0);
+      if constexpr (kCtaHandoff) {
+        __syncthreads();
+        if (threadIdx.x == 0) handoff_arrive_remote(&bar, 0);
+      } else {
+        __syncwarp();
+        if (threadIdx.x % 32 == 0) handoff_arrive_remote(&bar, 0);
+      }
     } else if (others > 0) {  // a cluster of one has nothing to hand off
       handoff_wait(&bar);
     }
-  } else if constexpr (kSteps == FloorSteps::kLoadBarrier || kSteps == FloorSteps::kLoadHandoff) {
+  } else if constexpr (kSteps != FloorSteps::kEmpty && kSteps != FloorSteps::kLoad) {
     if constexpr (kCluster) cooperative_groups::this_cluster().sync();
     else __syncthreads();
   }
@@ -145,6 +109,7 @@ const char* floor_steps_name(FloorSteps steps) {
     case FloorSteps::kLoad: return "load";
     case FloorSteps::kLoadBarrier: return "load+barrier";
     case FloorSteps::kLoadHandoff: return "load+handoff";
+    case FloorSteps::kLoadCtaHandoff: return "load+cta-handoff";
   }
   return "?";
 }
@@ -165,7 +130,8 @@ void launch_floor_probe(FloorSteps steps, int ctas, int cluster_ctas, int thread
   constexpr Launch kLaunch[] = {
       launch_clustered_or_not<FloorSteps::kEmpty>, launch_clustered_or_not<FloorSteps::kLoad>,
       launch_clustered_or_not<FloorSteps::kLoadBarrier>,
-      launch_clustered_or_not<FloorSteps::kLoadHandoff>};
+      launch_clustered_or_not<FloorSteps::kLoadHandoff>,
+      launch_clustered_or_not<FloorSteps::kLoadCtaHandoff>};
   const int form = static_cast<int>(steps);
   require(form >= 0 && form < static_cast<int>(std::size(kLaunch)), "steps is not a form");
   kLaunch[form](ctas, cluster_ctas, threads, src, word, stream);

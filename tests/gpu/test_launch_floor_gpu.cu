@@ -25,7 +25,7 @@ struct ProbeShape {
 };
 
 constexpr FloorSteps kAllSteps[] = {FloorSteps::kEmpty, FloorSteps::kLoad, FloorSteps::kLoadBarrier,
-                                    FloorSteps::kLoadHandoff};
+                                    FloorSteps::kLoadHandoff, FloorSteps::kLoadCtaHandoff};
 
 // word[0]; word[1] (a non-zero loaded value) must stay poisoned.
 int32_t read_word(const test::DeviceBuffer<int32_t>& word) {
@@ -70,7 +70,7 @@ TEST(LaunchFloorGpu, EveryFormAndShapeWritesItsThreadCount) {
     }
   }
   UNIMOE_CUDA_CHECK(cudaStreamDestroy(stream));
-  EXPECT_EQ(cases, 32);
+  EXPECT_EQ(cases, 40);
 }
 
 // The loads are real: a non-zero value read by any thread reaches word[1].
@@ -81,7 +81,8 @@ TEST(LaunchFloorGpu, TheLoadFormsReadTheirSource) {
   test::DeviceBuffer<float> src(host);
   test::DeviceBuffer<int32_t> word(2);
   for (const FloorSteps steps :
-       {FloorSteps::kLoad, FloorSteps::kLoadBarrier, FloorSteps::kLoadHandoff}) {
+       {FloorSteps::kLoad, FloorSteps::kLoadBarrier, FloorSteps::kLoadHandoff,
+        FloorSteps::kLoadCtaHandoff}) {
     SCOPED_TRACE(floor_steps_name(steps));
     word.poison();
     launch_floor_probe(steps, 16, 16, 256, src.get(), word.get(), nullptr);

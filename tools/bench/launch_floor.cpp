@@ -54,7 +54,7 @@ int run_launch_floor(const LaunchFloorOptions& opt) {
   const DeviceMem src(std::size_t(most_threads) * sizeof(float));
   UNIMOE_CUDA_CHECK(cudaMemset(src.p, 0, std::size_t(most_threads) * sizeof(float)));
   constexpr FloorSteps kSteps[] = {FloorSteps::kEmpty, FloorSteps::kLoad, FloorSteps::kLoadBarrier,
-                                   FloorSteps::kLoadHandoff};
+                                   FloorSteps::kLoadHandoff, FloorSteps::kLoadCtaHandoff};
 
   nlohmann::json doc;
   doc["tool"] = "unimoe-bench --launch-floor";
@@ -68,9 +68,10 @@ int run_launch_floor(const LaunchFloorOptions& opt) {
               pdl_enabled() ? "on" : "off", kCallsPerGraph, opt.iters);
   std::printf("us a call by the probe's form (empty; one load; one load, then a block barrier, or a\n"
               "cluster barrier where there are clusters; one load, then the other CTAs' warps hand off\n"
-              "to CTA 0 through an mbarrier, a block barrier without clusters)\n");
-  std::printf("%6s %8s %8s %6s %12s %12s %14s %14s\n", "ctas", "cluster", "threads", "chain", "empty",
-              "load", "load+barrier", "load+handoff");
+              "to CTA 0 through an mbarrier, a block barrier without clusters; the same with one\n"
+              "arrival a CTA after a block barrier)\n");
+  std::printf("%6s %8s %8s %6s %12s %12s %14s %14s %17s\n", "ctas", "cluster", "threads", "chain",
+              "empty", "load", "load+barrier", "load+handoff", "load+cta-handoff");
   int wrong = 0;
   for (const FloorShape& s : kShapes) {
     std::printf("%6d %8d %8d %6d", s.ctas, s.cluster_ctas, s.threads, s.chain);
@@ -90,7 +91,10 @@ int run_launch_floor(const LaunchFloorOptions& opt) {
       UNIMOE_CUDA_CHECK(cudaMemcpy(&got, word.p, sizeof(got), cudaMemcpyDeviceToHost));
       const bool ran = got == s.ctas * s.threads;  // the probe wrote its grid's thread count
       wrong += !ran;
-      std::printf(" %*.3f%s", steps >= FloorSteps::kLoadBarrier ? 14 : 12, us, ran ? "" : " (no word)");
+      const int width = steps == FloorSteps::kLoadCtaHandoff ? 17
+                        : steps >= FloorSteps::kLoadBarrier   ? 14
+                                                              : 12;
+      std::printf(" %*.3f%s", width, us, ran ? "" : " (no word)");
       doc["points"].push_back({{"ctas", s.ctas},
                                {"cluster_ctas", s.cluster_ctas},
                                {"threads", s.threads},
