@@ -78,11 +78,12 @@ __device__ __forceinline__ bool token_masks_fit(const BlockPermuteParams& p) {
 // Phases 2-4 by token masks: bit t of expert e's mask is set when token t
 // has a row at e. An expert's count is its mask's popcount, and a row's rank
 // among its expert's rows (in increasing expanded index, which for distinct
-// ids is increasing token) is the popcount of the bits below its token. One
-// block scan of the packed (count, tiles per size) gives every offset and
-// tile base. Four barriers and no serial pass over the rows: the rows of
-// decode batches (T * K of 65..4096; 33..64 take permute_sorted_pair)
-// place in one step. Each step is a chain of dependent instructions (a row
+// ids is increasing token) is the popcount of the bits below its token. A
+// scan of each expert's count and tiles gives every offset and tile base
+// (lay_out_one_size, or lay_out_packed for several tile sizes or runs of
+// experts a thread). Three barriers (five with the packed layout) and no
+// serial pass over the rows: the rows of decode batches (T * K of
+// 65..4096; 33..64 take permute_sorted_pair) place in one step. Each step is a chain of dependent instructions (a row
 // or an expert a thread), and it is their latency, not the issue rate, that
 // sets its time: 500-1000 cycles a step at DeepSeekV3 T=16-64 (session 11
 // stamps), whether 8 or 32 warps run it (session 11 run 4).
@@ -94,28 +95,82 @@ __device__ __forceinline__ void clear_token_masks(const BlockPermuteParams& p, B
   for (int i = threadIdx.x; i < n; i += blockDim.x) s.work.words[i] = 0;
 }
 
-__device__ inline void permute_by_token_masks(const BlockPermuteParams& p, BlockShared& s,
-                                              bool cleared) {
-  const int tid = threadIdx.x, threads = blockDim.x;
-  const int num_local = p.num_local, rows = p.rows;
-  const float inv_top_k = p.inv_top_k;
-  const int words = mask_words(exact_quotient(rows, inv_top_k));
-  uint32_t* masks = reinterpret_cast<uint32_t*>(s.work.words);  // [num_local][words]
-  if (!cleared) {
-    clear_token_masks(p, s);
-    __syncthreads();
-  }
-  step_stamp(s, 0, tid == 0);
+// The layout where one tile size is asked for and every local expert has a
+// thread of its own (thread e owns expert e): each owner thread's count
+// and tiles pack into 32 bits (count low, tiles high: both at most the
+// rows, under 2^16), the owner warps scan them, and after one barrier each
+// owner warp's lanes sum the warp totals below it by shuffles. Two barriers
+// in all (the block scan of the packed 64-bit sums takes three, then one
+// for the layout), and only the owner warps run the scan and the layout.
+// Measured (session 27, bench/probes/permute_floor.cu, one H200 block, the
+// rows staged in shared memory): 512 rows 1,800-2,100 cycles against the
+// packed layout's 3,300-3,600; 128 rows 1,400-1,900 against 2,700-3,400.
+__device__ __forceinline__ bool lays_out_one_size(const BlockPermuteParams& p) {
+  return p.num_tile_sizes == 1 && p.num_local <= static_cast<int>(blockDim.x);
+}
+
+__device__ __forceinline__ void lay_out_one_size(const BlockPermuteParams& p, BlockShared& s,
+                                                 const uint32_t* masks, int words) {
+  const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
+  const int num_local = p.num_local;
+  // Warp 0 owns at least the totals (no local experts: zeros).
+  const int owners = max((num_local + kWarpSize - 1) / kWarpSize, 1);
+  uint32_t* warp_totals = reinterpret_cast<uint32_t*>(s.scan);
+  uint32_t mine = 0, inclusive = 0;
+  if (warp < owners) {  // uniform per warp
+    int count = 0;
+    if (tid < num_local) {
 #pragma unroll 1
-  for (int row = tid; row < rows; row += threads) {
-    const int e = s.expert[row];
-    const int token = exact_quotient(row, inv_top_k);
-    if (e >= 0) atomicOr(&masks[e * words + token / 32], 1u << (token % 32));
+      for (int w = 0; w < words; ++w) count += __popc(masks[tid * words + w]);
+    }
+    const int tiles = count == 0 ? 0 : exact_quotient(count - 1, p.inv_tile_m[0]) + 1;
+    mine = static_cast<uint32_t>(count) | (static_cast<uint32_t>(tiles) << kFieldBits);
+    inclusive = mine;
+#pragma unroll
+    for (int d = 1; d < kWarpSize; d *= 2) {
+      const uint32_t other = __shfl_up_sync(kFullMask, inclusive, d);
+      if (lane >= d) inclusive += other;
+    }
+    if (lane == kWarpSize - 1) warp_totals[warp] = inclusive;
   }
   __syncthreads();
-  step_stamp(s, 1, tid == 0);
+  if (warp < owners) {
+    const uint32_t t = lane < owners ? warp_totals[lane] : 0u;
+    uint32_t below = lane < warp ? t : 0u, total = t;
+#pragma unroll
+    for (int d = 1; d < kWarpSize; d *= 2) {
+      below += __shfl_xor_sync(kFullMask, below, d);
+      total += __shfl_xor_sync(kFullMask, total, d);
+    }
+    const uint32_t before = below + inclusive - mine;
+    constexpr uint32_t kField = (1u << kFieldBits) - 1u;
+    const int start = static_cast<int>(before & kField), count = static_cast<int>(mine & kField);
+    if (tid < num_local) {
+      const int tile_base = static_cast<int>(before >> kFieldBits), tile_m = p.tile_m[0];
+      s.offsets[tid] = start;
+      p.expert_offsets[tid] = start;
+      p.expert_counts[tid] = count;
+#pragma unroll 1
+      for (int i = 0; i * tile_m < count; ++i)
+        p.tiles[0][tile_base + i] =
+            DeviceTile{tid, start + i * tile_m, min(tile_m, count - i * tile_m), 0};
+    }
+    if (tid == 0) {
+      p.expert_offsets[num_local] = static_cast<int>(total & kField);
+      *p.num_tiles[0] = static_cast<int>(total >> kFieldBits);
+    }
+  }
+  step_stamp(s, 4, tid == 0);
+  __syncthreads();
+}
 
-  // Each thread owns a run of consecutive experts.
+// The layout for any tile sizes and runs of experts a thread: each thread
+// owns a run of consecutive experts, whose packed 64-bit sums (count, then
+// the tiles of each size) one block scan turns into offsets and tile
+// bases.
+__device__ __forceinline__ void lay_out_packed(const BlockPermuteParams& p, BlockShared& s,
+                                               const uint32_t* masks, int words) {
+  const int tid = threadIdx.x, num_local = p.num_local;
   const int per_thread = p.experts_per_thread;
   const int first = min(tid * per_thread, num_local);
   const int last = min(first + per_thread, num_local);
@@ -142,6 +197,32 @@ __device__ inline void permute_by_token_masks(const BlockPermuteParams& p, Block
   if (tid == 0) write_layout_totals(p, total);
   step_stamp(s, 4, tid == 0);
   __syncthreads();
+}
+
+__device__ inline void permute_by_token_masks(const BlockPermuteParams& p, BlockShared& s,
+                                              bool cleared) {
+  const int tid = threadIdx.x, threads = blockDim.x;
+  const int rows = p.rows;
+  const float inv_top_k = p.inv_top_k;
+  const int words = mask_words(exact_quotient(rows, inv_top_k));
+  uint32_t* masks = reinterpret_cast<uint32_t*>(s.work.words);  // [num_local][words]
+  if (!cleared) {
+    clear_token_masks(p, s);
+    __syncthreads();
+  }
+  step_stamp(s, 0, tid == 0);
+#pragma unroll 1
+  for (int row = tid; row < rows; row += threads) {
+    const int e = s.expert[row];
+    const int token = exact_quotient(row, inv_top_k);
+    if (e >= 0) atomicOr(&masks[e * words + token / 32], 1u << (token % 32));
+  }
+  __syncthreads();
+  step_stamp(s, 1, tid == 0);
+  if (lays_out_one_size(p))  // uniform
+    lay_out_one_size(p, s, masks, words);
+  else
+    lay_out_packed(p, s, masks, words);
   step_stamp(s, 5, tid == 0);
 
 #pragma unroll 1

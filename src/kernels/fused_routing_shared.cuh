@@ -116,9 +116,10 @@ static_assert(sizeof(BlockShared) <= 48 * 1024, "fits static shared memory");
 // ran: permute_counted_piece 0 counted, 1 the last counting thread
 // counted, 2 placed, 3 tiles written; permute_sorted_piece 0 sorted, 1
 // after its barrier, 2 placed, 3 tiles written; permute_by_token_masks 0
-// masks cleared, 1 set, 2 expert sums, 3 scanned, 4 offsets and tiles
-// written, 5 after their barrier, 6 rows placed, 7 the last thread placed
-// its rows; permute_sorted_pair as permute_sorted_piece.
+// masks cleared, 1 set, 2 expert sums, 3 scanned (both 0 where
+// lay_out_one_size runs), 4 offsets and tiles written, 5 after their
+// barrier, 6 rows placed, 7 the last thread placed its rows;
+// permute_sorted_pair as permute_sorted_piece.
 #ifdef UNIMOE_ROUTING_STAMPS
 template <class S>
 __device__ __forceinline__ void phase_stamp(S& s, int i, bool cond) {

@@ -298,6 +298,8 @@ TEST(FusedRoutingGpu, TokenMaskPathAtItsBound) {
 // sorted pair takes 33..64 rows where a kernel holds it), an EP range with
 // off-rank rows, tile sizes that split an expert's rows, and one hot expert
 // that every token picks (64 rows at one expert: 64 tiles at tile_m 1).
+// Each case runs with three tile sizes (the packed layout) and with one
+// (lay_out_one_size, as the layer asks: 1, 3 and 16 in turn).
 // TokenMaskPathAtItsBound covers E=1024 at T=256, where the layout is
 // written before the barrier instead (its sums do not fit the work area).
 TEST(FusedRoutingGpu, TokenMasksAtDecodeSizes) {
@@ -306,6 +308,7 @@ TEST(FusedRoutingGpu, TokenMasksAtDecodeSizes) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const std::vector<int> tile_m = {1, 3, 16};
+  int one_size = 0;  // the next single tile size, 1, 3, 16 in turn
   struct Case {
     RoutingPolicy policy;
     int experts, top_k, local_offset, num_local;  // num_local 0: every expert
@@ -318,16 +321,23 @@ TEST(FusedRoutingGpu, TokenMasksAtDecodeSizes) {
   };
   for (const Case& c : cases)
     for (const LogitsType type : kTypes)
-      for (const int t : {9, 12, 33, 63, 64, 65}) {
-        Problem pr{make_routing(c.policy, c.experts, c.top_k, type, c.policy == RoutingPolicy::DeepSeekV3),
-                   t, c.local_offset, c.num_local, tile_m};
-        check_fused_and_split(pr, random_inputs(pr, rng));
-      }
-  Problem hot{make_routing(RoutingPolicy::Renormalize, 256, 8, LogitsType::F32, false), 64, 0, 0,
-              tile_m};
-  Inputs in = random_inputs(hot, rng);
-  for (int t = 0; t < hot.num_tokens; ++t) in.logits[static_cast<std::size_t>(t) * 256 + 200] += 20.0f;
-  check_fused_and_split(hot, in);
+      for (const int t : {9, 12, 33, 63, 64, 65})
+        for (const std::vector<int>& sizes : {tile_m, std::vector<int>{tile_m[one_size++ % 3]}}) {
+          SCOPED_TRACE("tile sizes " + std::to_string(sizes.size()) + ", first " +
+                       std::to_string(sizes[0]));
+          Problem pr{make_routing(c.policy, c.experts, c.top_k, type,
+                                  c.policy == RoutingPolicy::DeepSeekV3),
+                     t, c.local_offset, c.num_local, sizes};
+          check_fused_and_split(pr, random_inputs(pr, rng));
+        }
+  for (const std::vector<int>& sizes : {tile_m, std::vector<int>{1}}) {
+    Problem hot{make_routing(RoutingPolicy::Renormalize, 256, 8, LogitsType::F32, false), 64, 0, 0,
+                sizes};
+    Inputs in = random_inputs(hot, rng);
+    for (int t = 0; t < hot.num_tokens; ++t)
+      in.logits[static_cast<std::size_t>(t) * 256 + 200] += 20.0f;
+    check_fused_and_split(hot, in);
+  }
 }
 
 // Sets a process-wide setting (its getter and setter) for a scope, then
