@@ -44,6 +44,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -102,21 +103,37 @@ int spread_min_tokens(bool deepseek) {
 template <int kPerLane, bool kDeepSeek>
 inline constexpr bool kHasWideKernels = kDeepSeek && kPerLane >= 2 && kPerLane <= 16;
 
+// The cluster kernels whose routing CTAs compute DeepSeek's keys a warp a
+// token (kDirectKeys, set_direct_keys) are instantiated apart as well, for
+// E = 129..256 (8 slots a lane), where more than 1024 / E tokens a routing
+// CTA would stage their keys in several batches: DeepSeekV3 E=256 from
+// T=61 (13 routing CTAs of 5 tokens against 15 of 4 at T=60, the step of
+// session 26's stamps). A batch's address arithmetic stood before each
+// thread's first load: the keys were staged by cycle 2,517 against 1,228
+// with one key a thread.
+template <int kPerLane, bool kDeepSeek>
+inline constexpr bool kHasDirectKeyKernels = kDeepSeek && kPerLane == 8;
+
 // A routing kernel's type: the fused, cluster and spread kernels alike.
 using RoutingKernel = void (*)(RoutingKernelParams, BlockPermuteParams);
 
 // Whether the device runs `kernel` in clusters of `ctas` CTAs of `threads`
 // threads: above the portable 8 the non-portable size allowed for it and
-// for `twin` (its wide twin, which runs the same clusters; null where there
-// is none), and at least one such cluster resident.
-bool runs_clusters_of(RoutingKernel kernel, RoutingKernel twin, int ctas, int threads) {
+// for its `twins` (its wide and direct-keys twins, which run the same
+// clusters; null where there is none), and at least one such cluster
+// resident.
+bool runs_clusters_of(RoutingKernel kernel, std::initializer_list<RoutingKernel> twins, int ctas,
+                      int threads) {
   const auto allow = [](RoutingKernel k) {
-    if (cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess)
+    if (k == nullptr ||
+        cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess)
       return true;
     cudaGetLastError();
     return false;
   };
-  if (!allow(kernel) || (twin != nullptr && !allow(twin))) return false;
+  if (!allow(kernel)) return false;
+  for (RoutingKernel twin : twins)
+    if (!allow(twin)) return false;
   cudaLaunchAttribute attribute;
   attribute.id = cudaLaunchAttributeClusterDimension;
   attribute.val.clusterDim.x = ctas;
@@ -146,7 +163,7 @@ int spread_device_max_ctas() {
     if constexpr (kHasWideKernels<kPerLane, kDeepSeek>)
       twin = spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, false, true>;
     return runs_clusters_of(spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>,
-                            twin, routing_shape::kSpreadMaxCtas, fused_threads(kPerLane))
+                            {twin}, routing_shape::kSpreadMaxCtas, fused_threads(kPerLane))
                ? routing_shape::kSpreadMaxCtas
                : kClusterMaxCtas;
   }();
@@ -186,6 +203,14 @@ bool& sorted_pair_setting() {
   return setting;
 }
 
+// Whether the cluster kernel takes its direct-keys twin where it has one
+// and the routing CTAs would stage keys in batches (set_direct_keys;
+// UNIMOE_DIRECT_KEYS=0 at start turns it off).
+bool& direct_keys_setting() {
+  static bool setting = env_switch_on("UNIMOE_DIRECT_KEYS");
+  return setting;
+}
+
 // The cluster kernel's largest cluster as set (set_cluster_max_ctas; 0:
 // routing_shape::cluster_max_ctas_by_default).
 int& cluster_max_ctas_setting() {
@@ -196,17 +221,19 @@ int& cluster_max_ctas_setting() {
   return setting;
 }
 
-// Whether the device runs this cluster kernel (and its wide twin) in
-// clusters of routing_shape::kClusterMaxCtasNonPortable at its largest
-// block. Asked once a kernel.
+// Whether the device runs this cluster kernel (and its wide and
+// direct-keys twins) in clusters of routing_shape::kClusterMaxCtasNonPortable
+// at its largest block. Asked once a kernel.
 template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold>
 bool cluster_runs_large() {
   static const bool runs = [] {
-    RoutingKernel twin = nullptr;
+    RoutingKernel wide = nullptr, direct = nullptr;
     if constexpr (kHasWideKernels<kPerLane, kDeepSeek>)
-      twin = cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, false, true>;
+      wide = cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, false, true>;
+    if constexpr (kHasDirectKeyKernels<kPerLane, kDeepSeek>)
+      direct = cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold, false, true>;
     return runs_clusters_of(cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>,
-                            twin, routing_shape::kClusterMaxCtasNonPortable,
+                            {wide, direct}, routing_shape::kClusterMaxCtasNonPortable,
                             fused_threads(kPerLane));
   }();
   return runs;
@@ -303,6 +330,12 @@ void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, boo
   auto kernel = cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>;
   if constexpr (kHasWide) {
     if (wide) kernel = cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, false, true>;
+  }
+  if constexpr (kHasDirectKeyKernels<kPerLane, kDeepSeek>) {
+    const bool batched_keys =
+        shape.overlapped && q.tokens_per_routing_cta * r.num_experts > shape.threads;
+    if (!wide && batched_keys && direct_keys_setting())
+      kernel = cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold, false, true>;
   }
   launch_pdl_clustered(kernel, ctas, shape.threads, 0, ctas, stream, r, q);
 }
@@ -445,6 +478,10 @@ void set_cluster_max_ctas(int max_ctas) {
         std::to_string(max_ctas));
   cluster_max_ctas_setting() = max_ctas;
 }
+
+bool direct_keys() { return direct_keys_setting(); }
+
+void set_direct_keys(bool on) { direct_keys_setting() = on; }
 
 bool sorted_pair() { return sorted_pair_setting(); }
 

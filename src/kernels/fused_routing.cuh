@@ -99,6 +99,16 @@ void set_cluster_max_ctas(int max_ctas);
 bool sorted_pair();
 void set_sorted_pair(bool on);
 
+// Whether the cluster kernel's routing CTAs compute DeepSeek's keys a warp
+// a token (its own lanes' logits and biases, 16-byte loads) where the block
+// would stage more keys than it has threads (E = 129..256: more than
+// 1024 / E tokens a routing CTA, DeepSeekV3 E=256 from T=61), rather than
+// staging them by the block in several batches, process-wide: on by
+// default; UNIMOE_DIRECT_KEYS=0 starts the process with it off. For tests
+// and A/B timing.
+bool direct_keys();
+void set_direct_keys(bool on);
+
 // The DeepSeek decode kernels' wide choice (E / 32 warps a token, groups of
 // 32 experts; docs/routing.md, "The wide choice"), process-wide:
 //   kMeasured (default): where routing_shape::wide_by_default says it wins

@@ -20,15 +20,17 @@ inline constexpr bool kHoldsSortedPair = kDeepSeek || !kThreshold;
 
 // The experts of `token`, as the fused, cluster and spread kernels choose
 // them (every lane of the warp calls it): DeepSeek's keys staged by the
-// block and its slots in runs, the others' strided; the K best by
-// rounds_by_threshold in the kernels built with it (kThreshold: the
-// launcher takes them where routing_shape::threshold_serves). `keys`: as
-// choose_experts'.
-template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold>
+// block (kDirectKeys: computed by the warp from its lanes' logits and
+// biases, 16-byte loads, as the split kernel does) and its slots in runs,
+// the others' strided; the K best by rounds_by_threshold in the kernels
+// built with it (kThreshold: the launcher takes them where
+// routing_shape::threshold_serves). `keys`: as choose_experts' (with
+// kDirectKeys, the warp's kPerLane * 32 floats).
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold, bool kDirectKeys = false>
 __device__ __forceinline__ TokenExperts choose_decode(const RoutingKernelParams& r, int token,
                                                       int lane, float* keys) {
-  return choose_experts<LogitT, kPerLane, kDeepSeek, kDeepSeek, kDeepSeek, false, false, false,
-                        kThreshold>(r, token, lane, keys);
+  return choose_experts<LogitT, kPerLane, kDeepSeek, kDeepSeek && !kDirectKeys, kDeepSeek, false,
+                        kDirectKeys, false, kThreshold>(r, token, lane, keys);
 }
 
 // The wide choice (routing_wide.cuh) in a DeepSeek kernel's decode path:
@@ -269,11 +271,16 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
 //   - otherwise (large T), every CTA, CTA 0 too, routes a run of tokens
 //     whole (experts and weights) before the barrier, and CTA 0 then
 //     permutes: more CTAs route, each warp fewer tokens.
-// Every thread arrives once and waits once.
-template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold, bool kWide = false>
+// Every thread arrives once and waits once. kDirectKeys (DeepSeek, taken
+// by the launcher where the overlapped way's routing CTAs would stage more
+// keys than they have threads, set_direct_keys): each routing warp computes
+// its token's keys itself instead of the block staging them in batches.
+template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold, bool kWide = false,
+          bool kDirectKeys = false>
 __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     cluster_routing_permute_kernel(const __grid_constant__ RoutingKernelParams r,
                                    const __grid_constant__ BlockPermuteParams p) {
+  static_assert(!kDirectKeys || (kDeepSeek && !kWide), "direct keys: DeepSeek, not the wide choice");
   __shared__ BlockShared s;
   phase_stamp(s, 0, threadIdx.x == 0);
   clear_stamps(s);
@@ -338,7 +345,7 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   const int end = min(begin + per_routing_cta, r.num_tokens);
   const WideCall wide_call = plan_wide<kDeepSeek && kWide>(
       r, p, s.work.keys, 0, end - begin, routing_shape::kWideMaxTokensCluster, warp);
-  if constexpr (kDeepSeek) {
+  if constexpr (kDeepSeek && !kDirectKeys) {
     stage_deepseek_keys<LogitT>(r, begin, end, s.work.keys);
     __syncthreads();
     phase_stamp(s, 2, threadIdx.x == 0);
@@ -350,10 +357,11 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
       choose_wide_if_on<kDeepSeek && kWide>(r, s.work.keys, wide_call, lane, chosen,
                                             wide_steps(s));
   if (routes) {
-    float* keys = kDeepSeek ? s.work.keys + (token - begin) * r.num_experts
-                            : s.work.keys + warp * kPerLane * kWarpSize;
+    float* keys = kDeepSeek && !kDirectKeys ? s.work.keys + (token - begin) * r.num_experts
+                                            : s.work.keys + warp * kPerLane * kWarpSize;
     if (!wide)
-      chosen = choose_decode<LogitT, kPerLane, kDeepSeek, kThreshold>(r, token, lane, keys);
+      chosen = choose_decode<LogitT, kPerLane, kDeepSeek, kThreshold, kDirectKeys>(r, token, lane,
+                                                                                   keys);
     if (lane < r.top_k) staged[token * r.top_k + lane] = local_expert(chosen.expert, p);
   }
   phase_stamp(s, 3, threadIdx.x == 0);

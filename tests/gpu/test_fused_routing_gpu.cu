@@ -516,6 +516,86 @@ TEST(FusedRoutingGpu, WideChoiceOverItsSeats) {
   EXPECT_GT(served, cases / 2);  // the wide choice ran on most of them
 }
 
+// The direct keys for a scope.
+struct ScopedDirectKeys : ScopedSetting<bool> {
+  explicit ScopedDirectKeys(bool on) : ScopedSetting(direct_keys, set_direct_keys, on) {}
+};
+
+// Whether the cluster variant without the spread kernel takes the
+// direct-keys kernels for pr (default settings otherwise, clusters of 16
+// where the device runs them, as the H200 does): DeepSeek at 8 slots a lane
+// (E = 129..256), overlapped, the wide choice not seated, and more keys a
+// routing CTA than threads.
+bool direct_keys_serve(const Problem& pr) {
+  const RoutingConfig& c = pr.config;
+  if (!test::is_deepseek(c.policy) || routing_detail::slots_per_lane(c.num_experts) != 8)
+    return false;
+  const int parts = routing_shape::wide_parts(c.num_experts, c.n_group, c.num_experts / c.n_group);
+  const bool wide_default = parts > 0 && routing_shape::wide_by_default(parts, c.top_k);
+  const routing_shape::LaunchShape shape = routing_shape::launch_shape(
+      8, pr.num_tokens, pr.local(), c.num_experts, true, true,
+      routing_shape::cluster_min_tokens_by_default(true, c.num_experts, wide_default),
+      routing_shape::cluster_max_ctas_by_default(true, c.num_experts));
+  if (shape.routing_ctas == 1 || !shape.overlapped) return false;
+  const int per_cta = routing_shape::tokens_per_routing_cta(pr.num_tokens, shape.routing_ctas + 1);
+  const bool wide = wide_default && routing_shape::wide_fits(per_cta, parts,
+                                                             shape.threads / routing_shape::kWarp,
+                                                             routing_shape::kWideMaxTokensCluster);
+  return !wide && per_cta * c.num_experts > shape.threads;
+}
+
+// The cluster kernel's routing CTAs computing DeepSeek's keys a warp a
+// token (set_direct_keys), where the block would stage them in batches:
+// DeepSeekV3 E=256 (8 groups, 4 kept) and E=160 (8 groups of 20, not whole
+// lanes), MiniMax2 E=256 (one group), K = 8 and 6, T = 61..120 (clusters of
+// 16: 5..8 tokens a routing CTA), random, near-tie and adversarial rows
+// with an adversarial bias, with an EP range on some; each case with the
+// direct keys on and off, held to split bit for bit and to the reference.
+// Most cases must take the direct kernels.
+TEST(FusedRoutingGpu, DirectKeysWhereKeysWouldBatch) {
+  UNIMOE_REQUIRE_GPU();
+  ScopedSpread spread({false, 0, 0});
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  struct Shape {
+    RoutingConfig config;
+    int local_offset, num_local;  // num_local 0: every expert
+  };
+  const Shape shapes[] = {
+      {test::grouped_deepseek(256, 8, 8, 4, LogitsType::F32), 0, 0},
+      {test::grouped_deepseek(256, 8, 8, 4, LogitsType::BF16), 64, 128},
+      {test::grouped_deepseek(160, 6, 8, 4, LogitsType::F32), 0, 0},
+      {make_routing(RoutingPolicy::MiniMax2, 256, 8, LogitsType::BF16, true), 0, 0},
+  };
+  int cases = 0, served = 0;
+  for (const Shape& sh : shapes) {
+    const RoutingConfig& c = sh.config;
+    ASSERT_TRUE(legal_routing(c));
+    for (const int t : {61, 64, 65, 80, 97, 120})
+      for (int kind = 0; kind < 3; ++kind) {
+        SCOPED_TRACE("T=" + std::to_string(t) + " kind " + std::to_string(kind));
+        const Problem pr{c, t, sh.local_offset, sh.num_local};
+        const std::size_t n = std::size_t(t) * c.num_experts;
+        std::vector<float> logits = kind == 0 ? test::random_vector(n, rng, -4, 4)
+                                    : kind == 1
+                                        ? test::near_tie_logits(t, c.num_experts, c.top_k, rng)
+                                        : test::adversarial_logits(t, c.num_experts, c.top_k, rng);
+        const Inputs in = test::logits_inputs(
+            pr, std::move(logits), test::adversarial_bias(c.num_experts, kind == 2, rng));
+        for (const bool on : {true, false}) {
+          SCOPED_TRACE(on ? "direct keys" : "staged keys");
+          ScopedDirectKeys direct(on);
+          check_fused_and_split(pr, in);
+        }
+        served += direct_keys_serve(pr);
+        ++cases;
+      }
+  }
+  EXPECT_EQ(cases, 72);
+  EXPECT_GT(served, cases * 2 / 3);
+}
+
 // The cluster variant's two ways (without the spread kernel) on both sides
 // of their bound: overlapped while the routing CTAs (7 at most in
 // clusters of 8, 15 in clusters of 16, besides CTA 0) have a warp for each
