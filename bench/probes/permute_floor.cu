@@ -1,0 +1,303 @@
+// Permutation floor probe (development only; built by hand, not by CMake):
+// how many cycles one block takes from its rows staged in shared memory to
+// the whole permutation and tile schedule written, at the decode shapes
+// where CTA 0 of the cluster kernel takes the token masks (T * K of
+// 65..512). Three forms over the same staged rows:
+//   - one size: permute_block (src/kernels/block_permute.cuh) as the
+//     kernels call it, the masks cleared first (as CTA 0 clears them before
+//     its cluster barrier), one tile size (16, as the routing sweep asks and
+//     the layer asks one): lay_out_one_size;
+//   - three sizes: the same with tile sizes 16, 64 and 128: lay_out_packed,
+//     the token masks' only layout before session 27;
+//   - fixed: the one-size algorithm with E, K, T, the tile size and the
+//     block size known at compile time, for the floor of the algorithm.
+// Each launch is one block that runs the form twice (the second pass finds
+// its code in the SM's caches); thread 0 reads clock64 after the staging
+// barrier and after the form's last barrier. The probe prints the median
+// over the launches of each pass and checks that the forms' counts,
+// offsets, rows and first tile schedule agree. Session 27's results:
+// bench/results/h200-permute-floor-session27.txt.
+//
+// Build (from the repository root) and run on a GPU:
+//   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Isrc -Iinclude \
+//     bench/probes/permute_floor.cu -o /tmp/permute_floor && /tmp/permute_floor [launches]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "core/exact_quotient.h"
+#include "kernels/block_permute.cuh"
+
+using namespace unimoe;
+using namespace unimoe::fused_detail;
+
+#define CHECK(x)                                                                         \
+  do {                                                                                   \
+    cudaError_t err_ = (x);                                                              \
+    if (err_ != cudaSuccess) {                                                           \
+      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(err_)); \
+      std::exit(1);                                                                      \
+    }                                                                                    \
+  } while (0)
+
+// Cycles a pass, at cycles[pass].
+__global__ void library_kernel(const __grid_constant__ BlockPermuteParams p, const int16_t* rows,
+                               long long* cycles) {
+  __shared__ BlockShared s;
+  for (int i = threadIdx.x; i < p.rows; i += blockDim.x) s.expert[i] = rows[i];
+  clear_token_masks(p, s);
+  if ((touch_params(p) ^ 0x9e3779b9u) == 0u) s.scan[kWarpSize] = 0;  // warm the parameters
+  __syncthreads();
+#pragma unroll 1
+  for (int pass = 0; pass < 2; ++pass) {
+    const long long t0 = clock64();
+    permute_block<true>(p, s, true);
+    __syncthreads();
+    if (threadIdx.x == 0) cycles[pass] = clock64() - t0;
+    clear_token_masks(p, s);
+    __syncthreads();
+  }
+}
+
+struct FixedOut {
+  int32_t* counts;
+  int32_t* offsets;  // [E + 1]
+  int32_t* permuted_to_expanded;
+  int32_t* expanded_to_permuted;
+  DeviceTile* tiles;
+  int32_t* num_tiles;
+};
+
+// lay_out_one_size's algorithm with everything known at compile time: kE
+// experts (at most kThreads), kK ids a token, kT tokens, tiles of kTileM.
+template <int kE, int kK, int kT, int kTileM, int kThreads>
+__global__ void __launch_bounds__(kThreads, 1)
+    fixed_kernel(const __grid_constant__ FixedOut out, const int16_t* rows, long long* cycles) {
+  constexpr int kRows = kT * kK, kWords = (kT + 31) / 32, kOwnerWarps = (kE + 31) / 32;
+  static_assert(kE <= kThreads, "an expert a thread");
+  __shared__ int16_t expert[kRows];
+  __shared__ uint32_t masks[kE * kWords];
+  __shared__ int32_t offsets[kE];
+  __shared__ uint32_t warp_totals[kOwnerWarps];
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  for (int i = tid; i < kRows; i += kThreads) expert[i] = rows[i];
+  for (int i = tid; i < kE * kWords; i += kThreads) masks[i] = 0;
+  __syncthreads();
+#pragma unroll 1
+  for (int pass = 0; pass < 2; ++pass) {
+    const long long t0 = clock64();
+#pragma unroll
+    for (int row = tid; row < kRows; row += kThreads) {
+      const int e = expert[row], token = row / kK;
+      if (e >= 0) atomicOr(&masks[e * kWords + token / 32], 1u << (token % 32));
+    }
+    __syncthreads();
+    uint32_t mine = 0, inclusive = 0;
+    if (warp < kOwnerWarps) {
+      int count = 0;
+      if (tid < kE) {
+#pragma unroll
+        for (int w = 0; w < kWords; ++w) count += __popc(masks[tid * kWords + w]);
+      }
+      mine = static_cast<uint32_t>(count) |
+             (static_cast<uint32_t>((count + kTileM - 1) / kTileM) << 16);
+      inclusive = mine;
+#pragma unroll
+      for (int d = 1; d < 32; d *= 2) {
+        const uint32_t other = __shfl_up_sync(0xffffffffu, inclusive, d);
+        if (lane >= d) inclusive += other;
+      }
+      if (lane == 31) warp_totals[warp] = inclusive;
+    }
+    __syncthreads();
+    if (warp < kOwnerWarps) {
+      uint32_t below = 0, total = 0;
+#pragma unroll
+      for (int w = 0; w < kOwnerWarps; ++w) {
+        const uint32_t t = warp_totals[w];
+        below += w < warp ? t : 0u;
+        total += t;
+      }
+      const uint32_t before = below + inclusive - mine;
+      const int start = static_cast<int>(before & 0xffffu);
+      const int count = static_cast<int>(mine & 0xffffu);
+      const int tile_base = static_cast<int>(before >> 16);
+      if (tid < kE) {
+        offsets[tid] = start;
+        out.offsets[tid] = start;
+        out.counts[tid] = count;
+        for (int i = 0; i * kTileM < count; ++i)
+          out.tiles[tile_base + i] =
+              DeviceTile{tid, start + i * kTileM, min(kTileM, count - i * kTileM), 0};
+      }
+      if (tid == 0) {
+        out.offsets[kE] = static_cast<int>(total & 0xffffu);
+        *out.num_tiles = static_cast<int>(total >> 16);
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int row = tid; row < kRows; row += kThreads) {
+      const int e = expert[row];
+      if (e < 0) {
+        out.expanded_to_permuted[row] = -1;
+        continue;
+      }
+      const int token = row / kK;
+      const uint32_t* mask = masks + e * kWords;
+      int rank = __popc(mask[token / 32] & ((1u << (token % 32)) - 1u));
+#pragma unroll
+      for (int w = 0; w < kWords - 1; ++w) rank += w < token / 32 ? __popc(mask[w]) : 0;
+      const int dst = offsets[e] + rank;
+      out.permuted_to_expanded[dst] = row;
+      out.expanded_to_permuted[row] = dst;
+    }
+    __syncthreads();
+    if (tid == 0) cycles[pass] = clock64() - t0;
+    for (int i = tid; i < kE * kWords; i += kThreads) masks[i] = 0;
+    __syncthreads();
+  }
+}
+
+constexpr int kSizes = 3;
+constexpr int kTileSizes[kSizes] = {16, 64, 128};
+
+struct Buffers {
+  int32_t *counts, *offsets, *p2e, *e2p;
+  int32_t* num_tiles[kSizes];
+  DeviceTile* tiles[kSizes];
+};
+
+static Buffers make_buffers(int e, int rows) {
+  Buffers b{};
+  CHECK(cudaMalloc(&b.counts, e * 4));
+  CHECK(cudaMalloc(&b.offsets, (e + 1) * 4));
+  CHECK(cudaMalloc(&b.p2e, rows * 4));
+  CHECK(cudaMalloc(&b.e2p, rows * 4));
+  CHECK(cudaMemset(b.counts, 0xff, e * 4));  // poisoned: every output is written
+  CHECK(cudaMemset(b.offsets, 0xff, (e + 1) * 4));
+  CHECK(cudaMemset(b.p2e, 0xff, rows * 4));
+  CHECK(cudaMemset(b.e2p, 0xff, rows * 4));
+  for (int t = 0; t < kSizes; ++t) {
+    CHECK(cudaMalloc(&b.num_tiles[t], 4));
+    CHECK(cudaMalloc(&b.tiles[t], (rows + e) * sizeof(DeviceTile)));
+    CHECK(cudaMemset(b.num_tiles[t], 0xff, 4));
+    CHECK(cudaMemset(b.tiles[t], 0xff, (rows + e) * sizeof(DeviceTile)));
+  }
+  return b;
+}
+
+template <typename T>
+static std::vector<T> fetch(const T* d, int n) {
+  std::vector<T> h(n);
+  CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// Whether two forms wrote the same counts, offsets, rows and first tile
+// schedule (tile size 16 in both).
+static bool same(const Buffers& a, const Buffers& b, int e, int rows) {
+  const int tiles = fetch(a.num_tiles[0], 1)[0];
+  if (fetch(b.num_tiles[0], 1)[0] != tiles || tiles < 0 || tiles > rows + e) return false;
+  const auto ta = fetch(a.tiles[0], tiles), tb = fetch(b.tiles[0], tiles);
+  for (int i = 0; i < tiles; ++i)
+    if (ta[i].expert != tb[i].expert || ta[i].row_start != tb[i].row_start ||
+        ta[i].rows != tb[i].rows)
+      return false;
+  return fetch(a.counts, e) == fetch(b.counts, e) &&
+         fetch(a.offsets, e + 1) == fetch(b.offsets, e + 1) &&
+         fetch(a.p2e, rows) == fetch(b.p2e, rows) && fetch(a.e2p, rows) == fetch(b.e2p, rows);
+}
+
+static long long median(std::vector<long long> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <int kE, int kK, int kT, int kThreads>
+static void run_shape(int launches) {
+  constexpr int kRows = kT * kK;
+  std::mt19937 rng(1234 + kE + kT);
+  std::vector<int16_t> rows(kRows);
+  for (int t = 0; t < kT; ++t) {  // K distinct experts a token, uniform
+    std::vector<int> ids(kE);
+    for (int i = 0; i < kE; ++i) ids[i] = i;
+    std::shuffle(ids.begin(), ids.end(), rng);
+    for (int k = 0; k < kK; ++k) rows[t * kK + k] = static_cast<int16_t>(ids[k]);
+  }
+  int16_t* d_rows;
+  long long* d_cycles;
+  CHECK(cudaMalloc(&d_rows, kRows * 2));
+  CHECK(cudaMalloc(&d_cycles, 2 * sizeof(long long)));
+  CHECK(cudaMemcpy(d_rows, rows.data(), kRows * 2, cudaMemcpyHostToDevice));
+  constexpr int kForms = 3;
+  const char* names[kForms] = {"one size", "three sizes", "fixed"};
+  Buffers buf[kForms];
+  BlockPermuteParams p[kForms];
+  for (int f = 0; f < kForms; ++f) {
+    buf[f] = make_buffers(kE, kRows);
+    BlockPermuteParams q{};
+    q.rows = kRows;
+    q.top_k = kK;
+    q.distinct_per_token = true;
+    q.sorted_pair = true;
+    q.num_local = kE;
+    q.expert_counts = buf[f].counts;
+    q.expert_offsets = buf[f].offsets;
+    q.permuted_to_expanded = buf[f].p2e;
+    q.expanded_to_permuted = buf[f].e2p;
+    q.num_tile_sizes = f == 1 ? kSizes : 1;
+    for (int t = 0; t < q.num_tile_sizes; ++t) {
+      q.tile_m[t] = kTileSizes[t];
+      q.tiles[t] = buf[f].tiles[t];
+      q.num_tiles[t] = buf[f].num_tiles[t];
+      q.inv_tile_m[t] = inverse_of(kTileSizes[t]);
+    }
+    q.inv_top_k = inverse_of(kK);
+    p[f] = for_block(q, kThreads);
+  }
+  std::vector<long long> c[kForms][2];  // [form][pass]
+  for (int i = 0; i < launches; ++i) {
+    for (int f = 0; f < kForms; ++f) {
+      CHECK(cudaMemset(d_cycles, 0, 2 * sizeof(long long)));
+      if (f < 2) {
+        library_kernel<<<1, kThreads>>>(p[f], d_rows, d_cycles);
+      } else {
+        const FixedOut out{buf[f].counts, buf[f].offsets,  buf[f].p2e,
+                           buf[f].e2p,    buf[f].tiles[0], buf[f].num_tiles[0]};
+        fixed_kernel<kE, kK, kT, kTileSizes[0], kThreads><<<1, kThreads>>>(out, d_rows, d_cycles);
+      }
+      CHECK(cudaGetLastError());
+      const auto h = fetch(d_cycles, 2);
+      for (int pass = 0; pass < 2; ++pass) c[f][pass].push_back(h[pass]);
+    }
+  }
+  std::printf("E=%4d K=%d T=%3d rows=%4d threads=%4d:", kE, kK, kT, kRows, kThreads);
+  for (int f = 0; f < kForms; ++f)
+    std::printf("  %s %5lld / %5lld", names[f], median(c[f][0]), median(c[f][1]));
+  const bool match = same(buf[0], buf[1], kE, kRows) && same(buf[0], buf[2], kE, kRows);
+  std::printf("  %s\n", match ? "outputs agree" : "OUTPUTS DIFFER");
+  CHECK(cudaFree(d_rows));
+  CHECK(cudaFree(d_cycles));
+}
+
+int main(int argc, char** argv) {
+  const int launches = argc > 1 ? std::atoi(argv[1]) : 51;
+  std::printf(
+      "cycles from the staged rows to the permutation written, first / second pass of a launch, "
+      "median over %d launches\n",
+      launches);
+  run_shape<128, 8, 64, 320>(launches);   // Renormalize E=128 K=8 T=64: CTA 0 of 8 x 320
+  run_shape<128, 8, 64, 1024>(launches);
+  run_shape<128, 8, 16, 320>(launches);
+  run_shape<256, 8, 64, 1024>(launches);  // DeepSeekV3 E=256 K=8 T=64: CTA 0 of 14 x 1024
+  run_shape<256, 8, 32, 1024>(launches);
+  run_shape<256, 8, 16, 1024>(launches);
+  run_shape<64, 4, 64, 256>(launches);
+  run_shape<512, 8, 32, 1024>(launches);
+  return 0;
+}
