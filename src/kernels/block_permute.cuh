@@ -83,7 +83,8 @@ __device__ __forceinline__ bool token_masks_fit(const BlockPermuteParams& p) {
 // (lay_out_one_size, or lay_out_packed for several tile sizes or runs of
 // experts a thread). Three barriers (five with the packed layout) and no
 // serial pass over the rows: the rows of decode batches (T * K of
-// 65..4096; 33..64 take permute_sorted_pair) place in one step. Each step is a chain of dependent instructions (a row
+// 65..4096; 33..64 take permute_sorted_pair) place in one step. Each step
+// is a chain of dependent instructions (a row
 // or an expert a thread), and it is their latency, not the issue rate, that
 // sets its time: 500-1000 cycles a step at DeepSeekV3 T=16-64 (session 11
 // stamps), whether 8 or 32 warps run it (session 11 run 4).
@@ -102,9 +103,13 @@ __device__ __forceinline__ void clear_token_masks(const BlockPermuteParams& p, B
 // owner warp's lanes sum the warp totals below it by shuffles. Two barriers
 // in all (the block scan of the packed 64-bit sums takes three, then one
 // for the layout), and only the owner warps run the scan and the layout.
-// Measured (session 27, bench/probes/permute_floor.cu, one H200 block, the
-// rows staged in shared memory): 512 rows 1,800-2,100 cycles against the
-// packed layout's 3,300-3,600; 128 rows 1,400-1,900 against 2,700-3,400.
+// Measured (session 27, H200): in one block from rows staged in shared
+// memory (bench/probes/permute_floor.cu, run 10), 512 rows 2,340-2,510
+// cycles against the packed layout's 3,690-3,820 and 128 rows 1,880-2,260
+// against 3,020-3,570; in the routing calls where the masks serve (run 10,
+// A/B against the packed layout), the cluster variant 0.91-0.94x
+// (Renormalize E=128 K=8 T=64 3.68 -> 3.39 us, DeepSeekV3 E=256 K=8 T=64
+// 5.52 -> 5.16).
 __device__ __forceinline__ bool lays_out_one_size(const BlockPermuteParams& p) {
   return p.num_tile_sizes == 1 && p.num_local <= static_cast<int>(blockDim.x);
 }

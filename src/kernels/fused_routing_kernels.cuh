@@ -280,7 +280,8 @@ template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold, bool k
 __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     cluster_routing_permute_kernel(const __grid_constant__ RoutingKernelParams r,
                                    const __grid_constant__ BlockPermuteParams p) {
-  static_assert(!kDirectKeys || (kDeepSeek && !kWide), "direct keys: DeepSeek, not the wide choice");
+  static_assert(!kDirectKeys || (kDeepSeek && !kWide),
+                "direct keys: DeepSeek kernels, not the wide choice's");
   __shared__ BlockShared s;
   phase_stamp(s, 0, threadIdx.x == 0);
   clear_stamps(s);
