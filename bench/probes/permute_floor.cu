@@ -2,7 +2,7 @@
 // how many cycles one block takes from its rows staged in shared memory to
 // the whole permutation and tile schedule written, at the decode shapes
 // where CTA 0 of the cluster kernel takes the token masks (T * K of
-// 65..512). Three forms over the same staged rows:
+// 65..512). Four forms over the same staged rows:
 //   - one size: permute_block (src/kernels/block_permute.cuh) as the
 //     kernels call it, the masks cleared first (as CTA 0 clears them before
 //     its cluster barrier), one tile size (16, as the routing sweep asks and
@@ -10,7 +10,9 @@
 //   - three sizes: the same with tile sizes 16, 64 and 128: lay_out_packed,
 //     the token masks' only layout before session 27;
 //   - fixed: the one-size algorithm with E, K, T, the tile size and the
-//     block size known at compile time, for the floor of the algorithm.
+//     block size known at compile time, for the floor of the algorithm;
+//   - K,words fixed: the library's one-size path in a kernel of its own
+//     with only K and the mask words (T / 32) as template constants.
 // Each launch is one block that runs the form twice (the second pass finds
 // its code in the SM's caches); thread 0 reads clock64 after the staging
 // barrier and after the form's last barrier. The probe prints the median
@@ -163,6 +165,98 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// The library's one-size path (permute_by_token_masks with
+// lay_out_one_size) with only K and the mask words as template constants;
+// E, the tile size and the block size at run time.
+template <int kK, int kWords>
+__global__ void kwords_kernel(const __grid_constant__ BlockPermuteParams p, const int16_t* rows,
+                              long long* cycles) {
+  __shared__ BlockShared s;
+  const int tid = threadIdx.x, threads = blockDim.x, lane = tid % 32, warp = tid / 32;
+  for (int i = tid; i < p.rows; i += threads) s.expert[i] = rows[i];
+  clear_token_masks(p, s);
+  if ((touch_params(p) ^ 0x9e3779b9u) == 0u) s.scan[kWarpSize] = 0;
+  __syncthreads();
+  uint32_t* masks = reinterpret_cast<uint32_t*>(s.work.words);
+#pragma unroll 1
+  for (int pass = 0; pass < 2; ++pass) {
+    const long long t0 = clock64();
+    const int n = p.rows, num_local = p.num_local;
+#pragma unroll 1
+    for (int row = tid; row < n; row += threads) {
+      const int e = s.expert[row], token = row / kK;
+      if (e >= 0) atomicOr(&masks[e * kWords + token / 32], 1u << (token % 32));
+    }
+    __syncthreads();
+    const int owners = max((num_local + 31) / 32, 1);
+    uint32_t* warp_totals = reinterpret_cast<uint32_t*>(s.scan);
+    uint32_t mine = 0, inclusive = 0;
+    if (warp < owners) {
+      int count = 0;
+      if (tid < num_local) {
+#pragma unroll
+        for (int w = 0; w < kWords; ++w) count += __popc(masks[tid * kWords + w]);
+      }
+      const int tiles = count == 0 ? 0 : exact_quotient(count - 1, p.inv_tile_m[0]) + 1;
+      mine = static_cast<uint32_t>(count) | (static_cast<uint32_t>(tiles) << 16);
+      inclusive = mine;
+#pragma unroll
+      for (int d = 1; d < 32; d *= 2) {
+        const uint32_t other = __shfl_up_sync(kFullMask, inclusive, d);
+        if (lane >= d) inclusive += other;
+      }
+      if (lane == 31) warp_totals[warp] = inclusive;
+    }
+    __syncthreads();
+    if (warp < owners) {
+      const uint32_t t = lane < owners ? warp_totals[lane] : 0u;
+      uint32_t below = lane < warp ? t : 0u, total = t;
+#pragma unroll
+      for (int d = 1; d < 32; d *= 2) {
+        below += __shfl_xor_sync(kFullMask, below, d);
+        total += __shfl_xor_sync(kFullMask, total, d);
+      }
+      const uint32_t before = below + inclusive - mine;
+      const int start = static_cast<int>(before & 0xffffu), count = static_cast<int>(mine & 0xffffu);
+      if (tid < num_local) {
+        const int tile_base = static_cast<int>(before >> 16), tile_m = p.tile_m[0];
+        s.offsets[tid] = start;
+        p.expert_offsets[tid] = start;
+        p.expert_counts[tid] = count;
+#pragma unroll 1
+        for (int i = 0; i * tile_m < count; ++i)
+          p.tiles[0][tile_base + i] =
+              DeviceTile{tid, start + i * tile_m, min(tile_m, count - i * tile_m), 0};
+      }
+      if (tid == 0) {
+        p.expert_offsets[num_local] = static_cast<int>(total & 0xffffu);
+        *p.num_tiles[0] = static_cast<int>(total >> 16);
+      }
+    }
+    __syncthreads();
+#pragma unroll 1
+    for (int row = tid; row < n; row += threads) {
+      const int e = s.expert[row];
+      if (e < 0) {
+        p.expanded_to_permuted[row] = -1;
+        continue;
+      }
+      const int token = row / kK;
+      const uint32_t* mask = masks + e * kWords;
+      int rank = __popc(mask[token / 32] & ((1u << (token % 32)) - 1u));
+#pragma unroll
+      for (int w = 0; w < kWords - 1; ++w) rank += w < token / 32 ? __popc(mask[w]) : 0;
+      const int dst = s.offsets[e] + rank;
+      p.permuted_to_expanded[dst] = row;
+      p.expanded_to_permuted[row] = dst;
+    }
+    __syncthreads();
+    if (tid == 0) cycles[pass] = clock64() - t0;
+    clear_token_masks(p, s);
+    __syncthreads();
+  }
+}
+
 constexpr int kSizes = 3;
 constexpr int kTileSizes[kSizes] = {16, 64, 128};
 
@@ -234,8 +328,8 @@ static void run_shape(int launches) {
   CHECK(cudaMalloc(&d_rows, kRows * 2));
   CHECK(cudaMalloc(&d_cycles, 2 * sizeof(long long)));
   CHECK(cudaMemcpy(d_rows, rows.data(), kRows * 2, cudaMemcpyHostToDevice));
-  constexpr int kForms = 3;
-  const char* names[kForms] = {"one size", "three sizes", "fixed"};
+  constexpr int kForms = 4;
+  const char* names[kForms] = {"one size", "three sizes", "fixed", "K,words fixed"};
   Buffers buf[kForms];
   BlockPermuteParams p[kForms];
   for (int f = 0; f < kForms; ++f) {
@@ -264,7 +358,9 @@ static void run_shape(int launches) {
   for (int i = 0; i < launches; ++i) {
     for (int f = 0; f < kForms; ++f) {
       CHECK(cudaMemset(d_cycles, 0, 2 * sizeof(long long)));
-      if (f < 2) {
+      if (f == 3) {
+        kwords_kernel<kK, (kT + 31) / 32><<<1, kThreads>>>(p[f], d_rows, d_cycles);
+      } else if (f < 2) {
         library_kernel<<<1, kThreads>>>(p[f], d_rows, d_cycles);
       } else {
         const FixedOut out{buf[f].counts, buf[f].offsets,  buf[f].p2e,
@@ -279,7 +375,8 @@ static void run_shape(int launches) {
   std::printf("E=%4d K=%d T=%3d rows=%4d threads=%4d:", kE, kK, kT, kRows, kThreads);
   for (int f = 0; f < kForms; ++f)
     std::printf("  %s %5lld / %5lld", names[f], median(c[f][0]), median(c[f][1]));
-  const bool match = same(buf[0], buf[1], kE, kRows) && same(buf[0], buf[2], kE, kRows);
+  const bool match = same(buf[0], buf[1], kE, kRows) && same(buf[0], buf[2], kE, kRows) &&
+                     same(buf[0], buf[3], kE, kRows);
   std::printf("  %s\n", match ? "outputs agree" : "OUTPUTS DIFFER");
   CHECK(cudaFree(d_rows));
   CHECK(cudaFree(d_cycles));
