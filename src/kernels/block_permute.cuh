@@ -130,12 +130,7 @@ __device__ __forceinline__ void lay_out_one_size(const BlockPermuteParams& p, Bl
     }
     const int tiles = count == 0 ? 0 : exact_quotient(count - 1, p.inv_tile_m[0]) + 1;
     mine = static_cast<uint32_t>(count) | (static_cast<uint32_t>(tiles) << kFieldBits);
-    inclusive = mine;
-#pragma unroll
-    for (int d = 1; d < kWarpSize; d *= 2) {
-      const uint32_t other = __shfl_up_sync(kFullMask, inclusive, d);
-      if (lane >= d) inclusive += other;
-    }
+    inclusive = warp_inclusive_sum(mine, lane);
     if (lane == kWarpSize - 1) warp_totals[warp] = inclusive;
   }
   __syncthreads();

@@ -38,22 +38,13 @@ __device__ V block_exclusive_sum(V value, V* s_scan, V& total,
   const int warps = min(static_cast<int>(blockDim.x / kWarpSize), active_warps);
   V inclusive = value;
   if (warp < warps) {
-#pragma unroll
-    for (int d = 1; d < kWarpSize; d *= 2) {
-      const V other = __shfl_up_sync(kFullMask, inclusive, d);
-      if (lane >= d) inclusive += other;
-    }
+    inclusive = warp_inclusive_sum(inclusive, lane);
     if (lane == kWarpSize - 1) s_scan[warp] = inclusive;
   }
   sync();
   if (warp == 0) {
     const V w = lane < warps ? s_scan[lane] : V(0);
-    V w_inclusive = w;
-#pragma unroll
-    for (int d = 1; d < kWarpSize; d *= 2) {
-      const V other = __shfl_up_sync(kFullMask, w_inclusive, d);
-      if (lane >= d) w_inclusive += other;
-    }
+    V w_inclusive = warp_inclusive_sum(w, lane);
     if (lane < warps) s_scan[lane] = w_inclusive - w;
     if (lane == kWarpSize - 1) s_scan[kWarpSize] = w_inclusive;
   }
@@ -309,12 +300,8 @@ __device__ inline void permute_sorted_piece(const BlockPermuteParams& p, BlockSh
     if (t >= p.num_tile_sizes) break;
     const int tile_m = p.tile_m[t];
     const int tiles = head ? exact_quotient(count - 1, p.inv_tile_m[t]) + 1 : 0;
-    int inclusive = tiles;  // this expert's first tile: the tiles of the runs before it
-#pragma unroll
-    for (int d = 1; d < kWarpSize; d *= 2) {
-      const int other = __shfl_up_sync(kFullMask, inclusive, d);
-      if (lane >= d) inclusive += other;
-    }
+    // This expert's first tile: the tiles of the runs before it.
+    int inclusive = warp_inclusive_sum(tiles, lane);
     const int base = inclusive - tiles;
 #pragma unroll 1
     for (int i = 0; i < tiles; ++i)

@@ -26,6 +26,18 @@ namespace unimoe {
 
 inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// Inclusive sum of `value` over lanes 0..lane of a full warp (every lane
+// calls it): log2(32) shuffles up. The kernels' warp scans, one form.
+template <typename V>
+__device__ __forceinline__ V warp_inclusive_sum(V value, int lane) {
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const V other = __shfl_up_sync(0xffffffffu, value, d);
+    if (lane >= d) value += other;
+  }
+  return value;
+}
+
 // Programmatic dependent launch (PDL). The layer's kernels are launched with
 // launch_pdl and call pdl_begin(), which waits until the previous grid in
 // the stream has completed and its writes are visible. Nothing the previous

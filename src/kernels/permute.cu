@@ -186,22 +186,12 @@ template <typename V>
 __device__ V block_exclusive_scan(V value, V* total, V* s_warp) {
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int num_warps = blockDim.x / kWarpSize;
-  V inclusive = value;
-#pragma unroll
-  for (int d = 1; d < kWarpSize; d *= 2) {
-    const V other = __shfl_up_sync(kFullMask, inclusive, d);
-    if (lane >= d) inclusive += other;
-  }
+  V inclusive = warp_inclusive_sum(value, lane);
   if (lane == kWarpSize - 1) s_warp[warp] = inclusive;
   __syncthreads();
   if (warp == 0) {
     const V w = lane < num_warps ? s_warp[lane] : V(0);
-    V w_inclusive = w;
-#pragma unroll
-    for (int d = 1; d < kWarpSize; d *= 2) {
-      const V other = __shfl_up_sync(kFullMask, w_inclusive, d);
-      if (lane >= d) w_inclusive += other;
-    }
+    V w_inclusive = warp_inclusive_sum(w, lane);
     if (lane < num_warps) s_warp[lane] = w_inclusive - w;  // exclusive warp base
     if (lane == kWarpSize - 1) s_warp[kWarpSize] = w_inclusive;
   }
@@ -244,12 +234,7 @@ __device__ void scan_chunk_columns(int num_chunks, int num_local, Count count, S
   // Warp w scans expert 32b + w over the spans (lane = span).
   {
     const int part = s_part[lane][warp];
-    int inclusive = part;
-#pragma unroll
-    for (int d = 1; d < kWarpSize; d *= 2) {
-      const int other = __shfl_up_sync(kFullMask, inclusive, d);
-      if (lane >= d) inclusive += other;
-    }
+    int inclusive = warp_inclusive_sum(part, lane);
     s_part[lane][warp] = inclusive - part;
     const int expert = blockIdx.x * kWarpSize + warp;
     if (lane == kWarpSize - 1 && expert < num_local) totals[expert] = inclusive;

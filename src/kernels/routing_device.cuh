@@ -27,6 +27,7 @@
 #include "core/group_index.h"
 #include "core/routing_launch_shape.h"
 #include "core/sigmoid_fp32.h"
+#include "kernels/common.cuh"
 #include "kernels/routing.cuh"
 
 namespace unimoe::routing_detail {
@@ -645,12 +646,7 @@ __device__ __forceinline__ bool rounds_by_threshold(const uint32_t (&key)[kPerLa
     }
   } else {
     const int n = __popc(bits);
-    int inclusive = n;
-#pragma unroll
-    for (int d = 1; d < kWarpSize; d *= 2) {
-      const int other = __shfl_up_sync(kFullMask, inclusive, d);
-      if (lane >= d) inclusive += other;
-    }
+    int inclusive = warp_inclusive_sum(n, lane);
     place = inclusive - n;
     total = __shfl_sync(kFullMask, inclusive, kWarpSize - 1);
   }
