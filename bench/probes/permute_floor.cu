@@ -9,10 +9,13 @@
 //     the layer asks one): lay_out_one_size;
 //   - three sizes: the same with tile sizes 16, 64 and 128: lay_out_packed,
 //     the token masks' only layout before session 27;
-//   - fixed: the one-size algorithm with E, K, T, the tile size and the
-//     block size known at compile time, for the floor of the algorithm;
-//   - K,words fixed: the library's one-size path in a kernel of its own
-//     with only K and the mask words (T / 32) as template constants.
+//   - fixed: the one-size algorithm in a kernel of its own with E, K, T,
+//     the tile size and the block size known at compile time, for the
+//     floor of the algorithm;
+//   - K,words fixed: the same kernel with only K and the mask words
+//     (T / 32) as template constants.
+// (Before run 15 the fixed form was a kernel apart, with its own shared
+// arrays and the warp totals summed by a loop: commit 8ac11e2.)
 // Each launch is one block that runs the form twice (the second pass finds
 // its code in the SM's caches); thread 0 reads clock64 after the staging
 // barrier and after the form's last barrier. The probe prints the median
@@ -65,131 +68,38 @@ __global__ void library_kernel(const __grid_constant__ BlockPermuteParams p, con
   }
 }
 
-struct FixedOut {
-  int32_t* counts;
-  int32_t* offsets;  // [E + 1]
-  int32_t* permuted_to_expanded;
-  int32_t* expanded_to_permuted;
-  DeviceTile* tiles;
-  int32_t* num_tiles;
-};
-
-// lay_out_one_size's algorithm with everything known at compile time: kE
-// experts (at most kThreads), kK ids a token, kT tokens, tiles of kTileM.
-template <int kE, int kK, int kT, int kTileM, int kThreads>
-__global__ void __launch_bounds__(kThreads, 1)
-    fixed_kernel(const __grid_constant__ FixedOut out, const int16_t* rows, long long* cycles) {
-  constexpr int kRows = kT * kK, kWords = (kT + 31) / 32, kOwnerWarps = (kE + 31) / 32;
-  static_assert(kE <= kThreads, "an expert a thread");
-  __shared__ int16_t expert[kRows];
-  __shared__ uint32_t masks[kE * kWords];
-  __shared__ int32_t offsets[kE];
-  __shared__ uint32_t warp_totals[kOwnerWarps];
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  for (int i = tid; i < kRows; i += kThreads) expert[i] = rows[i];
-  for (int i = tid; i < kE * kWords; i += kThreads) masks[i] = 0;
-  __syncthreads();
-#pragma unroll 1
-  for (int pass = 0; pass < 2; ++pass) {
-    const long long t0 = clock64();
-#pragma unroll
-    for (int row = tid; row < kRows; row += kThreads) {
-      const int e = expert[row], token = row / kK;
-      if (e >= 0) atomicOr(&masks[e * kWords + token / 32], 1u << (token % 32));
-    }
-    __syncthreads();
-    uint32_t mine = 0, inclusive = 0;
-    if (warp < kOwnerWarps) {
-      int count = 0;
-      if (tid < kE) {
-#pragma unroll
-        for (int w = 0; w < kWords; ++w) count += __popc(masks[tid * kWords + w]);
-      }
-      mine = static_cast<uint32_t>(count) |
-             (static_cast<uint32_t>((count + kTileM - 1) / kTileM) << 16);
-      inclusive = mine;
-#pragma unroll
-      for (int d = 1; d < 32; d *= 2) {
-        const uint32_t other = __shfl_up_sync(0xffffffffu, inclusive, d);
-        if (lane >= d) inclusive += other;
-      }
-      if (lane == 31) warp_totals[warp] = inclusive;
-    }
-    __syncthreads();
-    if (warp < kOwnerWarps) {
-      uint32_t below = 0, total = 0;
-#pragma unroll
-      for (int w = 0; w < kOwnerWarps; ++w) {
-        const uint32_t t = warp_totals[w];
-        below += w < warp ? t : 0u;
-        total += t;
-      }
-      const uint32_t before = below + inclusive - mine;
-      const int start = static_cast<int>(before & 0xffffu);
-      const int count = static_cast<int>(mine & 0xffffu);
-      const int tile_base = static_cast<int>(before >> 16);
-      if (tid < kE) {
-        offsets[tid] = start;
-        out.offsets[tid] = start;
-        out.counts[tid] = count;
-        for (int i = 0; i * kTileM < count; ++i)
-          out.tiles[tile_base + i] =
-              DeviceTile{tid, start + i * kTileM, min(kTileM, count - i * kTileM), 0};
-      }
-      if (tid == 0) {
-        out.offsets[kE] = static_cast<int>(total & 0xffffu);
-        *out.num_tiles = static_cast<int>(total >> 16);
-      }
-    }
-    __syncthreads();
-#pragma unroll
-    for (int row = tid; row < kRows; row += kThreads) {
-      const int e = expert[row];
-      if (e < 0) {
-        out.expanded_to_permuted[row] = -1;
-        continue;
-      }
-      const int token = row / kK;
-      const uint32_t* mask = masks + e * kWords;
-      int rank = __popc(mask[token / 32] & ((1u << (token % 32)) - 1u));
-#pragma unroll
-      for (int w = 0; w < kWords - 1; ++w) rank += w < token / 32 ? __popc(mask[w]) : 0;
-      const int dst = offsets[e] + rank;
-      out.permuted_to_expanded[dst] = row;
-      out.expanded_to_permuted[row] = dst;
-    }
-    __syncthreads();
-    if (tid == 0) cycles[pass] = clock64() - t0;
-    for (int i = tid; i < kE * kWords; i += kThreads) masks[i] = 0;
-    __syncthreads();
-  }
-}
-
-// The library's one-size path (permute_by_token_masks with
-// lay_out_one_size) with only K and the mask words as template constants;
-// E, the tile size and the block size at run time.
-template <int kK, int kWords>
-__global__ void kwords_kernel(const __grid_constant__ BlockPermuteParams p, const int16_t* rows,
-                              long long* cycles) {
+// lay_out_one_size's algorithm with K and the mask words (T / 32) as
+// template constants, and E, T, the tile size and the block size as well
+// where their template value is not 0 (0: at run time, from p and
+// blockDim). All of them constant: "fixed"; only K and the words: "K,words
+// fixed".
+template <int kK, int kWords, int kE, int kT, int kTileM, int kThreads>
+__global__ void __launch_bounds__(kThreads > 0 ? kThreads : 1024, 1)
+    constant_kernel(const __grid_constant__ BlockPermuteParams p, const int16_t* rows,
+                    long long* cycles) {
+  static_assert(kE == 0 || kE <= kThreads, "an expert a thread");
+  constexpr int kUnroll = kT > 0 ? 16 : 1;  // the row loops: whole where T is known
   __shared__ BlockShared s;
-  const int tid = threadIdx.x, threads = blockDim.x, lane = tid % 32, warp = tid / 32;
-  for (int i = tid; i < p.rows; i += threads) s.expert[i] = rows[i];
-  clear_token_masks(p, s);
-  if ((touch_params(p) ^ 0x9e3779b9u) == 0u) s.scan[kWarpSize] = 0;
+  const int threads = kThreads > 0 ? kThreads : static_cast<int>(blockDim.x);
+  const int num_local = kE > 0 ? kE : p.num_local;
+  const int n = kT > 0 ? kT * kK : p.rows;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  uint32_t* masks = reinterpret_cast<uint32_t*>(s.work.words);  // [num_local][kWords]
+  uint32_t* warp_totals = reinterpret_cast<uint32_t*>(s.scan);
+  for (int i = tid; i < n; i += threads) s.expert[i] = rows[i];
+  for (int i = tid; i < num_local * kWords; i += threads) masks[i] = 0;
+  if ((touch_params(p) ^ 0x9e3779b9u) == 0u) s.scan[kWarpSize] = 0;  // warm the parameters
   __syncthreads();
-  uint32_t* masks = reinterpret_cast<uint32_t*>(s.work.words);
 #pragma unroll 1
   for (int pass = 0; pass < 2; ++pass) {
     const long long t0 = clock64();
-    const int n = p.rows, num_local = p.num_local;
-#pragma unroll 1
+#pragma unroll kUnroll
     for (int row = tid; row < n; row += threads) {
       const int e = s.expert[row], token = row / kK;
       if (e >= 0) atomicOr(&masks[e * kWords + token / 32], 1u << (token % 32));
     }
     __syncthreads();
     const int owners = max((num_local + 31) / 32, 1);
-    uint32_t* warp_totals = reinterpret_cast<uint32_t*>(s.scan);
     uint32_t mine = 0, inclusive = 0;
     if (warp < owners) {
       int count = 0;
@@ -197,14 +107,11 @@ __global__ void kwords_kernel(const __grid_constant__ BlockPermuteParams p, cons
 #pragma unroll
         for (int w = 0; w < kWords; ++w) count += __popc(masks[tid * kWords + w]);
       }
-      const int tiles = count == 0 ? 0 : exact_quotient(count - 1, p.inv_tile_m[0]) + 1;
+      const int tiles = kTileM > 0 ? (count + kTileM - 1) / kTileM
+                        : count == 0 ? 0
+                                     : exact_quotient(count - 1, p.inv_tile_m[0]) + 1;
       mine = static_cast<uint32_t>(count) | (static_cast<uint32_t>(tiles) << 16);
-      inclusive = mine;
-#pragma unroll
-      for (int d = 1; d < 32; d *= 2) {
-        const uint32_t other = __shfl_up_sync(kFullMask, inclusive, d);
-        if (lane >= d) inclusive += other;
-      }
+      inclusive = warp_inclusive_sum(mine, lane);
       if (lane == 31) warp_totals[warp] = inclusive;
     }
     __syncthreads();
@@ -219,7 +126,8 @@ __global__ void kwords_kernel(const __grid_constant__ BlockPermuteParams p, cons
       const uint32_t before = below + inclusive - mine;
       const int start = static_cast<int>(before & 0xffffu), count = static_cast<int>(mine & 0xffffu);
       if (tid < num_local) {
-        const int tile_base = static_cast<int>(before >> 16), tile_m = p.tile_m[0];
+        const int tile_base = static_cast<int>(before >> 16);
+        const int tile_m = kTileM > 0 ? kTileM : p.tile_m[0];
         s.offsets[tid] = start;
         p.expert_offsets[tid] = start;
         p.expert_counts[tid] = count;
@@ -234,7 +142,7 @@ __global__ void kwords_kernel(const __grid_constant__ BlockPermuteParams p, cons
       }
     }
     __syncthreads();
-#pragma unroll 1
+#pragma unroll kUnroll
     for (int row = tid; row < n; row += threads) {
       const int e = s.expert[row];
       if (e < 0) {
@@ -252,7 +160,7 @@ __global__ void kwords_kernel(const __grid_constant__ BlockPermuteParams p, cons
     }
     __syncthreads();
     if (tid == 0) cycles[pass] = clock64() - t0;
-    clear_token_masks(p, s);
+    for (int i = tid; i < num_local * kWords; i += threads) masks[i] = 0;
     __syncthreads();
   }
 }
@@ -358,15 +266,14 @@ static void run_shape(int launches) {
   for (int i = 0; i < launches; ++i) {
     for (int f = 0; f < kForms; ++f) {
       CHECK(cudaMemset(d_cycles, 0, 2 * sizeof(long long)));
-      if (f == 3) {
-        kwords_kernel<kK, (kT + 31) / 32><<<1, kThreads>>>(p[f], d_rows, d_cycles);
-      } else if (f < 2) {
+      constexpr int kWords = (kT + 31) / 32;
+      if (f == 2)
+        constant_kernel<kK, kWords, kE, kT, kTileSizes[0], kThreads>
+            <<<1, kThreads>>>(p[f], d_rows, d_cycles);
+      else if (f == 3)
+        constant_kernel<kK, kWords, 0, 0, 0, 0><<<1, kThreads>>>(p[f], d_rows, d_cycles);
+      else
         library_kernel<<<1, kThreads>>>(p[f], d_rows, d_cycles);
-      } else {
-        const FixedOut out{buf[f].counts, buf[f].offsets,  buf[f].p2e,
-                           buf[f].e2p,    buf[f].tiles[0], buf[f].num_tiles[0]};
-        fixed_kernel<kE, kK, kT, kTileSizes[0], kThreads><<<1, kThreads>>>(out, d_rows, d_cycles);
-      }
       CHECK(cudaGetLastError());
       const auto h = fetch(d_cycles, 2);
       for (int pass = 0; pass < 2; ++pass) c[f][pass].push_back(h[pass]);
