@@ -67,6 +67,49 @@ __device__ __forceinline__ void write_layout_totals(const BlockPermuteParams& p,
 // 32-bit words of one expert's token mask for T tokens.
 __host__ __device__ constexpr int mask_words(int num_tokens) { return (num_tokens + 31) / 32; }
 
+// The token-mask permutation's forms (permute_by_token_masks<kTopK,
+// kWords>): K and the mask words a thread handles as compile-time
+// constants, or 0 for both at run time. permute_by_token_masks_any takes
+// a constant form where one serves.
+//
+// The token of expanded row `row`: row / K (a shift for K = 8) where K is
+// a constant, else by the reciprocal.
+template <int kTopK>
+__device__ __forceinline__ int token_of_row(int row, float inv_top_k) {
+  if constexpr (kTopK > 0)
+    return row / kTopK;
+  else
+    return exact_quotient(row, inv_top_k);
+}
+
+// The rows of one expert's token mask `mask` (its `words` words, kWords
+// where that is a constant): unrolled where the words are constant.
+template <int kWords>
+__device__ __forceinline__ int mask_popcount(const uint32_t* mask, int words) {
+  int count = 0;
+  if constexpr (kWords > 0) {
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) count += __popc(mask[w]);
+  } else {
+#pragma unroll 1
+    for (int w = 0; w < words; ++w) count += __popc(mask[w]);
+  }
+  return count;
+}
+
+// Adds to `rank` the rows of `mask` whose tokens lie in the words below
+// `word`.
+template <int kWords>
+__device__ __forceinline__ void add_rows_below_word(const uint32_t* mask, int word, int& rank) {
+  if constexpr (kWords > 0) {
+#pragma unroll
+    for (int w = 0; w < kWords - 1; ++w) rank += w < word ? __popc(mask[w]) : 0;
+  } else {
+#pragma unroll 1
+    for (int w = 0; w < word; ++w) rank += __popc(mask[w]);
+  }
+}
+
 // Whether permute_by_token_masks serves p: routing mode (a token's ids are
 // distinct, so an expert has at most one row per token) and every expert's
 // token mask fits in the work area.
@@ -114,6 +157,7 @@ __device__ __forceinline__ bool lays_out_one_size(const BlockPermuteParams& p) {
   return p.num_tile_sizes == 1 && p.num_local <= static_cast<int>(blockDim.x);
 }
 
+template <int kWords>
 __device__ __forceinline__ void lay_out_one_size(const BlockPermuteParams& p, BlockShared& s,
                                                  const uint32_t* masks, int words) {
   const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
@@ -123,11 +167,7 @@ __device__ __forceinline__ void lay_out_one_size(const BlockPermuteParams& p, Bl
   uint32_t* warp_totals = reinterpret_cast<uint32_t*>(s.scan);
   uint32_t mine = 0, inclusive = 0;
   if (warp < owners) {  // uniform per warp
-    int count = 0;
-    if (tid < num_local) {
-#pragma unroll 1
-      for (int w = 0; w < words; ++w) count += __popc(masks[tid * words + w]);
-    }
+    const int count = tid < num_local ? mask_popcount<kWords>(masks + tid * words, words) : 0;
     const int tiles = count == 0 ? 0 : exact_quotient(count - 1, p.inv_tile_m[0]) + 1;
     mine = static_cast<uint32_t>(count) | (static_cast<uint32_t>(tiles) << kFieldBits);
     inclusive = warp_inclusive_sum(mine, lane);
@@ -175,10 +215,7 @@ __device__ __forceinline__ void lay_out_packed(const BlockPermuteParams& p, Bloc
   const int first = min(tid * per_thread, num_local);
   const int last = min(first + per_thread, num_local);
   auto expert_sums = [&](int e) {
-    int count = 0;
-#pragma unroll 1
-    for (int w = 0; w < words; ++w) count += __popc(masks[e * words + w]);
-    return packed_sums(p, count);
+    return packed_sums(p, mask_popcount<0>(masks + e * words, words));
   };
   uint64_t mine = 0;
 #pragma unroll 1
@@ -199,12 +236,16 @@ __device__ __forceinline__ void lay_out_packed(const BlockPermuteParams& p, Bloc
   __syncthreads();
 }
 
+// kTopK, kWords: K and the mask words as constants (both > 0, where
+// lays_out_one_size(p) holds), or both 0 for any call the masks serve.
+template <int kTopK, int kWords>
 __device__ inline void permute_by_token_masks(const BlockPermuteParams& p, BlockShared& s,
                                               bool cleared) {
+  static_assert((kTopK > 0) == (kWords > 0), "K and the words: both constants or neither");
   const int tid = threadIdx.x, threads = blockDim.x;
   const int rows = p.rows;
   const float inv_top_k = p.inv_top_k;
-  const int words = mask_words(exact_quotient(rows, inv_top_k));
+  const int words = kWords > 0 ? kWords : mask_words(exact_quotient(rows, inv_top_k));
   uint32_t* masks = reinterpret_cast<uint32_t*>(s.work.words);  // [num_local][words]
   if (!cleared) {
     clear_token_masks(p, s);
@@ -214,13 +255,13 @@ __device__ inline void permute_by_token_masks(const BlockPermuteParams& p, Block
 #pragma unroll 1
   for (int row = tid; row < rows; row += threads) {
     const int e = s.expert[row];
-    const int token = exact_quotient(row, inv_top_k);
+    const int token = token_of_row<kTopK>(row, inv_top_k);
     if (e >= 0) atomicOr(&masks[e * words + token / 32], 1u << (token % 32));
   }
   __syncthreads();
   step_stamp(s, 1, tid == 0);
-  if (lays_out_one_size(p))  // uniform
-    lay_out_one_size(p, s, masks, words);
+  if (kWords > 0 || lays_out_one_size(p))  // uniform
+    lay_out_one_size<kWords>(p, s, masks, words);
   else
     lay_out_packed(p, s, masks, words);
   step_stamp(s, 5, tid == 0);
@@ -232,17 +273,57 @@ __device__ inline void permute_by_token_masks(const BlockPermuteParams& p, Block
       p.expanded_to_permuted[row] = -1;
       continue;
     }
-    const int token = exact_quotient(row, inv_top_k);
+    const int token = token_of_row<kTopK>(row, inv_top_k);
     const uint32_t* mask = masks + e * words;
     int rank = __popc(mask[token / 32] & ((1u << (token % 32)) - 1u));
-#pragma unroll 1
-    for (int w = 0; w < token / 32; ++w) rank += __popc(mask[w]);
+    add_rows_below_word<kWords>(mask, token / 32, rank);
     const int dst = s.offsets[e] + rank;
     p.permuted_to_expanded[dst] = row;
     p.expanded_to_permuted[row] = dst;
   }
   step_stamp(s, 6, tid == 0);
   step_stamp(s, 7, tid == threads - 1);
+}
+
+// The token masks for any call they serve (token_masks_fit). Where the
+// kernel holds the constant forms (kConstantMasks: CTA 0 of the cluster
+// kernel's overlapped way), calls of K = 8 up to T = 64 with one tile size
+// take the form with K and the mask words (one to T = 32, two from 33) as
+// constants: row / K becomes a shift and the mask loops unroll. The rest
+// take the run-time form.
+// Measured (session 28, H200, scripts/routing_ab.sh -r 3 over the
+// 1,344-point decode grid against the run-time form alone; runs 4-5):
+//   - the cluster variant at K = 8, by geometric mean, 0.987-0.995 at
+//     T = 12..32 and 0.974-0.976 at T = 48..64 (Renormalize E=128 T=64
+//     3.38-3.39 -> 3.26-3.28 us, DeepSeekV3 E=256 T=64 4.95-5.03 ->
+//     4.89-4.95);
+//   - holding the forms costs the kernel's other calls: 1.004-1.017 at
+//     T = 24..64 with K < 8 and 1.012-1.021 at T = 96, within 0.6% at
+//     T <= 16 and T = 128.
+// The fused kernels leave them out: at K = 8 and T = 9..64 the rule
+// takes the cluster variant at every point of the full sweep, which is
+// faster there than the fused block at every point.
+// In one block, from rows staged in shared memory
+// (bench/probes/permute_floor.cu, session 28 runs 1-2, E=128 K=8 T=64):
+// through permute_block 2,110-2,280 cycles against the run-time form's
+// 2,410-2,590 (session 27 run 15); the same form called in a kernel of its
+// own 1,790; the probe's copy of the algorithm 1,510-1,580. So the
+// constants took about 300 of the probe's 800-900-cycle margin; the rest
+// lies in the code around the function.
+template <bool kConstantMasks>
+__device__ __forceinline__ void permute_by_token_masks_any(const BlockPermuteParams& p,
+                                                           BlockShared& s, bool cleared) {
+  constexpr int kConstantTopK = 8;
+  const bool constant = kConstantMasks && p.top_k == kConstantTopK &&
+                        p.rows <= kConstantTopK * 2 * kWarpSize && lays_out_one_size(p);
+  if (__builtin_expect(!constant, 1)) {  // uniform; the run-time form laid out first
+    permute_by_token_masks<0, 0>(p, s, cleared);
+    return;
+  }
+  if (p.rows <= kConstantTopK * kWarpSize)
+    permute_by_token_masks<kConstantTopK, 1>(p, s, cleared);
+  else
+    permute_by_token_masks<kConstantTopK, 2>(p, s, cleared);
 }
 
 // Entries of sorted[0, 64) below x, for sorted ascending: a branchless
@@ -414,9 +495,12 @@ __device__ __forceinline__ bool takes_token_masks(const BlockPermuteParams& p) {
 // kernel within 0.99-1.02 beyond 64 rows. So those kernels leave it out
 // (fused_routing_kernels.cuh, kHoldsSortedPair).
 //
+// kConstantMasks: the kernel holds the token masks' constant forms
+// (permute_by_token_masks_any).
+//
 // masks_cleared: the caller took clear_token_masks already, where
 // takes_token_masks said so (and a barrier since).
-template <bool kSortedPair = true>
+template <bool kSortedPair = true, bool kConstantMasks = false>
 __device__ inline void permute_block(const BlockPermuteParams& p, BlockShared& s,
                                      bool masks_cleared = false) {
   if (p.rows <= kWarpSize) {
@@ -430,7 +514,7 @@ __device__ inline void permute_block(const BlockPermuteParams& p, BlockShared& s
     }
   }
   if (token_masks_fit(p)) {
-    permute_by_token_masks(p, s, masks_cleared);
+    permute_by_token_masks_any<kConstantMasks>(p, s, masks_cleared);
     return;
   }
   const int tid = threadIdx.x, threads = blockDim.x;

@@ -337,7 +337,7 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     __cluster_barrier_arrive();
     __cluster_barrier_wait();  // every routed row staged in s.expert
     phase_stamp(s, 5, threadIdx.x == 0);
-    permute_block<kPair>(p, s, cleared);
+    permute_block<kPair, true>(p, s, cleared);  // the token masks' constant forms held
     phase_stamp(s, 7, threadIdx.x == 0);
     print_stamps(s, "cluster", r, rank, ctas);
     return;

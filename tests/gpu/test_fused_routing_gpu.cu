@@ -299,7 +299,9 @@ TEST(FusedRoutingGpu, TokenMaskPathAtItsBound) {
 // off-rank rows, tile sizes that split an expert's rows, and one hot expert
 // that every token picks (64 rows at one expert: 64 tiles at tile_m 1).
 // Each case runs with three tile sizes (the packed layout) and with one
-// (lay_out_one_size, as the layer asks: 1, 3 and 16 in turn).
+// (lay_out_one_size, as the layer asks: 1, 3 and 16 in turn); with one, the
+// cluster kernel's K = 8 cases up to T = 64 take the form with K and the
+// mask words as constants (one word to T = 32, two from T = 33).
 // TokenMaskPathAtItsBound covers E=1024 at T=256, where the layout is
 // written before the barrier instead (its sums do not fit the work area).
 TEST(FusedRoutingGpu, TokenMasksAtDecodeSizes) {
@@ -321,7 +323,7 @@ TEST(FusedRoutingGpu, TokenMasksAtDecodeSizes) {
   };
   for (const Case& c : cases)
     for (const LogitsType type : kTypes)
-      for (const int t : {9, 12, 33, 63, 64, 65})
+      for (const int t : {9, 12, 32, 33, 63, 64, 65})
         for (const std::vector<int>& sizes : {tile_m, std::vector<int>{tile_m[one_size++ % 3]}}) {
           SCOPED_TRACE("tile sizes " + std::to_string(sizes.size()) + ", first " +
                        std::to_string(sizes[0]));
@@ -856,11 +858,19 @@ TEST(FusedRoutingGpu, GraphReplayWithNewLogits) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   // T = 333 and T = 48 (the token masks at a decode size, here over an EP
-  // range of 96 experts).
-  for (const int t : {333, 48}) {
-    SCOPED_TRACE("T=" + std::to_string(t));
+  // range of 96 experts) with three tile sizes; T = 48 and T = 20 with one,
+  // as the layer asks (the cluster kernel's token masks with K and the mask
+  // words as constants: two words, then one).
+  struct Case {
+    int tokens;
+    std::vector<int> tile_m;
+  };
+  const std::vector<int> three = {16, 64, 128};
+  for (const Case& c : {Case{333, three}, Case{48, three}, Case{48, {16}}, Case{20, {16}}}) {
+    const int t = c.tokens;
+    SCOPED_TRACE("T=" + std::to_string(t) + ", tile sizes " + std::to_string(c.tile_m.size()));
     Problem pr{make_routing(RoutingPolicy::DeepSeekV3, 256, 8, LogitsType::F32, true), t, 32,
-               t == 48 ? 96 : 128};
+               t == 333 ? 128 : 96, c.tile_m};
     ASSERT_EQ(pr.config.n_group, 8);
     const std::size_t cells = static_cast<std::size_t>(t) * 256;
     const std::vector<float> bias = test::random_vector(256, rng, -0.2f, 0.2f);
