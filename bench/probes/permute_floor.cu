@@ -2,26 +2,29 @@
 // how many cycles one block takes from its rows staged in shared memory to
 // the whole permutation and tile schedule written, at the decode shapes
 // where CTA 0 of the cluster kernel takes the token masks (T * K of
-// 65..512). Four forms over the same staged rows:
-//   - one size: permute_block (src/kernels/block_permute.cuh) as the
-//     kernels call it, the masks cleared first (as CTA 0 clears them before
-//     its cluster barrier), one tile size (16, as the routing sweep asks and
-//     the layer asks one): lay_out_one_size;
+// 65..512). Five forms over the same staged rows:
+//   - one size: permute_block (src/kernels/block_permute.cuh) as CTA 0 of
+//     the cluster kernel calls it (holding the token masks' constant forms:
+//     K = 8 up to T = 64 takes one), the masks cleared first (as CTA 0
+//     clears them before its cluster barrier), one tile size (16, as the
+//     routing sweep asks and the layer asks one): lay_out_one_size;
 //   - three sizes: the same with tile sizes 16, 64 and 128: lay_out_packed,
 //     the token masks' only layout before session 27;
 //   - fixed: the one-size algorithm in a kernel of its own with E, K, T,
 //     the tile size and the block size known at compile time, for the
 //     floor of the algorithm;
 //   - K,words fixed: the same kernel with only K and the mask words
-//     (T / 32) as template constants.
+//     (T / 32) as template constants;
+//   - masks direct: the library's permute_by_token_masks with K and the
+//     mask words as constants, called in a kernel of its own (session 28).
 // (Before run 15 the fixed form was a kernel apart, with its own shared
 // arrays and the warp totals summed by a loop: commit 8ac11e2.)
 // Each launch is one block that runs the form twice (the second pass finds
 // its code in the SM's caches); thread 0 reads clock64 after the staging
 // barrier and after the form's last barrier. The probe prints the median
 // over the launches of each pass and checks that the forms' counts,
-// offsets, rows and first tile schedule agree. Session 27's results:
-// bench/results/h200-permute-floor-session27.txt.
+// offsets, rows and first tile schedule agree. Results:
+// bench/results/h200-permute-floor-session27.txt (sessions 27 and 28).
 //
 // Build (from the repository root) and run on a GPU:
 //   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Isrc -Iinclude \
@@ -60,7 +63,30 @@ __global__ void library_kernel(const __grid_constant__ BlockPermuteParams p, con
 #pragma unroll 1
   for (int pass = 0; pass < 2; ++pass) {
     const long long t0 = clock64();
-    permute_block<true>(p, s, true);
+    permute_block<true, true>(p, s, true);  // as CTA 0 of the cluster kernel calls it
+    __syncthreads();
+    if (threadIdx.x == 0) cycles[pass] = clock64() - t0;
+    clear_token_masks(p, s);
+    __syncthreads();
+  }
+}
+
+// The library's token masks with K and the mask words as constants
+// (permute_by_token_masks<kK, kWords>), called in a kernel of its own
+// rather than through permute_block.
+template <int kK, int kWords>
+__global__ void __launch_bounds__(1024, 1)
+    masks_kernel(const __grid_constant__ BlockPermuteParams p, const int16_t* rows,
+                 long long* cycles) {
+  __shared__ BlockShared s;
+  for (int i = threadIdx.x; i < p.rows; i += blockDim.x) s.expert[i] = rows[i];
+  clear_token_masks(p, s);
+  if ((touch_params(p) ^ 0x9e3779b9u) == 0u) s.scan[kWarpSize] = 0;  // warm the parameters
+  __syncthreads();
+#pragma unroll 1
+  for (int pass = 0; pass < 2; ++pass) {
+    const long long t0 = clock64();
+    permute_by_token_masks<kK, kWords>(p, s, true);
     __syncthreads();
     if (threadIdx.x == 0) cycles[pass] = clock64() - t0;
     clear_token_masks(p, s);
@@ -236,8 +262,9 @@ static void run_shape(int launches) {
   CHECK(cudaMalloc(&d_rows, kRows * 2));
   CHECK(cudaMalloc(&d_cycles, 2 * sizeof(long long)));
   CHECK(cudaMemcpy(d_rows, rows.data(), kRows * 2, cudaMemcpyHostToDevice));
-  constexpr int kForms = 4;
-  const char* names[kForms] = {"one size", "three sizes", "fixed", "K,words fixed"};
+  constexpr int kForms = 5;
+  const char* names[kForms] = {"one size", "three sizes", "fixed", "K,words fixed",
+                               "masks direct"};
   Buffers buf[kForms];
   BlockPermuteParams p[kForms];
   for (int f = 0; f < kForms; ++f) {
@@ -272,6 +299,8 @@ static void run_shape(int launches) {
             <<<1, kThreads>>>(p[f], d_rows, d_cycles);
       else if (f == 3)
         constant_kernel<kK, kWords, 0, 0, 0, 0><<<1, kThreads>>>(p[f], d_rows, d_cycles);
+      else if (f == 4)
+        masks_kernel<kK, kWords><<<1, kThreads>>>(p[f], d_rows, d_cycles);
       else
         library_kernel<<<1, kThreads>>>(p[f], d_rows, d_cycles);
       CHECK(cudaGetLastError());
@@ -283,7 +312,7 @@ static void run_shape(int launches) {
   for (int f = 0; f < kForms; ++f)
     std::printf("  %s %5lld / %5lld", names[f], median(c[f][0]), median(c[f][1]));
   const bool match = same(buf[0], buf[1], kE, kRows) && same(buf[0], buf[2], kE, kRows) &&
-                     same(buf[0], buf[3], kE, kRows);
+                     same(buf[0], buf[3], kE, kRows) && same(buf[0], buf[4], kE, kRows);
   std::printf("  %s\n", match ? "outputs agree" : "OUTPUTS DIFFER");
   CHECK(cudaFree(d_rows));
   CHECK(cudaFree(d_cycles));
