@@ -307,7 +307,7 @@ __device__ inline void permute_by_token_masks(const BlockPermuteParams& p, Block
 // (bench/probes/permute_floor.cu, session 28 runs 1-2, E=128 K=8 T=64):
 // through permute_block 2,110-2,280 cycles against the run-time form's
 // 2,410-2,590 (session 27 run 15); the same form called in a kernel of its
-// own 1,790; the probe's copy of the algorithm 1,510-1,580. So the
+// own 1,780-1,980; the probe's copy of the algorithm 1,500-1,850. So the
 // constants took about 300 of the probe's 800-900-cycle margin; the rest
 // lies in the code around the function.
 template <bool kConstantMasks>
