@@ -236,8 +236,10 @@ __device__ __forceinline__ void lay_out_packed(const BlockPermuteParams& p, Bloc
   __syncthreads();
 }
 
-// kTopK, kWords: K and the mask words as constants (both > 0, where
-// lays_out_one_size(p) holds), or both 0 for any call the masks serve.
+// kTopK, kWords: K and the mask words as constants (both > 0: the call's
+// K and mask_words(T), where lays_out_one_size(p) holds, as
+// permute_by_token_masks_any checks), or both 0 for any call the masks
+// serve.
 template <int kTopK, int kWords>
 __device__ inline void permute_by_token_masks(const BlockPermuteParams& p, BlockShared& s,
                                               bool cleared) {
