@@ -3,11 +3,12 @@
 // the whole permutation and tile schedule written, at the decode shapes
 // where CTA 0 of the cluster kernel takes the token masks (T * K of
 // 65..512). Five forms over the same staged rows:
-//   - one size: permute_block (src/kernels/block_permute.cuh) as CTA 0 of
-//     the cluster kernel calls it (holding the token masks' constant forms:
-//     K = 8 up to T = 64 takes one), the masks cleared first (as CTA 0
-//     clears them before its cluster barrier), one tile size (16, as the
-//     routing sweep asks and the layer asks one): lay_out_one_size;
+//   - one size: permute_block_on_path (src/kernels/block_permute.cuh) as
+//     CTA 0 of the cluster kernel calls it, its path chosen before the
+//     timed region (K = 8 up to T = 64 takes a constant form of the token
+//     masks), the masks cleared first (as CTA 0 clears them before its
+//     cluster barrier), one tile size (16, as the routing sweep asks and
+//     the layer asks one): lay_out_one_size;
 //   - three sizes: the same with tile sizes 16, 64 and 128: lay_out_packed,
 //     the token masks' only layout before session 27;
 //   - fixed: the one-size algorithm in a kernel of its own with E, K, T,
@@ -60,10 +61,11 @@ __global__ void library_kernel(const __grid_constant__ BlockPermuteParams p, con
   clear_token_masks(p, s);
   if ((touch_params(p) ^ 0x9e3779b9u) == 0u) s.scan[kWarpSize] = 0;  // warm the parameters
   __syncthreads();
+  const BlockPermutePath path = block_permute_path<true>(p);  // as CTA 0, before its barrier
 #pragma unroll 1
   for (int pass = 0; pass < 2; ++pass) {
     const long long t0 = clock64();
-    permute_block<true, true>(p, s, true);  // as CTA 0 of the cluster kernel calls it
+    permute_block_on_path<true>(p, s, path, true);
     __syncthreads();
     if (threadIdx.x == 0) cycles[pass] = clock64() - t0;
     clear_token_masks(p, s);

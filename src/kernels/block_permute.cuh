@@ -69,8 +69,8 @@ __host__ __device__ constexpr int mask_words(int num_tokens) { return (num_token
 
 // The token-mask permutation's forms (permute_by_token_masks<kTopK,
 // kWords>): K and the mask words a thread handles as compile-time
-// constants, or 0 for both at run time. permute_by_token_masks_any takes
-// a constant form where one serves.
+// constants, or 0 for both at run time. CTA 0 of the overlapped cluster
+// kernel takes a constant form where one serves (block_permute_path).
 //
 // The token of expanded row `row`: row / K (a shift for K = 8) where K is
 // a constant, else by the reciprocal.
@@ -238,7 +238,7 @@ __device__ __forceinline__ void lay_out_packed(const BlockPermuteParams& p, Bloc
 
 // kTopK, kWords: K and the mask words as constants (both > 0: the call's
 // K and mask_words(T), where lays_out_one_size(p) holds, as
-// permute_by_token_masks_any checks), or both 0 for any call the masks
+// block_permute_path checks), or both 0 for any call the masks
 // serve.
 template <int kTopK, int kWords>
 __device__ inline void permute_by_token_masks(const BlockPermuteParams& p, BlockShared& s,
@@ -287,45 +287,37 @@ __device__ inline void permute_by_token_masks(const BlockPermuteParams& p, Block
   step_stamp(s, 7, tid == threads - 1);
 }
 
-// The token masks for any call they serve (token_masks_fit). Where the
-// kernel holds the constant forms (kConstantMasks: CTA 0 of the cluster
-// kernel's overlapped way), calls of K = 8 up to T = 64 with one tile size
-// take the form with K and the mask words (one to T = 32, two from 33) as
-// constants: row / K becomes a shift and the mask loops unroll. The rest
-// take the run-time form.
+// Whether the token masks' constant form serves p (K = 8, T <= 64, one
+// tile size, a thread an expert): permute_by_token_masks<8, 1> to T = 32,
+// <8, 2> from 33. The constants make row / K a shift and unroll the mask
+// loops. Only CTA 0 of the overlapped cluster kernel holds the constant
+// forms (block_permute_path): at K = 8 and T = 9..64 the rule takes the
+// cluster variant at every point of the full sweep, which is faster there
+// than the fused block at every point.
 // Measured (session 28, H200, scripts/routing_ab.sh -r 3 over the
 // 1,344-point decode grid against the run-time form alone; runs 4-5):
 //   - the cluster variant at K = 8, by geometric mean, 0.987-0.995 at
 //     T = 12..32 and 0.974-0.976 at T = 48..64 (Renormalize E=128 T=64
 //     3.38-3.39 -> 3.26-3.28 us, DeepSeekV3 E=256 T=64 4.95-5.03 ->
 //     4.89-4.95);
-//   - holding the forms costs the kernel's other calls: 1.004-1.017 at
-//     T = 24..64 with K < 8 and 1.012-1.021 at T = 96, within 0.6% at
-//     T <= 16 and T = 128.
-// The fused kernels leave them out: at K = 8 and T = 9..64 the rule
-// takes the cluster variant at every point of the full sweep, which is
-// faster there than the fused block at every point.
+//   - with the choice made after the cluster barrier (permute_block's
+//     checks, as then), holding the forms cost the kernel's other calls
+//     1.004-1.017 at T = 24..64 with K < 8 and 1.012-1.021 at T = 96.
+//     block_permute_path took that back (run 9, below).
 // In one block, from rows staged in shared memory
 // (bench/probes/permute_floor.cu, session 28 runs 1-2, E=128 K=8 T=64):
 // through permute_block 2,110-2,280 cycles against the run-time form's
 // 2,410-2,590 (session 27 run 15); the same form called in a kernel of its
 // own 1,780-1,980; the probe's copy of the algorithm 1,500-1,850. So the
-// constants took about 300 of the probe's 800-900-cycle margin; the rest
-// lies in the code around the function.
-template <bool kConstantMasks>
-__device__ __forceinline__ void permute_by_token_masks_any(const BlockPermuteParams& p,
-                                                           BlockShared& s, bool cleared) {
-  constexpr int kConstantTopK = 8;
-  const bool constant = kConstantMasks && p.top_k == kConstantTopK &&
-                        p.rows <= kConstantTopK * 2 * kWarpSize && lays_out_one_size(p);
-  if (__builtin_expect(!constant, 1)) {  // uniform; the run-time form laid out first
-    permute_by_token_masks<0, 0>(p, s, cleared);
-    return;
-  }
-  if (p.rows <= kConstantTopK * kWarpSize)
-    permute_by_token_masks<kConstantTopK, 1>(p, s, cleared);
-  else
-    permute_by_token_masks<kConstantTopK, 2>(p, s, cleared);
+// constants took about 300 of the probe's 800-900-cycle margin. Most of
+// the rest was the choice of path: permute_block's checks run about 50
+// more instructions a warp (parameter loads, token_masks_fit's division)
+// before the first row moves (Nsight Compute, run 8).
+constexpr int kConstantTopK = 8;
+
+__device__ __forceinline__ bool takes_constant_masks(const BlockPermuteParams& p) {
+  return p.top_k == kConstantTopK && p.rows <= kConstantTopK * 2 * kWarpSize &&
+         lays_out_one_size(p);
 }
 
 // Entries of sorted[0, 64) below x, for sorted ascending: a branchless
@@ -482,43 +474,10 @@ __device__ inline void permute_sorted_pair(const BlockPermuteParams& p, BlockSha
   step_stamp(s, 3, tid == 0);
 }
 
-// Whether permute_block<kSortedPair> takes the token masks for p.
-template <bool kSortedPair>
-__device__ __forceinline__ bool takes_token_masks(const BlockPermuteParams& p) {
-  return p.rows > kWarpSize && !(kSortedPair && sorted_pair_fits(p)) && token_masks_fit(p);
-}
 
-// Phases 2-4 over s.expert[0, rows); every thread of the block calls it.
-// kSortedPair: the kernel holds permute_sorted_pair. Holding it cost the
-// threshold kernels of the policies without groups (E > 128, K >= 8) their
-// other paths: measured (session 21 run 7, H200, b97274d against 2285753,
-// best of 3), Renormalize/TopK/Default E=512 K=8 1.06-1.12x at T = 12..128,
-// E=256 K=8 1.03-1.06x (0.97 at T = 6..8 where it ran); every other
-// kernel within 0.99-1.02 beyond 64 rows. So those kernels leave it out
-// (fused_routing_kernels.cuh, kHoldsSortedPair).
-//
-// kConstantMasks: the kernel holds the token masks' constant forms
-// (permute_by_token_masks_any).
-//
-// masks_cleared: the caller took clear_token_masks already, where
-// takes_token_masks said so (and a barrier since).
-template <bool kSortedPair = true, bool kConstantMasks = false>
-__device__ inline void permute_block(const BlockPermuteParams& p, BlockShared& s,
-                                     bool masks_cleared = false) {
-  if (p.rows <= kWarpSize) {
-    permute_piece(p, s);
-    return;
-  }
-  if constexpr (kSortedPair) {
-    if (sorted_pair_fits(p)) {
-      permute_sorted_pair(p, s);
-      return;
-    }
-  }
-  if (token_masks_fit(p)) {
-    permute_by_token_masks_any<kConstantMasks>(p, s, masks_cleared);
-    return;
-  }
+// Phases 2-4 by counts a scatter warp, a scan and a scatter: the general
+// path of permute_block.
+__device__ __forceinline__ void permute_by_counts(const BlockPermuteParams& p, BlockShared& s) {
   const int tid = threadIdx.x, threads = blockDim.x;
   const int lane = tid % kWarpSize, warp = tid / kWarpSize;
   const unsigned lanes_below = (1u << lane) - 1u;
@@ -638,6 +597,104 @@ __device__ inline void permute_block(const BlockPermuteParams& p, BlockShared& s
       const int rows = min(p.tile_m[t], s.offsets[lo + 1] - row_start);
       p.tiles[t][i] = DeviceTile{lo, row_start, rows, 0};
     }
+  }
+}
+
+
+// Phases 2-4 over s.expert[0, rows); every thread of the block calls it.
+// kSortedPair: the kernel holds permute_sorted_pair. Holding it cost the
+// threshold kernels of the policies without groups (E > 128, K >= 8) their
+// other paths: measured (session 21 run 7, H200, b97274d against 2285753,
+// best of 3), Renormalize/TopK/Default E=512 K=8 1.06-1.12x at T = 12..128,
+// E=256 K=8 1.03-1.06x (0.97 at T = 6..8 where it ran); every other
+// kernel within 0.99-1.02 beyond 64 rows. So those kernels leave it out
+// (fused_routing_kernels.cuh, kHoldsSortedPair).
+//
+// masks_cleared: the caller took clear_token_masks already (and a barrier
+// since), where the masks serve.
+template <bool kSortedPair = true>
+__device__ inline void permute_block(const BlockPermuteParams& p, BlockShared& s,
+                                     bool masks_cleared = false) {
+  if (p.rows <= kWarpSize) {
+    permute_piece(p, s);
+    return;
+  }
+  if constexpr (kSortedPair) {
+    if (sorted_pair_fits(p)) {
+      permute_sorted_pair(p, s);
+      return;
+    }
+  }
+  if (token_masks_fit(p)) {
+    permute_by_token_masks<0, 0>(p, s, masks_cleared);
+    return;
+  }
+  permute_by_counts(p, s);
+}
+
+// The path permute_block_on_path takes, chosen by CTA 0 of the overlapped
+// cluster kernel before its cluster barrier, while the routing CTAs route:
+// after the barrier the choice is one register. permute_block's checks
+// there (as before session 28) loaded the parameters again and divided
+// (token_masks_fit's exact_quotient) on the permutation's chain.
+// Measured (session 28 run 9, H200, scripts/routing_ab.sh -r 2 over the
+// 1,344-point decode grid, against c6dbc3e's checks after the barrier):
+// the cluster variant 0.972-0.995 by geometric mean where the token masks
+// serve (T = 12..96 at K = 8, T = 24..96 at K < 8; DeepSeekV3 E=256 K=8
+// T=64 4.87 -> 4.74 us, T=16 3.75 -> 3.62; Renormalize E=128 K=8 T=32
+// 3.07 -> 2.98), 1.000-1.008 at T <= 8 (the fused block, whose code
+// changed only in register names, read 0.999-1.004 in that run) and 0.998-0.999 at T = 128.
+enum class BlockPermutePath : int {
+  kPiece,
+  kSortedPair,
+  kTokenMasks,
+  kTokenMasksK8OneWord,   // K = 8 and the mask words as constants, T <= 32
+  kTokenMasksK8TwoWords,  // the same, T = 33..64
+  kCounts,
+};
+
+// Whether path is one of the token masks' (the masks to be cleared first).
+__device__ __forceinline__ bool takes_token_masks(BlockPermutePath path) {
+  return path == BlockPermutePath::kTokenMasks ||
+         path == BlockPermutePath::kTokenMasksK8OneWord ||
+         path == BlockPermutePath::kTokenMasksK8TwoWords;
+}
+
+// The path for p, as permute_block would take it, and the token masks'
+// constant forms where they serve (takes_constant_masks).
+template <bool kSortedPair>
+__device__ __forceinline__ BlockPermutePath block_permute_path(const BlockPermuteParams& p) {
+  if (p.rows <= kWarpSize) return BlockPermutePath::kPiece;
+  if (kSortedPair && sorted_pair_fits(p)) return BlockPermutePath::kSortedPair;
+  if (!token_masks_fit(p)) return BlockPermutePath::kCounts;
+  if (!takes_constant_masks(p)) return BlockPermutePath::kTokenMasks;
+  return p.rows <= kConstantTopK * kWarpSize ? BlockPermutePath::kTokenMasksK8OneWord
+                                             : BlockPermutePath::kTokenMasksK8TwoWords;
+}
+
+// Phases 2-4 on the path block_permute_path chose; masks_cleared as
+// permute_block's.
+template <bool kSortedPair>
+__device__ inline void permute_block_on_path(const BlockPermuteParams& p, BlockShared& s,
+                                             BlockPermutePath path, bool masks_cleared) {
+  switch (path) {
+    case BlockPermutePath::kPiece:
+      permute_piece(p, s);
+      return;
+    case BlockPermutePath::kSortedPair:
+      if constexpr (kSortedPair) permute_sorted_pair(p, s);
+      return;
+    case BlockPermutePath::kTokenMasks:
+      permute_by_token_masks<0, 0>(p, s, masks_cleared);
+      return;
+    case BlockPermutePath::kTokenMasksK8OneWord:
+      permute_by_token_masks<kConstantTopK, 1>(p, s, masks_cleared);
+      return;
+    case BlockPermutePath::kTokenMasksK8TwoWords:
+      permute_by_token_masks<kConstantTopK, 2>(p, s, masks_cleared);
+      return;
+    default:
+      permute_by_counts(p, s);
   }
 }
 

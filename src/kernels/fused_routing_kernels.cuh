@@ -332,12 +332,13 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     // 3.11-3.79 -> 3.04-3.70 us, DeepSeekV3 E=256 K=8 T=64 5.67 -> 5.58),
     // the cluster variant 0.977-0.991 by geometric mean at T = 17..64.
     constexpr bool kPair = kHoldsSortedPair<kDeepSeek, kThreshold>;
-    const bool cleared = takes_token_masks<kPair>(p);  // uniform
+    const BlockPermutePath path = block_permute_path<kPair>(p);  // uniform
+    const bool cleared = takes_token_masks(path);
     if (cleared) clear_token_masks(p, s);
     __cluster_barrier_arrive();
     __cluster_barrier_wait();  // every routed row staged in s.expert
     phase_stamp(s, 5, threadIdx.x == 0);
-    permute_block<kPair, true>(p, s, cleared);  // the token masks' constant forms held
+    permute_block_on_path<kPair>(p, s, path, cleared);
     phase_stamp(s, 7, threadIdx.x == 0);
     print_stamps(s, "cluster", r, rank, ctas);
     return;
