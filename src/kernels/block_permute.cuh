@@ -303,7 +303,8 @@ __device__ inline void permute_by_token_masks(const BlockPermuteParams& p, Block
 //   - with the choice made after the cluster barrier (permute_block's
 //     checks, as then), holding the forms cost the kernel's other calls
 //     1.004-1.017 at T = 24..64 with K < 8 and 1.012-1.021 at T = 96.
-//     block_permute_path took that back (run 9, below).
+//     block_permute_path took most of that back (run 9, below: chained,
+//     0.992-1.006 at T = 24..96 with K < 8).
 // In one block, from rows staged in shared memory
 // (bench/probes/permute_floor.cu, session 28 runs 1-2, E=128 K=8 T=64):
 // through permute_block 2,110-2,280 cycles against the run-time form's
