@@ -53,24 +53,35 @@ using namespace unimoe::fused_detail;
     }                                                                                    \
   } while (0)
 
-// Cycles a pass, at cycles[pass].
-__global__ void library_kernel(const __grid_constant__ BlockPermuteParams p, const int16_t* rows,
-                               long long* cycles) {
-  __shared__ BlockShared s;
+// Stages the rows, clears the token masks and warms the parameters; then
+// runs `permute` twice, clock64 around each pass (cycles[pass]), the masks
+// cleared again after each.
+template <class Permute>
+__device__ __forceinline__ void time_two_passes(const BlockPermuteParams& p, BlockShared& s,
+                                                const int16_t* rows, long long* cycles,
+                                                Permute permute) {
   for (int i = threadIdx.x; i < p.rows; i += blockDim.x) s.expert[i] = rows[i];
   clear_token_masks(p, s);
   if ((touch_params(p) ^ 0x9e3779b9u) == 0u) s.scan[kWarpSize] = 0;  // warm the parameters
   __syncthreads();
-  const BlockPermutePath path = block_permute_path<true>(p);  // as CTA 0, before its barrier
 #pragma unroll 1
   for (int pass = 0; pass < 2; ++pass) {
     const long long t0 = clock64();
-    permute_block_on_path<true>(p, s, path, true);
+    permute();
     __syncthreads();
     if (threadIdx.x == 0) cycles[pass] = clock64() - t0;
     clear_token_masks(p, s);
     __syncthreads();
   }
+}
+
+// Cycles a pass, at cycles[pass]: permute_block_on_path, its path chosen
+// before the passes as CTA 0 chooses it before its barrier.
+__global__ void library_kernel(const __grid_constant__ BlockPermuteParams p, const int16_t* rows,
+                               long long* cycles) {
+  __shared__ BlockShared s;
+  const BlockPermutePath path = block_permute_path<true>(p);
+  time_two_passes(p, s, rows, cycles, [&] { permute_block_on_path<true>(p, s, path, true); });
 }
 
 // The library's token masks with K and the mask words as constants
@@ -81,19 +92,7 @@ __global__ void __launch_bounds__(1024, 1)
     masks_kernel(const __grid_constant__ BlockPermuteParams p, const int16_t* rows,
                  long long* cycles) {
   __shared__ BlockShared s;
-  for (int i = threadIdx.x; i < p.rows; i += blockDim.x) s.expert[i] = rows[i];
-  clear_token_masks(p, s);
-  if ((touch_params(p) ^ 0x9e3779b9u) == 0u) s.scan[kWarpSize] = 0;  // warm the parameters
-  __syncthreads();
-#pragma unroll 1
-  for (int pass = 0; pass < 2; ++pass) {
-    const long long t0 = clock64();
-    permute_by_token_masks<kK, kWords>(p, s, true);
-    __syncthreads();
-    if (threadIdx.x == 0) cycles[pass] = clock64() - t0;
-    clear_token_masks(p, s);
-    __syncthreads();
-  }
+  time_two_passes(p, s, rows, cycles, [&] { permute_by_token_masks<kK, kWords>(p, s, true); });
 }
 
 // lay_out_one_size's algorithm with K and the mask words (T / 32) as
