@@ -601,7 +601,6 @@ __device__ __forceinline__ void permute_by_counts(const BlockPermuteParams& p, B
   }
 }
 
-
 // Phases 2-4 over s.expert[0, rows); every thread of the block calls it.
 // kSortedPair: the kernel holds permute_sorted_pair. Holding it cost the
 // threshold kernels of the policies without groups (E > 128, K >= 8) their
@@ -644,7 +643,10 @@ __device__ inline void permute_block(const BlockPermuteParams& p, BlockShared& s
 // serve (T = 12..96 at K = 8, T = 24..96 at K < 8; DeepSeekV3 E=256 K=8
 // T=64 4.87 -> 4.74 us, T=16 3.75 -> 3.62; Renormalize E=128 K=8 T=32
 // 3.07 -> 2.98), 1.000-1.008 at T <= 8 (the fused block, whose code
-// changed only in register names, read 0.999-1.004 in that run) and 0.998-0.999 at T = 128.
+// changed only in register names, read 0.999-1.004 in that run) and
+// 0.998-0.999 at T = 128. permute_block keeps its own checks for the
+// fused kernels and the cluster kernel's other way, whose code this
+// session did not change (and did not measure in this form).
 enum class BlockPermutePath : int {
   kPiece,
   kSortedPair,
