@@ -475,6 +475,24 @@ UNIMOE_HD bool threshold_serves(int top_k, int slots, bool runs, int topk_group,
   return slots >= kThresholdMinSlots && top_k >= kThresholdMinTopK && 3 * top_k <= 2 * lanes;
 }
 
+// The fixed choice (kernels/routing_fixed.cuh, choose_deepseek_fixed):
+// DeepSeek's decode choice with the shape of DeepSeek-V3/R1 compiled in,
+// E = 256 in kFixedGroups groups of 32 (4 lanes of 8 slots), kFixedKept
+// kept, and K at most twice the kept groups (their two best keys a group
+// reach K). It lives in the threshold kernels of 8 slots a lane, so it
+// runs where threshold_serves too: K = 8. Measured (session 29 run 2,
+// bench/probes/choice_floor.cu, H200, one warp choosing from staged keys,
+// median cycles): 986 against 2,622 for the group stage and
+// rounds_by_threshold at one choosing warp a block, 1,081 against 2,647
+// at four, 1,221 against 2,883 at five.
+inline constexpr int kFixedExperts = 256;
+inline constexpr int kFixedGroups = 8;
+inline constexpr int kFixedKept = 4;
+UNIMOE_HD bool fixed_choice_serves(int num_experts, int n_group, int topk_group, int top_k) {
+  return num_experts == kFixedExperts && n_group == kFixedGroups && topk_group == kFixedKept &&
+         top_k >= 1 && top_k <= 2 * kFixedKept;
+}
+
 // The wide choice of the DeepSeek policies' decode kernels
 // (kernels/routing_wide.cuh): E / 32 warps (parts) choose a token, a thread
 // an expert, where each group is one part of 32 experts (DeepSeekV3 E=256

@@ -178,11 +178,29 @@ WideChoice& wide_choice_setting() {
   return setting;
 }
 
+// Whether the fixed choice runs (set_fixed_choice; UNIMOE_FIXED_CHOICE=0 at
+// start turns it off).
+bool& fixed_choice_setting() {
+  static bool setting = env_switch_on("UNIMOE_FIXED_CHOICE");
+  return setting;
+}
+
+// Whether this call's decode kernels take the fixed choice: where it
+// serves, in the threshold kernels of 8 slots a lane that hold it
+// (launch_routing_block takes them where threshold_serves).
+bool takes_fixed_choice(const RoutingKernelParams& r) {
+  return fixed_choice_setting() && is_deepseek(r.policy) &&
+         routing_shape::fixed_choice_serves(r.num_experts, r.n_group, r.topk_group, r.top_k) &&
+         routing_shape::threshold_serves(r.top_k, slots_per_lane(r.num_experts), true,
+                                         r.topk_group, r.experts_per_group);
+}
+
 // The wide choice's parts a token for this call (0: off), as
-// wide_choice_setting says.
+// wide_choice_setting says; by default none where the fixed choice runs.
 int wide_parts_for(const RoutingKernelParams& r) {
   const WideChoice setting = wide_choice_setting();
   if (setting == WideChoice::kOff || !is_deepseek(r.policy)) return 0;
+  if (setting == WideChoice::kMeasured && r.fixed_choice != 0) return 0;
   const int parts = routing_shape::wide_parts(r.num_experts, r.n_group, r.experts_per_group);
   return setting == WideChoice::kEverywhere || routing_shape::wide_by_default(parts, r.top_k)
              ? parts
@@ -437,7 +455,8 @@ void launch_block_or_cluster(const RoutingParams& routing, const PermuteParams& 
   if (!route || rows == 0) {
     launch_pdl(fused_permute_kernel, 1, kMaxThreads, 0, stream, for_block(p, kMaxThreads));
   } else {
-    const RoutingKernelParams r = make_routing_kernel_params(routing);
+    RoutingKernelParams r = make_routing_kernel_params(routing);
+    r.fixed_choice = takes_fixed_choice(r) ? 1 : 0;
     p.wide_parts = static_cast<uint8_t>(wide_parts_for(r));
     p.wide_floor_rank = static_cast<uint8_t>(
         routing_shape::wide_floor_rank(r.top_k, p.wide_parts, r.n_group, r.topk_group));
@@ -482,6 +501,10 @@ void set_cluster_max_ctas(int max_ctas) {
 bool direct_keys() { return direct_keys_setting(); }
 
 void set_direct_keys(bool on) { direct_keys_setting() = on; }
+
+bool fixed_choice() { return fixed_choice_setting(); }
+
+void set_fixed_choice(bool on) { fixed_choice_setting() = on; }
 
 bool sorted_pair() { return sorted_pair_setting(); }
 

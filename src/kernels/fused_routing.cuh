@@ -109,11 +109,21 @@ void set_sorted_pair(bool on);
 bool direct_keys();
 void set_direct_keys(bool on);
 
+// Whether the DeepSeek decode kernels choose DeepSeek-V3/R1's routing
+// (E=256, 8 groups, 4 kept, K=8: routing_shape::fixed_choice_serves, in
+// the threshold kernels) by the fixed choice, the shape compiled in
+// (routing_fixed.cuh; docs/routing.md, "The fixed choice"), process-wide:
+// on by default; UNIMOE_FIXED_CHOICE=0 starts the process with it off. The
+// wide choice then stands aside for those calls unless set kEverywhere.
+// For tests and A/B timing.
+bool fixed_choice();
+void set_fixed_choice(bool on);
+
 // The DeepSeek decode kernels' wide choice (E / 32 warps a token, groups of
 // 32 experts; docs/routing.md, "The wide choice"), process-wide:
 //   kMeasured (default): where routing_shape::wide_by_default says it wins
 //     (E / 32 * K >= 48; DeepSeekV3 E=256 K=8 0.88x at T=1, 0.95-0.99x at
-//     T = 2..14, session 20 run 3);
+//     T = 2..14, session 20 run 3) and the fixed choice does not run;
 //   kEverywhere: wherever it serves (routing_shape::wide_parts), for tests
 //     and A/B timing;
 //   kOff: never.

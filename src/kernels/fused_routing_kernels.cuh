@@ -10,6 +10,7 @@
 
 #include "kernels/block_permute.cuh"
 #include "kernels/common.cuh"
+#include "kernels/routing_fixed.cuh"
 
 namespace unimoe::fused_detail {
 
@@ -24,11 +25,16 @@ inline constexpr bool kHoldsSortedPair = kDeepSeek || !kThreshold;
 // biases, 16-byte loads, as the split kernel does) and its slots in runs,
 // the others' strided; the K best by rounds_by_threshold in the kernels
 // built with it (kThreshold: the launcher takes them where
-// routing_shape::threshold_serves). `keys`: as choose_experts' (with
-// kDirectKeys, the warp's kPerLane * 32 floats).
+// routing_shape::threshold_serves), or in DeepSeek's threshold kernels of 8
+// slots by the fixed choice where r.fixed_choice says (routing_fixed.cuh).
+// `keys`: as choose_experts' (with kDirectKeys, the warp's kPerLane * 32
+// floats).
 template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold, bool kDirectKeys = false>
 __device__ __forceinline__ TokenExperts choose_decode(const RoutingKernelParams& r, int token,
                                                       int lane, float* keys) {
+  if constexpr (kDeepSeek && kThreshold && kPerLane == routing_shape::kFixedExperts / kWarpSize) {
+    if (r.fixed_choice != 0) return choose_fixed_decode<LogitT, kDirectKeys>(r, token, lane, keys);
+  }
   return choose_experts<LogitT, kPerLane, kDeepSeek, kDeepSeek && !kDirectKeys, kDeepSeek, false,
                         kDirectKeys, false, kThreshold>(r, token, lane, keys);
 }

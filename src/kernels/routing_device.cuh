@@ -60,6 +60,7 @@ struct RoutingKernelParams {
   float inv_experts_per_group;  // 1 / experts_per_group, rounded to nearest
   float inv_num_experts;        // inverse_of(num_experts), for exact_quotient
   float routed_scaling_factor;
+  int fixed_choice;  // 1: the decode kernels take choose_deepseek_fixed (routing_fixed.cuh)
   int32_t* topk_ids;
   float* topk_weights;
 };

@@ -426,6 +426,27 @@ TEST(RoutingLaunchShape, ThresholdServesWhereItWasMeasuredToWin) {
   EXPECT_TRUE(threshold_serves(16, 8, true, 1, 256));  // DeepSeek without groups: 32 lanes
 }
 
+// The fixed choice: DeepSeek-V3/R1's shape only (E=256, 8 groups, 4 kept),
+// K up to the kept groups' two best keys each; and the threshold kernels
+// that hold it serve it at K = 8 alone (the launcher asks both).
+TEST(RoutingLaunchShape, FixedChoiceServesDeepSeekV3sShape) {
+  EXPECT_TRUE(fixed_choice_serves(256, 8, 4, 8));
+  EXPECT_TRUE(fixed_choice_serves(256, 8, 4, 1));
+  EXPECT_FALSE(fixed_choice_serves(256, 8, 4, 9));  // 4 groups' top-2 hold 8 keys
+  EXPECT_FALSE(fixed_choice_serves(256, 8, 4, 0));
+  EXPECT_FALSE(fixed_choice_serves(256, 8, 3, 6));  // other kept counts are not compiled
+  EXPECT_FALSE(fixed_choice_serves(256, 1, 1, 8));  // MiniMax2: one group
+  EXPECT_FALSE(fixed_choice_serves(128, 8, 4, 8));  // 4 slots a lane
+  EXPECT_FALSE(fixed_choice_serves(512, 8, 4, 8));
+  EXPECT_FALSE(fixed_choice_serves(256, 16, 4, 8));  // groups of 16 experts
+  const auto runs_fixed = [](int k) {
+    return fixed_choice_serves(256, 8, 4, k) &&
+           threshold_serves(k, slots_for_experts(256), true, 4, 256 / 8);
+  };
+  EXPECT_TRUE(runs_fixed(8));
+  for (int k = 1; k < 8; ++k) EXPECT_FALSE(runs_fixed(k)) << k;
+}
+
 // The wide choice's parts: E / 32 where E is a whole number of warps from
 // 64 to a block's 1024 threads and each group is one part (without groups
 // it was measured slower: none).

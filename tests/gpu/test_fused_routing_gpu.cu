@@ -598,6 +598,68 @@ TEST(FusedRoutingGpu, DirectKeysWhereKeysWouldBatch) {
   EXPECT_GT(served, cases * 2 / 3);
 }
 
+// The fixed choice for a scope.
+struct ScopedFixedChoice : ScopedSetting<bool> {
+  explicit ScopedFixedChoice(bool on) : ScopedSetting(fixed_choice, set_fixed_choice, on) {}
+};
+
+// The fixed choice (routing_fixed.cuh: DeepSeek-V3/R1's E=256, 8 groups, 4
+// kept, K=8 compiled in) wherever the decode kernels take it: the single
+// block (T <= 2), the cluster's routing CTAs from staged keys (T = 3..60)
+// and from direct keys (T = 61..120), the spread kernel (T >= 121), with it
+// on and off (the group stage and rounds_by_threshold), held to split bit
+// for bit and to the reference. Random, near-tie and adversarial rows with
+// an adversarial (on some, non-finite) bias; rows whose kept keys tie past
+// 32 candidates (every logit equal, or 40 equal tops in the kept groups:
+// the rounds) and exactly at 32; fp32 and bf16; an EP range with off-rank
+// rows.
+TEST(FusedRoutingGpu, FixedChoiceWhereItRuns) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  ASSERT_TRUE(fixed_choice());  // on by default
+  int cases = 0;
+  for (const LogitsType type : kTypes)
+    for (const int t : {1, 2, 3, 5, 16, 33, 60, 61, 64, 100, 121, 200})
+      for (int kind = 0; kind < 5; ++kind) {
+        SCOPED_TRACE("T=" + std::to_string(t) + " kind " + std::to_string(kind));
+        const RoutingConfig c = test::grouped_deepseek(256, 8, 8, 4, type);
+        ASSERT_TRUE(legal_routing(c));
+        ASSERT_TRUE(routing_shape::fixed_choice_serves(256, 8, 4, 8));
+        const bool ep = (cases % 3) == 2;
+        const Problem pr{c, t, ep ? 64 : 0, ep ? 96 : 0};
+        const std::size_t n = std::size_t(t) * 256;
+        std::vector<float> logits;
+        if (kind == 0) logits = test::random_vector(n, rng, -4, 4);
+        if (kind == 1) logits = test::near_tie_logits(t, 256, 8, rng);
+        if (kind == 2) logits = test::adversarial_logits(t, 256, 8, rng);
+        if (kind >= 3) {
+          // Ties: token i's first `tied` experts of a shuffled order share
+          // the top logit (every logit for i % 3 == 0), the rest below.
+          logits = test::random_vector(n, rng, -4, 2);
+          std::vector<int> experts(256);
+          for (int i = 0; i < t; ++i) {
+            std::iota(experts.begin(), experts.end(), 0);
+            std::shuffle(experts.begin(), experts.end(), rng);
+            const int tied = i % 3 == 0 ? 256 : kind == 3 ? 40 : 32;
+            for (int j = 0; j < tied; ++j) logits[std::size_t(i) * 256 + experts[j]] = 3.0f;
+          }
+        }
+        const std::vector<float> bias =
+            kind >= 3 ? std::vector<float>(256, 0.0f) : test::adversarial_bias(256, kind == 2, rng);
+        const Inputs in = test::logits_inputs(pr, std::move(logits), bias);
+        for (const bool on : {true, false}) {
+          SCOPED_TRACE(on ? "fixed choice" : "group stage and threshold");
+          ScopedFixedChoice fixed(on);
+          check_fused_and_split(pr, in);
+        }
+        ++cases;
+      }
+  EXPECT_EQ(cases, 2 * 12 * 5);
+  EXPECT_TRUE(fixed_choice());  // restored
+}
+
 // The cluster variant's two ways (without the spread kernel) on both sides
 // of their bound: overlapped while the routing CTAs (7 at most in
 // clusters of 8, 15 in clusters of 16, besides CTA 0) have a warp for each
