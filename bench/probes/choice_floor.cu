@@ -1,24 +1,28 @@
 // Choice floor probe (development only; built by hand, not by CMake): how
-// many cycles one warp takes to choose a DeepSeekV3 token's experts (E=256,
-// 8 groups of 32, 4 kept, K=8) from its keys staged in shared memory, as a
-// routing CTA of the cluster kernel chooses them. Forms over the same keys:
-//   - library: choose_decode (src/kernels/fused_routing_kernels.cuh) as the
-//     cluster kernel's threshold kernels call it (staged keys, runs, the
-//     group stage, rounds_by_threshold);
-//   - fixed: the fixed choice (src/kernels/routing_fixed.cuh) through the
-//     same call, r.fixed_choice set;
-//   - lib-direct, fixed-direct: both from the logits, each warp computing
-//     its token's keys (the cluster kernel's direct-keys twin).
-// Each block stages the keys of its W tokens (a key a thread), then every
-// warp chooses its token twice (the second pass finds its code in the SM's
-// caches); lane 0 reads clock64 around each pass. The probe prints the
-// median and the 90th percentile over the warps of each pass, for W = 1, 2,
-// 4, 5 and 8 choosing warps a block, and checks that the forms' ids agree
-// (in order) on every token, random and tied keys.
+// many cycles one warp takes to choose a token's experts, as a routing CTA
+// of the cluster kernel chooses them. Two shapes:
+//   - DeepSeekV3 E=256, 8 groups of 32, 4 kept, K=8 (four forms over the
+//     same rows): library, choose_decode with r.fixed_choice 0 (the group
+//     stage and rounds_by_threshold) from keys the block staged; fixed, the
+//     same call with r.fixed_choice 1 (src/kernels/routing_fixed.cuh);
+//     lib-direct and fixed-direct, both from the logits, each warp
+//     computing its token's keys (the cluster kernel's direct-keys twin);
+//   - Renormalize E=128 (4 strided slots), K = 4, 6, 8: the library's
+//     rounds against the probe's own rounds_by_threshold_fast (the fixed
+//     choice's list and ranks after rounds_by_threshold's threshold; not in
+//     the library: it lost at K = 4 and at 8-10 warps a block).
+// Each block's W warps choose a token each, twice (the second pass finds
+// its code in the SM's caches and the logits in L1); lane 0 reads clock64
+// around each pass. The probe prints the median of each pass and the 90th
+// percentile of the second over the warps, for several W, and checks that
+// the forms' ids agree (in order) on every token: random rows, rows of few
+// values (every DeepSeek row of the tied set; every 4th Renormalize row),
+// whose candidates often pass 32 (the rounds).
 //
 // Build (from the repository root) and run on a GPU:
 //   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Isrc -Iinclude \
-//     bench/probes/choice_floor.cu -o /tmp/choice_floor && /tmp/choice_floor
+//     bench/probes/choice_floor.cu -o /tmp/choice_floor && /tmp/choice_floor [blocks]
+// Results: bench/results/h200-choice-floor-session29.txt.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -43,7 +47,7 @@ using namespace unimoe::fused_detail;
   } while (0)
 
 constexpr int kE = 256, kK = 8, kGroups = 8, kKept = 4, kPerLane = kE / 32;
-constexpr int kMaxWarps = 8;
+constexpr int kMaxWarps = 10;
 
 // Forms: the library's choice (r.fixed_choice 0) or the fixed choice (1),
 // from keys the block staged or, kDirect, from the logits (the cluster
@@ -78,6 +82,92 @@ __global__ void __launch_bounds__(1024, 1)
   }
 }
 
+namespace unimoe::routing_detail {
+// The probe's own form for the policies without groups (not in the
+// library): rounds_by_threshold in fewer instructions, for strided slots:
+// t is the K-th largest of the lanes' best keys (each lane counts the lanes
+// whose best is at least its own, four independent counts over eight
+// 16-byte loads), the keys >= t are the candidates, and rank_candidates
+// orders them. The same contract: false (`key` as it came) where more
+// than 32 keys reach t or fewer than K lanes hold a key; the caller then
+// takes the rounds.
+template <int kPerLane, bool kRuns>
+__device__ __forceinline__ bool rounds_by_threshold_fast(const uint32_t (&key)[kPerLane], int top_k,
+                                                         Slots<kPerLane, kRuns> slots,
+                                                         uint64_t* area, Chosen& chosen) {
+  const int lane = slots.lane;
+  uint32_t best = key[0];
+#pragma unroll
+  for (int j = 1; j < kPerLane; ++j) best = max(best, key[j]);
+  uint32_t* bests = reinterpret_cast<uint32_t*>(area);
+  __syncwarp();  // every lane is done with what `area` held
+  bests[lane] = best;
+  __syncwarp();
+  int reach[4] = {0, 0, 0, 0};  // lanes whose best is >= this lane's
+#pragma unroll
+  for (int q = 0; q < kWarpSize / 4; ++q) {
+    const uint4 v = reinterpret_cast<const uint4*>(bests)[q];
+    reach[0] += v.x >= best;
+    reach[1] += v.y >= best;
+    reach[2] += v.z >= best;
+    reach[3] += v.w >= best;
+  }
+  const int count = (reach[0] + reach[1]) + (reach[2] + reach[3]);
+  const uint32_t t = __reduce_max_sync(kFullMask, count >= top_k ? best : kNoKey);
+  if (t == kNoKey) return false;  // uniform: fewer than K lanes hold a key
+  uint32_t bits = 0;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) bits |= (key[j] >= t ? 1u : 0u) << j;
+  int place, total;
+  list_places<kPerLane>(bits, lane, place, total);
+  if (total > kWarpSize) return false;  // uniform
+  chosen = rank_candidates(key, bits, place, total, top_k, slots, area);
+  return true;
+}
+
+}  // namespace unimoe::routing_detail
+
+// The policies without groups at E=128 (4 strided slots a lane): the
+// library's rounds (kFast false) or the probe's rounds_by_threshold_fast,
+// from the logits, each warp's group keys area as in the cluster kernel.
+template <bool kFast>
+__global__ void __launch_bounds__(1024, 1)
+    topk_kernel(const __grid_constant__ RoutingKernelParams r, long long* cycles, int* ids) {
+  __shared__ BlockShared s;
+  __shared__ int chosen[kMaxWarps][32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  if ((touch_params(r) ^ 0x9e3779b9u) == 0u) s.scan[kWarpSize] = 0;  // warm the parameters
+  const int token = blockIdx.x * warps + warp;
+#pragma unroll 1
+  for (int pass = 0; pass < 2; ++pass) {
+    __syncthreads();
+    float* keys = s.work.keys + warp * 4 * kWarpSize;
+    const long long t0 = clock64();
+    int expert;
+    if constexpr (kFast) {
+      const Slots<4, false> slots{lane};
+      const float* row = static_cast<const float*>(r.logits) + static_cast<size_t>(token) * 128;
+      float x[4];
+      load_slots<false>(row, 128, slots, -INFINITY, x);
+      uint32_t key[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) key[j] = order_key(nan_to_neg_inf(x[j]));
+      Chosen c;
+      if (!rounds_by_threshold_fast(key, r.top_k, slots, threshold_area(keys), c))
+        c = rounds_by_tree(key, r.top_k, slots);
+      expert = c.expert;
+    } else {
+      expert = choose_decode<float, 4, false, false>(r, token, lane, keys).expert;
+    }
+    if (lane < r.top_k) chosen[warp][lane] = expert;
+    __syncwarp();
+    const long long t1 = clock64();
+    if (lane == 0) cycles[token * 2 + pass] = t1 - t0;
+    if (lane < r.top_k) ids[token * r.top_k + lane] = chosen[warp][lane];
+  }
+}
+
+
 static long long percentile(std::vector<long long> v, double q) {
   std::sort(v.begin(), v.end());
   return v[static_cast<size_t>(q * (v.size() - 1))];
@@ -87,7 +177,7 @@ int main(int argc, char** argv) {
   const int blocks = argc > 1 ? std::atoi(argv[1]) : 64;
   int failures = 0;
   for (int tied = 0; tied < 2; ++tied) {
-    for (int warps : {1, 2, 4, 5, 8}) {
+    for (int warps : {1, 2, 4, 5, 8}) {  // at most kMaxWarps
       const int tokens = blocks * warps;
       std::mt19937 rng(1234 + warps + 100 * tied);
       std::uniform_real_distribution<float> logit(-4.0f, 4.0f), bias(-0.01f, 0.01f);
@@ -151,6 +241,59 @@ int main(int argc, char** argv) {
       CHECK(cudaFree(d_ids));
     }
   }
+  // Renormalize E=128: the rounds against rounds_by_threshold_fast.
+  for (int k : {4, 6, 8})
+    for (int warps : {1, 4, 8, 10}) {
+      const int tokens = blocks * warps, e = 128;
+      std::mt19937 rng(99 + warps + 10 * k);
+      std::uniform_real_distribution<float> logit(-4.0f, 4.0f);
+      std::vector<float> h_logits(static_cast<size_t>(tokens) * e);
+      for (size_t i = 0; i < h_logits.size(); ++i)  // every 4th token tied: 3 values
+        h_logits[i] = (i / e) % 4 == 3 ? static_cast<float>(rng() % 3) : logit(rng);
+      float* d_logits;
+      long long* d_cycles;
+      int* d_ids;
+      CHECK(cudaMalloc(&d_logits, h_logits.size() * sizeof(float)));
+      CHECK(cudaMalloc(&d_cycles, tokens * 2 * sizeof(long long)));
+      CHECK(cudaMalloc(&d_ids, tokens * k * sizeof(int)));
+      CHECK(cudaMemcpy(d_logits, h_logits.data(), h_logits.size() * sizeof(float),
+                       cudaMemcpyHostToDevice));
+      RoutingParams rp;
+      rp.logits = d_logits;
+      rp.num_tokens = tokens;
+      rp.config.num_experts = e;
+      rp.config.top_k = k;
+      rp.config.policy = RoutingPolicy::Renormalize;
+      check_routing_config(rp, "probe");
+      const RoutingKernelParams r = make_routing_kernel_params(rp);
+      std::vector<int> ids[2];
+      std::printf("Renormalize E=128 K=%d W=%2d:", k, warps);
+      for (int f = 0; f < 2; ++f) {
+        std::vector<long long> cyc(tokens * 2);
+        ids[f].resize(tokens * k);
+        for (int rep = 0; rep < 3; ++rep) {
+          CHECK(cudaMemset(d_ids, 0xff, tokens * k * sizeof(int)));
+          if (f == 0) topk_kernel<false><<<blocks, warps * 32>>>(r, d_cycles, d_ids);
+          if (f == 1) topk_kernel<true><<<blocks, warps * 32>>>(r, d_cycles, d_ids);
+          CHECK(cudaGetLastError());
+          CHECK(cudaDeviceSynchronize());
+        }
+        CHECK(cudaMemcpy(cyc.data(), d_cycles, cyc.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(ids[f].data(), d_ids, ids[f].size() * sizeof(int), cudaMemcpyDeviceToHost));
+        std::vector<long long> pass[2];
+        for (int t = 0; t < tokens; ++t)
+          for (int q = 0; q < 2; ++q) pass[q].push_back(cyc[t * 2 + q]);
+        std::printf("  %s %5lld/%5lld (p90 %5lld)", f == 0 ? "rounds" : "fast-threshold",
+                    percentile(pass[0], 0.5), percentile(pass[1], 0.5), percentile(pass[1], 0.9));
+      }
+      int mismatches = 0;
+      for (size_t i = 0; i < ids[0].size(); ++i) mismatches += ids[0][i] != ids[1][i];
+      std::printf("  mismatches %d\n", mismatches);
+      failures += mismatches;
+      CHECK(cudaFree(d_logits));
+      CHECK(cudaFree(d_cycles));
+      CHECK(cudaFree(d_ids));
+    }
   std::printf("%s\n", failures == 0 ? "ids agree" : "IDS DIFFER");
   return failures == 0 ? 0 : 1;
 }

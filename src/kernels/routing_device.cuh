@@ -675,6 +675,76 @@ __device__ __forceinline__ bool rounds_by_threshold(const uint32_t (&key)[kPerLa
   return true;
 }
 
+// order_key(v) for a NaN-free v: v + 0 folds -0 into +0 (round to nearest),
+// then the sign selects the xor mask.
+__device__ __forceinline__ uint32_t order_key_fast(float v) {
+  const uint32_t bits = __float_as_uint(__fadd_rn(v, 0.0f));
+  return bits ^ (static_cast<uint32_t>(static_cast<int32_t>(bits) >> 31) | 0x80000000u);
+}
+
+// Each candidate's place in the list (bits: slot j of this lane is one),
+// slots in turn, lanes in order within a slot, and the list's length.
+template <int kPerLane>
+__device__ __forceinline__ void list_places(uint32_t bits, int lane, int& place, int& total) {
+  const unsigned below = (1u << lane) - 1u;
+  place = 0;
+  total = 0;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const unsigned b = __ballot_sync(kFullMask, (bits >> j) & 1u);
+    place += __popc(b & below);
+    total += __popc(b);
+  }
+}
+
+// The K best of total <= 32 candidates (bits, at their places from
+// list_places) into lanes 0..K-1, best first: the list by predicated
+// stores (a lane's other slots go to one of 16 spare pairs past it),
+// padded to 32 pairs, and each candidate's rank (the count of larger
+// pairs: a larger key, or an equal key and a lower expert) from a fixed run
+// of 16-byte loads with independent counts. area: 48 pairs of the warp's
+// shared memory, 16-byte aligned, free to overwrite once every lane holds
+// its keys. Every lane calls it.
+template <int kPerLane, bool kRuns>
+__device__ __forceinline__ Chosen rank_candidates(const uint32_t (&key)[kPerLane], uint32_t bits,
+                                                  int place, int total, int top_k,
+                                                  Slots<kPerLane, kRuns> slots, uint64_t* area) {
+  const int lane = slots.lane;
+  __syncwarp();  // every lane is done with what `area` held
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const bool in = (bits >> j) & 1u;
+    area[in ? place : kWarpSize + lane % 16] = key_expert_pair(key[j], slots.expert(j));
+    place += in;
+  }
+  if (lane >= total) area[lane] = 0;  // below every pair: 32 in all
+  __syncwarp();
+  const uint64_t mine = area[lane];
+  int above[4] = {0, 0, 0, 0};
+  const ulonglong2* list = reinterpret_cast<const ulonglong2*>(area);
+#pragma unroll
+  for (int q = 0; q < kWarpSize / 4; ++q) {
+    const ulonglong2 two = list[q];
+    above[q % 2 * 2] += two.x > mine;
+    above[q % 2 * 2 + 1] += two.y > mine;
+  }
+  if (total > kWarpSize / 2) {  // uniform
+#pragma unroll
+    for (int q = kWarpSize / 4; q < kWarpSize / 2; ++q) {
+      const ulonglong2 two = list[q];
+      above[q % 2 * 2] += two.x > mine;
+      above[q % 2 * 2 + 1] += two.y > mine;
+    }
+  }
+  const int order = (above[0] + above[1]) + (above[2] + above[3]);
+  __syncwarp();  // every lane has read the list
+  if (lane < total && order < top_k) area[order] = mine;
+  __syncwarp();
+  const uint64_t pair = area[lane];
+  return lane < top_k ? Chosen{expert_of_pair(pair), static_cast<uint32_t>(pair >> 32)}
+                      : Chosen{0, kNoKey};
+}
+
 using routing_shape::kThresholdMinSlots;
 
 // routing_shape::threshold_serves for a kernel's slots and layout.

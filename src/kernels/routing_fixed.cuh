@@ -12,11 +12,12 @@
 //     min-reduce of what the group stage has already, instead of the K-th
 //     largest lane best;
 //   - keys by an add of +0 and one xor (order_key's value, 3 instructions);
-//   - the candidates' list written by predicated stores (a lane's other
-//     slots go to a slot of its own past the list), padded to 32 pairs, and
-//     ranked in a fixed run of 16-byte loads with independent counts.
+//   - the candidates' list written by predicated stores, padded to 32
+//     pairs, and ranked in a fixed run of 16-byte loads with independent
+//     counts (rank_candidates).
 // More than 32 candidates (ties, an infinite key) take the rounds, as
-// choose_decode does.
+// choose_decode does. The list and ranks are routing_device.cuh's
+// rank_candidates.
 #pragma once
 
 #include "core/routing_launch_shape.h"
@@ -24,17 +25,9 @@
 
 namespace unimoe::routing_detail {
 
-// order_key(v) for a NaN-free v: v + 0 folds -0 into +0 (round to nearest),
-// then the sign selects the xor mask.
-__device__ __forceinline__ uint32_t order_key_fast(float v) {
-  const uint32_t bits = __float_as_uint(__fadd_rn(v, 0.0f));
-  return bits ^ (static_cast<uint32_t>(static_cast<int32_t>(bits) >> 31) | 0x80000000u);
-}
-
 // c: this lane's 8 keys (experts lane * 8 ..), NaN already -inf; top_k at
-// most 2 * kKept (routing_shape::fixed_choice_serves). area: this warp's 64
-// pairs of shared memory, 16-byte aligned, free to overwrite once every
-// lane holds its keys. Every lane calls it; lane k < K gets the k-th best.
+// most 2 * kKept (routing_shape::fixed_choice_serves). area: as
+// rank_candidates'. Every lane calls it; lane k < K gets the k-th best.
 template <int kGroups, int kKept>
 __device__ __forceinline__ Chosen choose_deepseek_fixed(const float (&c)[8], int top_k, int lane,
                                                         uint64_t* area) {
@@ -80,52 +73,15 @@ __device__ __forceinline__ Chosen choose_deepseek_fixed(const float (&c)[8], int
     key[j] = order_key_fast(c[j]);
     bits |= (kept && key[j] >= t ? 1u : 0u) << j;
   }
-  const unsigned below = (1u << lane) - 1u;
-  int place = 0, total = 0;
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    const unsigned b = __ballot_sync(kFullMask, (bits >> j) & 1u);
-    place += __popc(b & below);
-    total += __popc(b);
-  }
+  int place, total;
+  list_places<kPerLane>(bits, lane, place, total);
+  const Slots<kPerLane, true> slots{lane};
   if (total > kWarpSize) {  // uniform
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j) key[j] = kept ? key[j] : kNoKey;
-    return rounds_by_tree(key, top_k, Slots<kPerLane, true>{lane});
+    return rounds_by_tree(key, top_k, slots);
   }
-  __syncwarp();  // every lane is done with what `area` held
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    const bool in = (bits >> j) & 1u;
-    area[in ? place : kWarpSize + lane] = key_expert_pair(key[j], lane * kPerLane + j);
-    place += in;
-  }
-  if (lane >= total) area[lane] = 0;  // below every pair: 32 in all
-  __syncwarp();
-  const uint64_t mine = area[lane];
-  int above[4] = {0, 0, 0, 0};
-  const ulonglong2* list = reinterpret_cast<const ulonglong2*>(area);
-#pragma unroll
-  for (int q = 0; q < kWarpSize / 4; ++q) {
-    const ulonglong2 two = list[q];
-    above[q % 2 * 2] += two.x > mine;
-    above[q % 2 * 2 + 1] += two.y > mine;
-  }
-  if (total > kWarpSize / 2) {  // uniform
-#pragma unroll
-    for (int q = kWarpSize / 4; q < kWarpSize / 2; ++q) {
-      const ulonglong2 two = list[q];
-      above[q % 2 * 2] += two.x > mine;
-      above[q % 2 * 2 + 1] += two.y > mine;
-    }
-  }
-  const int order = (above[0] + above[1]) + (above[2] + above[3]);
-  __syncwarp();  // every lane has read the list
-  if (lane < total && order < top_k) area[order] = mine;
-  __syncwarp();
-  const uint64_t pair = area[lane];
-  return lane < top_k ? Chosen{expert_of_pair(pair), static_cast<uint32_t>(pair >> 32)}
-                      : Chosen{0, kNoKey};
+  return rank_candidates(key, bits, place, total, top_k, slots, area);
 }
 
 // choose_decode's DeepSeek choice where r.fixed_choice says (the launcher
