@@ -32,19 +32,11 @@
 #include <vector>
 
 #include "kernels/fused_routing_kernels.cuh"
+#include "probe_check.h"
 
 using namespace unimoe;
 using namespace unimoe::routing_detail;
 using namespace unimoe::fused_detail;
-
-#define CHECK(x)                                                                         \
-  do {                                                                                   \
-    cudaError_t err_ = (x);                                                              \
-    if (err_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
 
 constexpr int kE = 256, kK = 8, kGroups = 8, kKept = 4, kPerLane = kE / 32;
 constexpr int kMaxWarps = 10;
@@ -173,6 +165,68 @@ static long long percentile(std::vector<long long> v, double q) {
   return v[static_cast<size_t>(q * (v.size() - 1))];
 }
 
+// Device buffers of one row set: logits (and a bias), cycles and ids.
+struct Rows {
+  float* logits = nullptr;
+  float* bias = nullptr;
+  long long* cycles = nullptr;
+  int* ids = nullptr;
+  int tokens = 0, top_k = 0;
+
+  Rows(const std::vector<float>& h_logits, const std::vector<float>& h_bias, int t, int k)
+      : tokens(t), top_k(k) {
+    CHECK(cudaMalloc(&logits, h_logits.size() * sizeof(float)));
+    CHECK(cudaMemcpy(logits, h_logits.data(), h_logits.size() * sizeof(float),
+                     cudaMemcpyHostToDevice));
+    if (!h_bias.empty()) {
+      CHECK(cudaMalloc(&bias, h_bias.size() * sizeof(float)));
+      CHECK(cudaMemcpy(bias, h_bias.data(), h_bias.size() * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    CHECK(cudaMalloc(&cycles, tokens * 2 * sizeof(long long)));
+    CHECK(cudaMalloc(&ids, tokens * top_k * sizeof(int)));
+  }
+  ~Rows() {
+    cudaFree(logits);
+    cudaFree(bias);
+    cudaFree(cycles);
+    cudaFree(ids);
+  }
+  Rows(const Rows&) = delete;
+  Rows& operator=(const Rows&) = delete;
+};
+
+// Launches a form three times (the first loads the module), prints the
+// median of each pass and the 90th percentile of the second, and returns
+// the last launch's ids.
+template <class Launch>
+std::vector<int> time_form(const Rows& rows, const char* name, Launch launch) {
+  for (int rep = 0; rep < 3; ++rep) {
+    CHECK(cudaMemset(rows.ids, 0xff, rows.tokens * rows.top_k * sizeof(int)));
+    launch();
+    CHECK(cudaGetLastError());
+    CHECK(cudaDeviceSynchronize());
+  }
+  std::vector<long long> cyc(rows.tokens * 2);
+  std::vector<int> ids(rows.tokens * rows.top_k);
+  CHECK(cudaMemcpy(cyc.data(), rows.cycles, cyc.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(ids.data(), rows.ids, ids.size() * sizeof(int), cudaMemcpyDeviceToHost));
+  std::vector<long long> pass[2];
+  for (int t = 0; t < rows.tokens; ++t)
+    for (int q = 0; q < 2; ++q) pass[q].push_back(cyc[t * 2 + q]);
+  std::printf("  %s %5lld/%5lld (p90 %5lld)", name, percentile(pass[0], 0.5),
+              percentile(pass[1], 0.5), percentile(pass[1], 0.9));
+  return ids;
+}
+
+// Ids that differ from the first form's, printed and returned.
+static int count_mismatches(const std::vector<std::vector<int>>& ids) {
+  int mismatches = 0;
+  for (size_t f = 1; f < ids.size(); ++f)
+    for (size_t i = 0; i < ids[0].size(); ++i) mismatches += ids[0][i] != ids[f][i];
+  std::printf("  mismatches %d\n", mismatches);
+  return mismatches;
+}
+
 int main(int argc, char** argv) {
   const int blocks = argc > 1 ? std::atoi(argv[1]) : 64;
   int failures = 0;
@@ -186,19 +240,10 @@ int main(int argc, char** argv) {
       // and keys tie (the lists pass 32 and the fallback runs).
       for (auto& v : h_logits) v = tied ? static_cast<float>(static_cast<int>(rng() % 6)) : logit(rng);
       for (auto& v : h_bias) v = tied ? 0.0f : bias(rng);
-      float *d_logits, *d_bias;
-      long long* d_cycles;
-      int* d_ids;
-      CHECK(cudaMalloc(&d_logits, h_logits.size() * sizeof(float)));
-      CHECK(cudaMalloc(&d_bias, kE * sizeof(float)));
-      CHECK(cudaMalloc(&d_cycles, tokens * 2 * sizeof(long long)));
-      CHECK(cudaMalloc(&d_ids, tokens * kK * sizeof(int)));
-      CHECK(cudaMemcpy(d_logits, h_logits.data(), h_logits.size() * sizeof(float),
-                       cudaMemcpyHostToDevice));
-      CHECK(cudaMemcpy(d_bias, h_bias.data(), kE * sizeof(float), cudaMemcpyHostToDevice));
+      const Rows rows(h_logits, h_bias, tokens, kK);
       RoutingParams rp;
-      rp.logits = d_logits;
-      rp.bias = d_bias;
+      rp.logits = rows.logits;
+      rp.bias = rows.bias;
       rp.num_tokens = tokens;
       rp.config.num_experts = kE;
       rp.config.top_k = kK;
@@ -209,36 +254,16 @@ int main(int argc, char** argv) {
       rp.config.routed_scaling_factor = 2.5f;
       check_routing_config(rp, "probe");
       RoutingKernelParams r = make_routing_kernel_params(rp);
-      std::vector<int> ids[kForms];
+      std::vector<std::vector<int>> ids;
       std::printf("%s W=%d:", tied ? "tied  " : "random", warps);
       for (int f = 0; f < kForms; ++f) {
-        std::vector<long long> cyc(tokens * 2);
-        ids[f].resize(tokens * kK);
-        for (int rep = 0; rep < 3; ++rep) {  // the first launch loads the module
-          CHECK(cudaMemset(d_ids, 0xff, tokens * kK * sizeof(int)));
-          r.fixed_choice = f % 2;
-          if (f < 2) choice_kernel<false><<<blocks, warps * 32>>>(r, d_cycles, d_ids);
-          if (f >= 2) choice_kernel<true><<<blocks, warps * 32>>>(r, d_cycles, d_ids);
-          CHECK(cudaGetLastError());
-          CHECK(cudaDeviceSynchronize());
-        }
-        CHECK(cudaMemcpy(cyc.data(), d_cycles, cyc.size() * sizeof(long long), cudaMemcpyDeviceToHost));
-        CHECK(cudaMemcpy(ids[f].data(), d_ids, ids[f].size() * sizeof(int), cudaMemcpyDeviceToHost));
-        std::vector<long long> pass[2];
-        for (int t = 0; t < tokens; ++t)
-          for (int q = 0; q < 2; ++q) pass[q].push_back(cyc[t * 2 + q]);
-        std::printf("  %s %5lld/%5lld (p90 %5lld)", kFormNames[f],
-                    percentile(pass[0], 0.5), percentile(pass[1], 0.5), percentile(pass[1], 0.9));
+        r.fixed_choice = f % 2;
+        ids.push_back(time_form(rows, kFormNames[f], [&] {
+          if (f < 2) choice_kernel<false><<<blocks, warps * 32>>>(r, rows.cycles, rows.ids);
+          if (f >= 2) choice_kernel<true><<<blocks, warps * 32>>>(r, rows.cycles, rows.ids);
+        }));
       }
-      int mismatches = 0;
-      for (int f = 1; f < kForms; ++f)
-        for (size_t i = 0; i < ids[0].size(); ++i) mismatches += ids[0][i] != ids[f][i];
-      std::printf("  mismatches %d\n", mismatches);
-      failures += mismatches;
-      CHECK(cudaFree(d_logits));
-      CHECK(cudaFree(d_bias));
-      CHECK(cudaFree(d_cycles));
-      CHECK(cudaFree(d_ids));
+      failures += count_mismatches(ids);
     }
   }
   // Renormalize E=128: the rounds against rounds_by_threshold_fast.
@@ -250,49 +275,24 @@ int main(int argc, char** argv) {
       std::vector<float> h_logits(static_cast<size_t>(tokens) * e);
       for (size_t i = 0; i < h_logits.size(); ++i)  // every 4th token tied: 3 values
         h_logits[i] = (i / e) % 4 == 3 ? static_cast<float>(rng() % 3) : logit(rng);
-      float* d_logits;
-      long long* d_cycles;
-      int* d_ids;
-      CHECK(cudaMalloc(&d_logits, h_logits.size() * sizeof(float)));
-      CHECK(cudaMalloc(&d_cycles, tokens * 2 * sizeof(long long)));
-      CHECK(cudaMalloc(&d_ids, tokens * k * sizeof(int)));
-      CHECK(cudaMemcpy(d_logits, h_logits.data(), h_logits.size() * sizeof(float),
-                       cudaMemcpyHostToDevice));
+      const Rows rows(h_logits, {}, tokens, k);
       RoutingParams rp;
-      rp.logits = d_logits;
+      rp.logits = rows.logits;
       rp.num_tokens = tokens;
       rp.config.num_experts = e;
       rp.config.top_k = k;
       rp.config.policy = RoutingPolicy::Renormalize;
       check_routing_config(rp, "probe");
       const RoutingKernelParams r = make_routing_kernel_params(rp);
-      std::vector<int> ids[2];
+      std::vector<std::vector<int>> ids;
       std::printf("Renormalize E=128 K=%d W=%2d:", k, warps);
-      for (int f = 0; f < 2; ++f) {
-        std::vector<long long> cyc(tokens * 2);
-        ids[f].resize(tokens * k);
-        for (int rep = 0; rep < 3; ++rep) {
-          CHECK(cudaMemset(d_ids, 0xff, tokens * k * sizeof(int)));
-          if (f == 0) topk_kernel<false><<<blocks, warps * 32>>>(r, d_cycles, d_ids);
-          if (f == 1) topk_kernel<true><<<blocks, warps * 32>>>(r, d_cycles, d_ids);
-          CHECK(cudaGetLastError());
-          CHECK(cudaDeviceSynchronize());
-        }
-        CHECK(cudaMemcpy(cyc.data(), d_cycles, cyc.size() * sizeof(long long), cudaMemcpyDeviceToHost));
-        CHECK(cudaMemcpy(ids[f].data(), d_ids, ids[f].size() * sizeof(int), cudaMemcpyDeviceToHost));
-        std::vector<long long> pass[2];
-        for (int t = 0; t < tokens; ++t)
-          for (int q = 0; q < 2; ++q) pass[q].push_back(cyc[t * 2 + q]);
-        std::printf("  %s %5lld/%5lld (p90 %5lld)", f == 0 ? "rounds" : "fast-threshold",
-                    percentile(pass[0], 0.5), percentile(pass[1], 0.5), percentile(pass[1], 0.9));
-      }
-      int mismatches = 0;
-      for (size_t i = 0; i < ids[0].size(); ++i) mismatches += ids[0][i] != ids[1][i];
-      std::printf("  mismatches %d\n", mismatches);
-      failures += mismatches;
-      CHECK(cudaFree(d_logits));
-      CHECK(cudaFree(d_cycles));
-      CHECK(cudaFree(d_ids));
+      ids.push_back(time_form(rows, "rounds", [&] {
+        topk_kernel<false><<<blocks, warps * 32>>>(r, rows.cycles, rows.ids);
+      }));
+      ids.push_back(time_form(rows, "fast-threshold", [&] {
+        topk_kernel<true><<<blocks, warps * 32>>>(r, rows.cycles, rows.ids);
+      }));
+      failures += count_mismatches(ids);
     }
   std::printf("%s\n", failures == 0 ? "ids agree" : "IDS DIFFER");
   return failures == 0 ? 0 : 1;

@@ -40,18 +40,10 @@
 
 #include "core/exact_quotient.h"
 #include "kernels/block_permute.cuh"
+#include "probe_check.h"
 
 using namespace unimoe;
 using namespace unimoe::fused_detail;
-
-#define CHECK(x)                                                                         \
-  do {                                                                                   \
-    cudaError_t err_ = (x);                                                              \
-    if (err_ != cudaSuccess) {                                                           \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
 
 // Stages the rows, clears the token masks and warms the parameters; then
 // runs `permute` twice, clock64 around each pass (cycles[pass]), the masks

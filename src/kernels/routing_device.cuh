@@ -590,6 +590,21 @@ __device__ __forceinline__ Chosen rounds_by_kept_halves(const RoutingKernelParam
                     [](int, uint32_t low) { return expert_of_pair(low); });
 }
 
+// Each candidate's place in the list (bits: slot j of this lane is one),
+// slots in turn, lanes in order within a slot, and the list's length.
+template <int kPerLane>
+__device__ __forceinline__ void list_places(uint32_t bits, int lane, int& place, int& total) {
+  const unsigned below = (1u << lane) - 1u;
+  place = 0;
+  total = 0;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const unsigned b = __ballot_sync(kFullMask, (bits >> j) & 1u);
+    place += __popc(b & below);
+    total += __popc(b);
+  }
+}
+
 // The K best of the warp's keys in a fixed number of steps rather than K
 // dependent rounds, for the decode kernels (session 17 run 2, each token
 // chosen twice in one launch, the second time from a warm instruction
@@ -636,15 +651,7 @@ __device__ __forceinline__ bool rounds_by_threshold(const uint32_t (&key)[kPerLa
   for (int j = 0; j < kPerLane; ++j) bits |= (key[j] >= t && key[j] != kNoKey ? 1u : 0u) << j;
   int place, total;  // this lane's first place in the list, and the list's length
   if constexpr (kPerLane <= 8) {
-    const unsigned below = (1u << lane) - 1u;
-    place = 0;
-    total = 0;
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      const unsigned b = __ballot_sync(kFullMask, (bits >> j) & 1u);
-      place += __popc(b & below);
-      total += __popc(b);
-    }
+    list_places<kPerLane>(bits, lane, place, total);
   } else {
     const int n = __popc(bits);
     int inclusive = warp_inclusive_sum(n, lane);
@@ -680,21 +687,6 @@ __device__ __forceinline__ bool rounds_by_threshold(const uint32_t (&key)[kPerLa
 __device__ __forceinline__ uint32_t order_key_fast(float v) {
   const uint32_t bits = __float_as_uint(__fadd_rn(v, 0.0f));
   return bits ^ (static_cast<uint32_t>(static_cast<int32_t>(bits) >> 31) | 0x80000000u);
-}
-
-// Each candidate's place in the list (bits: slot j of this lane is one),
-// slots in turn, lanes in order within a slot, and the list's length.
-template <int kPerLane>
-__device__ __forceinline__ void list_places(uint32_t bits, int lane, int& place, int& total) {
-  const unsigned below = (1u << lane) - 1u;
-  place = 0;
-  total = 0;
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    const unsigned b = __ballot_sync(kFullMask, (bits >> j) & 1u);
-    place += __popc(b & below);
-    total += __popc(b);
-  }
 }
 
 // The K best of total <= 32 candidates (bits, at their places from
