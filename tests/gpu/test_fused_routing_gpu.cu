@@ -609,10 +609,11 @@ struct ScopedFixedChoice : ScopedSetting<bool> {
 // and from direct keys (T = 61..120), the spread kernel (T >= 121), with it
 // on and off (the group stage and rounds_by_threshold), held to split bit
 // for bit and to the reference. Random, near-tie and adversarial rows with
-// an adversarial (on some, non-finite) bias; rows whose kept keys tie past
-// 32 candidates (every logit equal, or 40 equal tops in the kept groups:
-// the rounds) and exactly at 32; fp32 and bf16; an EP range with off-rank
-// rows.
+// an adversarial (on some, non-finite) bias; tied rows: every logit equal
+// (all 128 kept keys tie: past 32 candidates, so the rounds run), or 40 or
+// 32 experts sharing the top logit, spread over the groups at random (the
+// kept groups' candidates near 32, on either side of it); fp32 and bf16;
+// an EP range with off-rank rows.
 TEST(FusedRoutingGpu, FixedChoiceWhereItRuns) {
   UNIMOE_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
