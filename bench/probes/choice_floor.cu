@@ -7,10 +7,11 @@
 //     same call with r.fixed_choice 1 (src/kernels/routing_fixed.cuh);
 //     lib-direct and fixed-direct, both from the logits, each warp
 //     computing its token's keys (the cluster kernel's direct-keys twin);
-//   - Renormalize E=128 (4 strided slots), K = 4, 6, 8: the library's
-//     rounds against the probe's own rounds_by_threshold_fast (the fixed
-//     choice's list and ranks after rounds_by_threshold's threshold; not in
-//     the library: it lost at K = 4 and at 8-10 warps a block).
+//   - Renormalize E=128 (4 strided slots), K = 4, 6, 8: choose_decode of
+//     the rounds' kernels against that of the threshold kernels
+//     (rounds_by_ranked_threshold where threshold_serves, K >= 6; the
+//     rounds at K = 4). Session 29 measured this form as the probe's own
+//     rounds_by_threshold_fast, before it moved into the library.
 // Each block's W warps choose a token each, twice (the second pass finds
 // its code in the SM's caches and the logits in L1); lane 0 reads clock64
 // around each pass. The probe prints the median of each pass and the 90th
@@ -74,54 +75,10 @@ __global__ void __launch_bounds__(1024, 1)
   }
 }
 
-namespace unimoe::routing_detail {
-// The probe's own form for the policies without groups (not in the
-// library): rounds_by_threshold in fewer instructions, for strided slots:
-// t is the K-th largest of the lanes' best keys (each lane counts the lanes
-// whose best is at least its own, four independent counts over eight
-// 16-byte loads), the keys >= t are the candidates, and rank_candidates
-// orders them. The same contract: false (`key` as it came) where more
-// than 32 keys reach t or fewer than K lanes hold a key; the caller then
-// takes the rounds.
-template <int kPerLane, bool kRuns>
-__device__ __forceinline__ bool rounds_by_threshold_fast(const uint32_t (&key)[kPerLane], int top_k,
-                                                         Slots<kPerLane, kRuns> slots,
-                                                         uint64_t* area, Chosen& chosen) {
-  const int lane = slots.lane;
-  uint32_t best = key[0];
-#pragma unroll
-  for (int j = 1; j < kPerLane; ++j) best = max(best, key[j]);
-  uint32_t* bests = reinterpret_cast<uint32_t*>(area);
-  __syncwarp();  // every lane is done with what `area` held
-  bests[lane] = best;
-  __syncwarp();
-  int reach[4] = {0, 0, 0, 0};  // lanes whose best is >= this lane's
-#pragma unroll
-  for (int q = 0; q < kWarpSize / 4; ++q) {
-    const uint4 v = reinterpret_cast<const uint4*>(bests)[q];
-    reach[0] += v.x >= best;
-    reach[1] += v.y >= best;
-    reach[2] += v.z >= best;
-    reach[3] += v.w >= best;
-  }
-  const int count = (reach[0] + reach[1]) + (reach[2] + reach[3]);
-  const uint32_t t = __reduce_max_sync(kFullMask, count >= top_k ? best : kNoKey);
-  if (t == kNoKey) return false;  // uniform: fewer than K lanes hold a key
-  uint32_t bits = 0;
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) bits |= (key[j] >= t ? 1u : 0u) << j;
-  int place, total;
-  list_places<kPerLane>(bits, lane, place, total);
-  if (total > kWarpSize) return false;  // uniform
-  chosen = rank_candidates(key, bits, place, total, top_k, slots, area);
-  return true;
-}
-
-}  // namespace unimoe::routing_detail
-
 // The policies without groups at E=128 (4 strided slots a lane): the
-// library's rounds (kFast false) or the probe's rounds_by_threshold_fast,
-// from the logits, each warp's group keys area as in the cluster kernel.
+// rounds' kernels' choice (kFast false) or the threshold kernels'
+// (rounds_by_ranked_threshold), from the logits, each warp's group keys
+// area as in the cluster kernel.
 template <bool kFast>
 __global__ void __launch_bounds__(1024, 1)
     topk_kernel(const __grid_constant__ RoutingKernelParams r, long long* cycles, int* ids) {
@@ -135,22 +92,7 @@ __global__ void __launch_bounds__(1024, 1)
     __syncthreads();
     float* keys = s.work.keys + warp * 4 * kWarpSize;
     const long long t0 = clock64();
-    int expert;
-    if constexpr (kFast) {
-      const Slots<4, false> slots{lane};
-      const float* row = static_cast<const float*>(r.logits) + static_cast<size_t>(token) * 128;
-      float x[4];
-      load_slots<false>(row, 128, slots, -INFINITY, x);
-      uint32_t key[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) key[j] = order_key(nan_to_neg_inf(x[j]));
-      Chosen c;
-      if (!rounds_by_threshold_fast(key, r.top_k, slots, threshold_area(keys), c))
-        c = rounds_by_tree(key, r.top_k, slots);
-      expert = c.expert;
-    } else {
-      expert = choose_decode<float, 4, false, false>(r, token, lane, keys).expert;
-    }
+    const int expert = choose_decode<float, 4, false, kFast>(r, token, lane, keys).expert;
     if (lane < r.top_k) chosen[warp][lane] = expert;
     __syncwarp();
     const long long t1 = clock64();
@@ -266,7 +208,8 @@ int main(int argc, char** argv) {
       failures += count_mismatches(ids);
     }
   }
-  // Renormalize E=128: the rounds against rounds_by_threshold_fast.
+  // Renormalize E=128: the rounds against the threshold kernels' choice
+  // (rounds_by_ranked_threshold).
   for (int k : {4, 6, 8})
     for (int warps : {1, 4, 8, 10}) {
       const int tokens = blocks * warps, e = 128;
@@ -289,7 +232,7 @@ int main(int argc, char** argv) {
       ids.push_back(time_form(rows, "rounds", [&] {
         topk_kernel<false><<<blocks, warps * 32>>>(r, rows.cycles, rows.ids);
       }));
-      ids.push_back(time_form(rows, "fast-threshold", [&] {
+      ids.push_back(time_form(rows, "ranked", [&] {
         topk_kernel<true><<<blocks, warps * 32>>>(r, rows.cycles, rows.ids);
       }));
       failures += count_mismatches(ids);

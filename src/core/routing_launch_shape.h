@@ -465,14 +465,29 @@ UNIMOE_HD int octet_count_blocks(int top_k, int chunk_rows) {
 //     32 and the rounds follow), K = 22 without groups mixed (0.63-1.18x);
 //   - a kernel built with it ran 2-6% slower where it took the rounds (run
 //     6), hence the kernels apart.
+// At kRankedSlots slots a lane (E = 65..128) the policies without groups
+// take it too, from K = kRankedMinTopK, in the form that ranks the list by
+// rank_candidates (routing_detail::rounds_by_ranked_threshold). Measured
+// (session 30 run 1, scripts/routing_ab.sh -r 3, H200, Renormalize, TopK
+// and Default at E = 96 and 128, the same binary with it off and on;
+// bench/results/h200-routing-ab-session30.txt): the cluster variant at
+// K = 8 0.92-0.95 at T = 1..4 and 12..32 (Renormalize E=128 T=1 2.47 -> 2.28 us,
+// T=32 3.01 -> 2.89), 0.98 at T = 48..64; K = 10 and 16 0.79-0.93 at
+// every T to 128; K = 6 0.97-0.98 to T = 32 but 1.02-1.04 from T = 48
+// (the choice probe, bench/probes/choice_floor.cu: slower from 8 warps a
+// block), so K = 6 keeps the rounds; K = 4 slower in the probe.
 inline constexpr int kThresholdMinSlots = 8;
 inline constexpr int kThresholdMinTopK = 8;
+inline constexpr int kRankedSlots = 4;
+inline constexpr int kRankedMinTopK = 8;
 
 UNIMOE_HD bool threshold_serves(int top_k, int slots, bool runs, int topk_group,
                                 int experts_per_group) {
   const int kept = runs ? topk_group * experts_per_group / slots : kWarp;
   const int lanes = kept < kWarp ? kept : kWarp;
-  return slots >= kThresholdMinSlots && top_k >= kThresholdMinTopK && 3 * top_k <= 2 * lanes;
+  const bool wide = slots >= kThresholdMinSlots && top_k >= kThresholdMinTopK;
+  const bool ranked = !runs && slots == kRankedSlots && top_k >= kRankedMinTopK;
+  return (wide || ranked) && 3 * top_k <= 2 * lanes;
 }
 
 // The fixed choice (kernels/routing_fixed.cuh, choose_deepseek_fixed):

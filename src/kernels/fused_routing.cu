@@ -185,6 +185,14 @@ bool& fixed_choice_setting() {
   return setting;
 }
 
+// Whether the policies without groups at 4 slots a lane take the ranked
+// threshold's kernels where threshold_serves (set_ranked_threshold;
+// UNIMOE_RANKED_THRESHOLD=0 at start turns it off).
+bool& ranked_threshold_setting() {
+  static bool setting = env_switch_on("UNIMOE_RANKED_THRESHOLD");
+  return setting;
+}
+
 // Whether this call's decode kernels take the fixed choice: where it
 // serves, in the threshold kernels of 8 slots a lane that hold it
 // (launch_routing_block takes them where threshold_serves).
@@ -363,9 +371,16 @@ void launch_routing_block(const RoutingKernelParams& r, const BlockPermuteParams
                           cudaStream_t stream) {
   with_slots_per_lane(r.num_experts, [&](auto slots) {
     constexpr int kPerLane = decltype(slots)::value;
-    if constexpr (kPerLane >= kThresholdMinSlots) {
-      if (routing_shape::threshold_serves(r.top_k, kPerLane, kDeepSeek, r.topk_group,
-                                          r.experts_per_group)) {
+    if constexpr (kPerLane >= kThresholdMinSlots || (kPerLane == kRankedSlots && !kDeepSeek)) {
+      // The ranked threshold's kernels leave the sorted pair out, as the
+      // other threshold kernels of the policies without groups do
+      // (kHoldsSortedPair): 33..64 rows, where the pair runs, keep the
+      // rounds' kernels, which hold it.
+      const bool pair_runs = p.sorted_pair && p.rows > kWarpSize && p.rows <= 2 * kWarpSize;
+      const bool ranked_off =
+          kPerLane == kRankedSlots && (pair_runs || !ranked_threshold_setting());
+      if (!ranked_off && routing_shape::threshold_serves(r.top_k, kPerLane, kDeepSeek,
+                                                        r.topk_group, r.experts_per_group)) {
         launch_width<LogitT, kPerLane, kDeepSeek, true>(r, p, cluster, stream);
         return;
       }
@@ -505,6 +520,10 @@ void set_direct_keys(bool on) { direct_keys_setting() = on; }
 bool fixed_choice() { return fixed_choice_setting(); }
 
 void set_fixed_choice(bool on) { fixed_choice_setting() = on; }
+
+bool ranked_threshold() { return ranked_threshold_setting(); }
+
+void set_ranked_threshold(bool on) { ranked_threshold_setting() = on; }
 
 bool sorted_pair() { return sorted_pair_setting(); }
 

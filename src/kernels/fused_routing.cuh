@@ -119,6 +119,17 @@ void set_direct_keys(bool on);
 bool fixed_choice();
 void set_fixed_choice(bool on);
 
+// Whether the decode kernels of the policies without groups at 4 slots a
+// lane (E = 65..128) choose by the ranked threshold
+// (routing_detail::rounds_by_ranked_threshold, where
+// routing_shape::threshold_serves: K = 8..21) rather than by K rounds,
+// except at 33..64 rows, where the sorted pair runs in the rounds'
+// kernels (docs/routing.md, "The ranked threshold"), process-wide: on by
+// default; UNIMOE_RANKED_THRESHOLD=0 starts the process with it off. For
+// tests and A/B timing.
+bool ranked_threshold();
+void set_ranked_threshold(bool on);
+
 // The DeepSeek decode kernels' wide choice (E / 32 warps a token, groups of
 // 32 experts; docs/routing.md, "The wide choice"), process-wide:
 //   kMeasured (default): where routing_shape::wide_by_default says it wins

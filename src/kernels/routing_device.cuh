@@ -737,6 +737,49 @@ __device__ __forceinline__ Chosen rank_candidates(const uint32_t (&key)[kPerLane
                       : Chosen{0, kNoKey};
 }
 
+// rounds_by_threshold's threshold, its list ranked by rank_candidates: the
+// form of the policies without groups at routing_shape::kRankedSlots
+// strided slots a lane (E = 65..128), where the rounds' form lost (session
+// 17: its fixed steps cost about what it saved at 4 slots). The lanes'
+// bests are counted with four independent sums. Returns false, as
+// rounds_by_threshold does, where fewer than K lanes hold a key or more
+// than kWarpSize keys reach the threshold. area: rank_candidates' 48 pairs.
+template <int kPerLane, bool kRuns>
+__device__ __forceinline__ bool rounds_by_ranked_threshold(const uint32_t (&key)[kPerLane],
+                                                           int top_k, Slots<kPerLane, kRuns> slots,
+                                                           uint64_t* area, Chosen& chosen) {
+  static_assert(kPerLane <= 8, "list_places: one ballot a slot");
+  const int lane = slots.lane;
+  uint32_t best = key[0];
+#pragma unroll
+  for (int j = 1; j < kPerLane; ++j) best = max(best, key[j]);
+  uint32_t* bests = reinterpret_cast<uint32_t*>(area);
+  __syncwarp();  // every lane is done with what `area` held
+  bests[lane] = best;
+  __syncwarp();
+  int reach[4] = {0, 0, 0, 0};  // lanes whose best is >= this lane's
+#pragma unroll
+  for (int q = 0; q < kWarpSize / 4; ++q) {
+    const uint4 v = reinterpret_cast<const uint4*>(bests)[q];
+    reach[0] += v.x >= best;
+    reach[1] += v.y >= best;
+    reach[2] += v.z >= best;
+    reach[3] += v.w >= best;
+  }
+  const int count = (reach[0] + reach[1]) + (reach[2] + reach[3]);
+  const uint32_t t = __reduce_max_sync(kFullMask, count >= top_k ? best : kNoKey);
+  if (t == kNoKey) return false;  // uniform: fewer than K lanes hold a key
+  uint32_t bits = 0;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) bits |= (key[j] >= t ? 1u : 0u) << j;
+  int place, total;
+  list_places<kPerLane>(bits, lane, place, total);
+  if (total > kWarpSize) return false;  // uniform
+  chosen = rank_candidates(key, bits, place, total, top_k, slots, area);
+  return true;
+}
+
+using routing_shape::kRankedSlots;
 using routing_shape::kThresholdMinSlots;
 
 // routing_shape::threshold_serves for a kernel's slots and layout.
@@ -746,9 +789,10 @@ __device__ __forceinline__ bool threshold_serves(const RoutingKernelParams& p) {
                                          p.experts_per_group);
 }
 
-// rounds_by_threshold's area, 32 pairs in `keys`: a warp's kPerLane * 32
-// words of group keys, or a token's E > 128 staged DeepSeek keys, 16-byte
-// aligned up (the kernels take it at kThresholdMinSlots slots a lane).
+// rounds_by_threshold's area, 32 pairs in `keys` (rank_candidates' 48): a
+// warp's kPerLane * 32 words of group keys, or a token's E > 128 staged
+// DeepSeek keys, 16-byte aligned up (the kernels take it at
+// kThresholdMinSlots slots a lane, or kRankedSlots: 128 words).
 // Aligned by pointer arithmetic on `keys`, not through an integer: an
 // integer cast loses the shared state space, and the list's loads and
 // stores became generic ones (session 19, the wide choice's first form).
@@ -785,7 +829,8 @@ using routing_shape::kSortMaxSlots;
 // compacts_kept_lanes holds: by rounds_by_kept_halves, `keys` its area),
 // else by rounds_by_tree; kThreshold (the decode kernels, with `keys` a
 // warp's own shared memory as threshold_area needs it): by
-// rounds_by_threshold where it serves, else the tree. kWideLoads: as
+// rounds_by_threshold (at kRankedSlots strided slots,
+// rounds_by_ranked_threshold) where it serves, else the tree. kWideLoads: as
 // load_slots'.
 template <typename LogitT, int kPerLane, bool kDeepSeek, bool kStagedKeys = false,
           bool kRuns = false, bool kSortedRuns = false, bool kWideLoads = false,
@@ -877,6 +922,10 @@ __device__ __forceinline__ TokenExperts choose_experts(const RoutingKernelParams
   } else if constexpr (kThreshold && kPerLane >= kThresholdMinSlots) {
     if (!(threshold_serves<kPerLane, kRuns>(p) &&
           rounds_by_threshold(key, p.top_k, slots, threshold_area(keys), chosen)))
+      chosen = rounds_by_tree(key, p.top_k, slots);
+  } else if constexpr (kThreshold && kPerLane == kRankedSlots && !kRuns) {
+    if (!(threshold_serves<kPerLane, kRuns>(p) &&
+          rounds_by_ranked_threshold(key, p.top_k, slots, threshold_area(keys), chosen)))
       chosen = rounds_by_tree(key, p.top_k, slots);
   } else {
     chosen = rounds_by_tree(key, p.top_k, slots);

@@ -400,7 +400,9 @@ TEST(RoutingLaunchShape, SpreadByDefaultWhereItWasMeasuredToWin) {
 }
 
 // The decode kernels' threshold selection where the A/Bs of session 17
-// measured it faster: E > 128, K >= 8, and 1.5 K lanes holding candidates.
+// measured it faster: E > 128, K >= 8, and 1.5 K lanes holding candidates;
+// and its ranked form at 4 strided slots (E = 65..128), K >= 8, where
+// session 30's A/B measured it faster.
 TEST(RoutingLaunchShape, ThresholdServesWhereItWasMeasuredToWin) {
   // Strided slots (the policies without groups): every lane.
   const auto strided = [](int e, int k) {
@@ -410,7 +412,15 @@ TEST(RoutingLaunchShape, ThresholdServesWhereItWasMeasuredToWin) {
   const auto grouped = [](int e, int k) {
     return threshold_serves(k, slots_for_experts(e), true, 4, e / 8);
   };
-  EXPECT_FALSE(strided(128, 8));  // 4 slots a lane: even with the rounds
+  EXPECT_TRUE(strided(128, 8));  // 4 slots a lane: the ranked form
+  EXPECT_TRUE(strided(65, 8));
+  EXPECT_FALSE(strided(128, 6));  // 1.02-1.04x slower from T = 48
+  EXPECT_TRUE(strided(128, 21));
+  EXPECT_FALSE(strided(128, 22));
+  EXPECT_FALSE(strided(128, 4));  // slower at K = 4
+  EXPECT_FALSE(strided(128, 5));
+  EXPECT_FALSE(strided(64, 8));    // 2 slots a lane
+  EXPECT_FALSE(grouped(128, 8));   // runs: not the ranked form
   EXPECT_TRUE(strided(160, 8));
   EXPECT_TRUE(strided(1024, 8));
   EXPECT_FALSE(strided(256, 4));  // below K = 8: its fixed steps cost more

@@ -165,8 +165,8 @@ TEST(FusedRoutingGpu, AdversarialLogits) {
 // candidates where they lie on at least K lanes, so 32 ranks them and 33
 // falls back. Both sides, from the single block (T = 1, 7) and the cluster
 // kernels (T = 33, 100), against split and the reference, where the kernels
-// take it (E > 128, K = 8 and 16: threshold_serves) and where they do not
-// (K = 22).
+// take it (E > 128, K = 8 and 16, and the ranked form at E = 100 and 128
+// without groups: threshold_serves) and where they do not (K = 22).
 TEST(FusedRoutingGpu, ThresholdSelectionAtItsListBound) {
   UNIMOE_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
@@ -175,7 +175,7 @@ TEST(FusedRoutingGpu, ThresholdSelectionAtItsListBound) {
   int cases = 0, served = 0;
   for (RoutingPolicy policy :
        {RoutingPolicy::TopK, RoutingPolicy::Renormalize, RoutingPolicy::DeepSeekV3})
-    for (int e : {160, 256, 512, 1024})
+    for (int e : {100, 128, 160, 256, 512, 1024})
       for (int k : {8, 16, 22})
         for (int tied : {k, 31, 32, 33, 40}) {
           const RoutingConfig c = make_routing(policy, e, k, LogitsType::F32, false);
@@ -659,6 +659,81 @@ TEST(FusedRoutingGpu, FixedChoiceWhereItRuns) {
       }
   EXPECT_EQ(cases, 2 * 12 * 5);
   EXPECT_TRUE(fixed_choice());  // restored
+}
+
+// The ranked threshold for a scope.
+struct ScopedRankedThreshold : ScopedSetting<bool> {
+  explicit ScopedRankedThreshold(bool on)
+      : ScopedSetting(ranked_threshold, set_ranked_threshold, on) {}
+};
+
+// The ranked threshold's kernels (4 strided slots a lane, E = 65..128, K =
+// 8..21: rounds_by_ranked_threshold) wherever they run: the single block,
+// the cluster kernel (overlapped and whole) and the spread kernel, T from
+// 1 to 190 (T * K at most 4,096), with the setting on and off (the rounds), held to split bit for
+// bit and to the reference. The seven policies without groups that take
+// K > 1, fp32 and bf16; random, near-tie and adversarial rows (NaN, +-inf,
+// huge magnitudes); rows where 32 or 33 experts share the top logit (the
+// list's bound: 32 candidates are ranked, 33 take the rounds) and rows of
+// one value (every expert a candidate: the rounds); an EP range.
+TEST(FusedRoutingGpu, RankedThresholdWhereItRuns) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  ASSERT_TRUE(ranked_threshold());  // on by default
+  constexpr RoutingPolicy kPolicies[] = {
+      RoutingPolicy::Renormalize, RoutingPolicy::TopK,          RoutingPolicy::Default,
+      RoutingPolicy::Sigmoid,     RoutingPolicy::RenormalizeNaive, RoutingPolicy::SigmoidRenorm,
+      RoutingPolicy::TopKSigmoid};
+  constexpr int kExperts[] = {128, 65, 100};
+  constexpr int kTopK[] = {8, 6, 16, 21, 10};  // 6: the rounds
+  int cases = 0, served = 0;
+  for (const LogitsType type : kTypes)
+    for (const int t : {1, 3, 4, 9, 33, 64, 130, 190})
+      for (int kind = 0; kind < 5; ++kind) {
+        const RoutingPolicy policy = kPolicies[cases % 7];
+        const int e = kExperts[cases % 3], k = kTopK[cases % 5];
+        const RoutingConfig c = make_routing(policy, e, k, type, false);
+        ASSERT_TRUE(legal_routing(c));
+        SCOPED_TRACE("kind " + std::to_string(kind));
+        const bool ep = (cases % 4) == 3;
+        const Problem pr{c, t, ep ? 20 : 0, ep ? 40 : 0};
+        const std::size_t n = std::size_t(t) * e;
+        std::vector<float> logits;
+        if (kind == 0) logits = test::random_vector(n, rng, -4, 4);
+        if (kind == 1) logits = test::near_tie_logits(t, e, k, rng);
+        if (kind == 2) logits = test::adversarial_logits(t, e, k, rng);
+        if (kind >= 3) {
+          // Token i's first `tied` experts of a shuffled order share the
+          // top logit (every logit for i % 4 == 0), the rest below.
+          logits = test::random_vector(n, rng, -4, 2);
+          std::vector<int> experts(e);
+          for (int i = 0; i < t; ++i) {
+            std::iota(experts.begin(), experts.end(), 0);
+            std::shuffle(experts.begin(), experts.end(), rng);
+            const int tied = i % 4 == 0 ? e : kind == 3 ? 32 : 33;
+            for (int j = 0; j < tied; ++j) logits[std::size_t(i) * e + experts[j]] = 3.0f;
+          }
+        }
+        const Inputs in = test::logits_inputs(pr, std::move(logits), std::vector<float>(e, 0.0f));
+        for (const bool on : {true, false}) {
+          SCOPED_TRACE(on ? "ranked threshold" : "rounds");
+          ScopedRankedThreshold ranked(on);
+          check_fused_and_split(pr, in);
+        }
+        const int rows = t * k;
+        served += routing_shape::threshold_serves(k, routing_shape::slots_for_experts(e), false,
+                                                  1, e) &&
+                  !(rows > 32 && rows <= 64);
+        ++cases;
+      }
+  EXPECT_EQ(cases, 2 * 8 * 5);
+  // Both ways ran with the setting on: the ranked kernels, and the rounds'
+  // kernels where the sorted pair runs (33..64 rows).
+  EXPECT_GT(served, cases / 2);
+  EXPECT_LT(served, cases);
+  EXPECT_TRUE(ranked_threshold());  // restored
 }
 
 // The cluster variant's two ways (without the spread kernel) on both sides
