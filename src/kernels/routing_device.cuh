@@ -605,6 +605,21 @@ __device__ __forceinline__ void list_places(uint32_t bits, int lane, int& place,
   }
 }
 
+// This lane's best key, also stored at word `lane` of `area` for the
+// warp's threshold (every lane is done with what `area` held; every lane
+// calls it).
+template <int kPerLane>
+__device__ __forceinline__ uint32_t share_lane_best(const uint32_t (&key)[kPerLane], int lane,
+                                                    uint64_t* area) {
+  uint32_t best = key[0];
+#pragma unroll
+  for (int j = 1; j < kPerLane; ++j) best = max(best, key[j]);
+  __syncwarp();  // every lane is done with what `area` held
+  reinterpret_cast<uint32_t*>(area)[lane] = best;
+  __syncwarp();
+  return best;
+}
+
 // The K best of the warp's keys in a fixed number of steps rather than K
 // dependent rounds, for the decode kernels (session 17 run 2, each token
 // chosen twice in one launch, the second time from a warm instruction
@@ -632,13 +647,8 @@ __device__ __forceinline__ bool rounds_by_threshold(const uint32_t (&key)[kPerLa
                                                     Slots<kPerLane, kRuns> slots, uint64_t* area,
                                                     Chosen& chosen) {
   const int lane = slots.lane;
-  uint32_t best = key[0];
-#pragma unroll
-  for (int j = 1; j < kPerLane; ++j) best = max(best, key[j]);
-  uint32_t* bests = reinterpret_cast<uint32_t*>(area);
-  __syncwarp();  // every lane is done with what `area` held
-  bests[lane] = best;
-  __syncwarp();
+  const uint32_t best = share_lane_best(key, lane, area);
+  const uint32_t* bests = reinterpret_cast<const uint32_t*>(area);
   int reach = 0;  // lanes whose best is >= this lane's
 #pragma unroll
   for (int q = 0; q < kWarpSize / 4; ++q) {
@@ -750,13 +760,8 @@ __device__ __forceinline__ bool rounds_by_ranked_threshold(const uint32_t (&key)
                                                            uint64_t* area, Chosen& chosen) {
   static_assert(kPerLane <= 8, "list_places: one ballot a slot");
   const int lane = slots.lane;
-  uint32_t best = key[0];
-#pragma unroll
-  for (int j = 1; j < kPerLane; ++j) best = max(best, key[j]);
-  uint32_t* bests = reinterpret_cast<uint32_t*>(area);
-  __syncwarp();  // every lane is done with what `area` held
-  bests[lane] = best;
-  __syncwarp();
+  const uint32_t best = share_lane_best(key, lane, area);
+  const uint32_t* bests = reinterpret_cast<const uint32_t*>(area);
   int reach[4] = {0, 0, 0, 0};  // lanes whose best is >= this lane's
 #pragma unroll
   for (int q = 0; q < kWarpSize / 4; ++q) {
