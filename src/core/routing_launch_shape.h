@@ -473,7 +473,8 @@ UNIMOE_HD int octet_count_blocks(int top_k, int chunk_rows) {
 // bench/results/h200-routing-ab-session30.txt): the cluster variant at
 // K = 8 0.92-0.95 at T = 1..4 and 12..32 (Renormalize E=128 T=1 2.47 -> 2.28 us,
 // T=32 3.01 -> 2.89), 0.98 at T = 48..64; K = 10 and 16 0.79-0.93 at
-// every T to 128; K = 6 0.97-0.98 to T = 32 but 1.02-1.04 from T = 48
+// every T to 128 where they run (1.00 at 33..64 rows, which keep the
+// rounds); K = 6 0.97-0.98 to T = 32 but 1.02-1.04 from T = 48
 // (the choice probe, bench/probes/choice_floor.cu: slower from 8 warps a
 // block), so K = 6 keeps the rounds; K = 4 slower in the probe.
 inline constexpr int kThresholdMinSlots = 8;

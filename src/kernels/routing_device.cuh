@@ -749,8 +749,9 @@ __device__ __forceinline__ Chosen rank_candidates(const uint32_t (&key)[kPerLane
 
 // rounds_by_threshold's threshold, its list ranked by rank_candidates: the
 // form of the policies without groups at routing_shape::kRankedSlots
-// strided slots a lane (E = 65..128), where the rounds' form lost (session
-// 17: its fixed steps cost about what it saved at 4 slots). The lanes'
+// strided slots a lane (E = 65..128), where rounds_by_threshold's own list
+// and ranks were no faster than the rounds (session 17: its fixed steps
+// cost about what they saved at 4 slots). The lanes'
 // bests are counted with four independent sums. Returns false, as
 // rounds_by_threshold does, where fewer than K lanes hold a key or more
 // than kWarpSize keys reach the threshold. area: rank_candidates' 48 pairs.

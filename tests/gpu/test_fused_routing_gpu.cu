@@ -670,8 +670,8 @@ struct ScopedRankedThreshold : ScopedSetting<bool> {
 // The ranked threshold's kernels (4 strided slots a lane, E = 65..128, K =
 // 8..21: rounds_by_ranked_threshold) wherever they run: the single block,
 // the cluster kernel (overlapped and whole) and the spread kernel, T from
-// 1 to 190 (T * K at most 4,096), with the setting on and off (the rounds), held to split bit for
-// bit and to the reference. The seven policies without groups that take
+// 1 to 190 (T * K at most 4,096), with the setting on and off (the
+// rounds), held to split bit for bit and to the reference. The seven policies without groups that take
 // K > 1, fp32 and bf16; random, near-tie and adversarial rows (NaN, +-inf,
 // huge magnitudes); rows where 32 or 33 experts share the top logit (the
 // list's bound: 32 candidates are ranked, 33 take the rounds) and rows of
