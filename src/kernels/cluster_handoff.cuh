@@ -1,11 +1,21 @@
 // A handoff to one CTA of a thread-block cluster through an mbarrier in its
 // shared memory (PTX: mbarrier, barrier.cluster, mapa), in place of a
 // cluster barrier that every thread of every CTA arrives at and waits on.
-// The launch floor probe's handoff forms use it (launch_floor.cu). In the
-// cluster routing kernel, one arrival a routing CTA in place of its
-// cluster barrier measured 1-7% slower on the H200 at T = 2..64 (session
-// 26, bench/results/h200-routing-ab-session26.txt): the hardware barrier
-// is not the cheaper one to replace there.
+// Two forms:
+//   - arrivals (steps 1-4 below): the launch floor probe's handoff forms
+//     (launch_floor.cu). In the cluster routing kernel, one arrival a
+//     routing CTA in place of its cluster barrier measured 1-7% slower on
+//     the H200 at T = 2..64 (session 26,
+//     bench/results/h200-routing-ab-session26.txt): a remote arrival with
+//     release semantics waits on a memory barrier, as the cluster barrier's
+//     release does.
+//   - transactions: the receiver arrives once on its own mbarrier
+//     expecting a byte count (handoff_expect_bytes), the senders store
+//     into its shared memory asynchronously (store_async_remote,
+//     or_async_remote), each store completing its bytes, with no fence;
+//     the receiver waits as in step 4. The cluster routing kernel's
+//     overlapped way hands its staged rows to CTA 0 so (session 31,
+//     open_row_handoff in fused_routing_kernels.cuh).
 //
 //   1. The receiving CTA's thread initializes the mbarrier with the number
 //      of arrivals it waits for (handoff_init), then every thread of every
@@ -61,6 +71,53 @@ __device__ __forceinline__ void handoff_arrive_remote(uint64_t* bar, uint32_t ra
       "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
       "}\n" ::"r"(smem_address(bar)),
       "r"(rank)
+      : "memory");
+}
+
+// The receiving thread's one arrival on its mbarrier at `bar`, expecting
+// `bytes` of asynchronous stores (store_async_remote, or_async_remote)
+// before the phase completes.
+__device__ __forceinline__ void handoff_expect_bytes(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)),
+               "r"(bytes)
+               : "memory");
+}
+
+// Every thread of the warp executes it (.aligned); release at cluster
+// scope: the CTA's earlier shared-memory stores (and an mbarrier's
+// initialization) before any other CTA's wait.
+__device__ __forceinline__ void cluster_arrive_release() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+
+// The shared::cluster address of `p` (this CTA's shared memory) in CTA
+// `rank`'s shared memory.
+__device__ __forceinline__ uint32_t cluster_address(const void* p, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+               : "=r"(remote)
+               : "r"(smem_address(p)), "r"(rank));
+  return remote;
+}
+
+// An asynchronous store of one 32-bit word into another CTA's shared memory
+// (`word` and `bar` from cluster_address), completing 4 bytes of the
+// mbarrier's expected transactions: no fence, the mbarrier's phase makes it
+// visible to the receiver's waiting threads.
+__device__ __forceinline__ void store_async_remote(uint32_t word, uint32_t value, uint32_t bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(
+                   word),
+               "r"(value), "r"(bar)
+               : "memory");
+}
+
+// The same as an asynchronous bitwise or into the word (4 bytes of
+// transactions), for two senders that share a word.
+__device__ __forceinline__ void or_async_remote(uint32_t word, uint32_t value, uint32_t bar) {
+  asm volatile(
+      "red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.or.b32 [%0], %1, "
+      "[%2];\n" ::"r"(word),
+      "r"(value), "r"(bar)
       : "memory");
 }
 

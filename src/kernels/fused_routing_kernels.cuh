@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/block_permute.cuh"
+#include "kernels/cluster_handoff.cuh"
 #include "kernels/common.cuh"
 #include "kernels/routing_fixed.cuh"
 
@@ -265,19 +266,81 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   print_stamps(s, "block", r, 0, 1);
 }
 
+// The overlapped cluster kernel's handoff of the staged rows to CTA 0, in
+// place of a cluster barrier (whose arrive, a release, waited on a
+// GPU-scope memory barrier in every routing thread): CTA 0 expects the
+// rows' bytes on an mbarrier in its shared memory, the routing lanes store
+// them there asynchronously (st.async, or red.async where two tokens share
+// a word), and CTA 0's threads wait for the mbarrier's phase.
+// Opening (every thread of every CTA, before pdl_begin): CTA 0's thread 0
+// initializes the mbarrier and arrives on it expecting the bytes; at odd K
+// CTA 0 zeroes the staged words (two tokens' rows can share one, which
+// both then or into); every thread arrives at the cluster barrier, CTA 0's
+// with release. A routing CTA waits at that barrier before its first
+// store; CTA 0 waits at it too, then on the mbarrier.
+// Bytes: a 32-bit word a row pair at even K (one store a pair), a word a
+// row at odd K (an or a row).
+// Measured (session 31, H200, bench/results/h200-routing-ab-session31.txt,
+// against the cluster barrier, two builds in one call): the cluster
+// variant 0.95-0.96 at T = 5..16, 0.93-0.95 at 17..64 and 0.95-0.96 at
+// 65..256 by geometric mean (the policies without groups 0.978-0.98 at
+// T <= 4, DeepSeek 0.995-1.005 at T=1); Renormalize E=128 K=8 T=64 3.13
+// -> 2.92 us, T=48 2.96 -> 2.71; DeepSeekV3 E=256 K=8 T=64 3.88 -> 3.66.
+// The phase stamps before it put CTA 0 past the barrier 430-730 cycles
+// after the routing CTAs chose (h200-routing-phase-stamps-session31.txt).
+__device__ __forceinline__ uint32_t handoff_bytes(int rows, int top_k) {
+  return static_cast<uint32_t>((top_k & 1) ? rows * 4 : rows * 2);
+}
+
+__device__ __forceinline__ void open_row_handoff(const BlockPermuteParams& p, BlockShared& s,
+                                                 bool receiver) {
+  if (!receiver) {
+    cluster_arrive_relaxed();
+    return;
+  }
+  if (threadIdx.x == 0) {
+    handoff_init(&s.handoff, 1);
+    handoff_expect_bytes(&s.handoff, handoff_bytes(p.rows, p.top_k));
+  }
+  if (p.top_k & 1) {
+    uint32_t* words = reinterpret_cast<uint32_t*>(s.expert);
+#pragma unroll 1
+    for (int i = threadIdx.x; i < (p.rows + 1) / 2; i += blockDim.x) words[i] = 0u;
+  }
+  cluster_arrive_release();
+}
+
+// A routing warp's rows of `token` (lane k < K holds its k-th row's local
+// expert, -1 off rank) into CTA 0's s.expert; every lane calls it.
+__device__ __forceinline__ void hand_off_rows(int top_k, int token, int lane, int expert,
+                                              BlockShared& s) {
+  const uint32_t mine = static_cast<uint16_t>(expert);
+  const uint32_t next = __shfl_down_sync(kFullMask, mine, 1);
+  const int row = token * top_k + lane;
+  const uint32_t word = cluster_address(s.expert, 0) + static_cast<uint32_t>(row & ~1) * 2u;
+  const uint32_t bar = cluster_address(&s.handoff, 0);
+  if (lane >= top_k) return;
+  if ((top_k & 1) == 0) {
+    if ((lane & 1) == 0) store_async_remote(word, mine | next << 16, bar);
+  } else {
+    or_async_remote(word, mine << (16 * (row & 1)), bar);
+  }
+}
+
 // The cluster variant (launched with a cluster of gridDim.x CTAs), two
 // ways:
 //   - overlapped, where the CTAs 1.. take every token with a warp each
 //     (and, DeepSeek, stage all their tokens' keys at once: up to
 //     kWorkWords / E tokens, 32 at E = 256): CTA 0 routes no token, so that
-//     the routing CTAs weigh their experts while it permutes. They stage
-//     each row's expert into CTA 0's shared memory, arrive at the cluster
-//     barrier (release) and only then weigh; CTA 0 waits at the barrier
-//     (acquire) and permutes.
+//     the routing CTAs weigh their experts while it permutes. They hand
+//     each row's expert to CTA 0's shared memory by asynchronous stores
+//     (open_row_handoff, hand_off_rows) and only then weigh; CTA 0 waits
+//     on the stores' mbarrier and permutes.
 //   - otherwise (large T), every CTA, CTA 0 too, routes a run of tokens
 //     whole (experts and weights) before the barrier, and CTA 0 then
 //     permutes: more CTAs route, each warp fewer tokens.
-// Every thread arrives once and waits once. kDirectKeys (DeepSeek, taken
+// Every thread arrives once at the cluster barrier and waits once.
+// kDirectKeys (DeepSeek, taken
 // by the launcher where the overlapped way's routing CTAs would stage more
 // keys than they have threads, set_direct_keys): each routing warp computes
 // its token's keys itself instead of the block staging them in batches.
@@ -292,16 +355,12 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   phase_stamp(s, 0, threadIdx.x == 0);
   clear_stamps(s);
   warm_params(r, p, s);
-  pdl_begin();
-  pdl_launch_dependents();
-  phase_stamp(s, 1, threadIdx.x == 0);
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const int ctas = static_cast<int>(cluster.num_blocks());
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int warps = blockDim.x / kWarpSize;
-  int16_t* staged = cluster.map_shared_rank(s.expert, 0);  // CTA 0's rows
   // routing_shape::cluster_overlapped, written out: called, it changed the
   // SASS of the E <= 32 kernels (session 10), and this form is the one
   // measured on the H200. The CPU tests pin the header's form
@@ -309,6 +368,12 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   const int per_routing_cta = p.tokens_per_routing_cta;
   const bool overlapped = per_routing_cta <= warps &&
                           (!kDeepSeek || per_routing_cta * r.num_experts <= kWorkWords);  // uniform
+  // Before the wait for the previous grid: nothing of it is read.
+  if (overlapped) open_row_handoff(p, s, rank == 0);
+  pdl_begin();
+  pdl_launch_dependents();
+  phase_stamp(s, 1, threadIdx.x == 0);
+  int16_t* staged = cluster.map_shared_rank(s.expert, 0);  // CTA 0's rows
   if (!overlapped) {
     const int per_cta = p.tokens_per_cta;  // a contiguous run a CTA
     const int begin = min(rank * per_cta, r.num_tokens);
@@ -340,9 +405,12 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     constexpr bool kPair = kHoldsSortedPair<kDeepSeek, kThreshold>;
     const BlockPermutePath path = block_permute_path<kPair>(p);  // uniform
     const bool cleared = takes_token_masks(path);
-    if (cleared) clear_token_masks(p, s);
-    __cluster_barrier_arrive();
-    __cluster_barrier_wait();  // every routed row staged in s.expert
+    if (cleared) {
+      clear_token_masks(p, s);
+      __syncthreads();  // the zeros before any thread's first bit
+    }
+    cluster_wait();  // the handoff's opening phase
+    handoff_wait(&s.handoff);  // every routed row staged in s.expert
     phase_stamp(s, 5, threadIdx.x == 0);
     permute_block_on_path<kPair>(p, s, path, cleared);
     phase_stamp(s, 7, threadIdx.x == 0);
@@ -370,14 +438,13 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     if (!wide)
       chosen = choose_decode<LogitT, kPerLane, kDeepSeek, kThreshold, kDirectKeys>(r, token, lane,
                                                                                    keys);
-    if (lane < r.top_k) staged[token * r.top_k + lane] = local_expert(chosen.expert, p);
   }
   phase_stamp(s, 3, threadIdx.x == 0);
   phase_stamp(s, 4, threadIdx.x == (end - begin - 1) * kWarpSize);
-  // Release: the staged rows, to CTA 0. The ids go to global memory only
-  // after it, with the weights: the release waits for the CTA's earlier
-  // stores, and CTA 0 needs only the staged rows.
-  __cluster_barrier_arrive();
+  cluster_wait();  // CTA 0's mbarrier is set up
+  // The rows to CTA 0 by asynchronous stores, no fence; the ids go to
+  // global memory after them, with the weights.
+  if (routes) hand_off_rows(r.top_k, token, lane, local_expert(chosen.expert, p), s);
   if (routes) {
     const float weight = weigh_experts<LogitT, kDeepSeek>(r, chosen, token, lane < r.top_k);
     if (lane < r.top_k) {
@@ -386,7 +453,6 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
     }
   }
   phase_stamp(s, 6, threadIdx.x == 0);
-  __cluster_barrier_wait();
   print_stamps(s, "cluster", r, rank, ctas);
 }
 

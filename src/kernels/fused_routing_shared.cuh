@@ -94,6 +94,7 @@ struct BlockShared {
   int32_t offsets[kFusedMaxLocalExperts + 1];  // expert offsets
   int32_t scan[kWarpSize + 1];                 // block scan: warp bases, then the total
   uint64_t scan64[kWarpSize + 1];              // the same for packed 64-bit sums
+  uint64_t handoff;  // CTA 0 of the overlapped cluster kernel: the staged rows' mbarrier
 #ifdef UNIMOE_ROUTING_STAMPS
   long long stamps[8];  // clock64 at the phases of one call (phase_stamp)
   long long steps[8];   // clock64 at the permutation's steps (step_stamp)

@@ -769,6 +769,35 @@ TEST(FusedRoutingGpu, ClusterWaysAtTheirBound) {
   }
 }
 
+// The overlapped cluster kernel's routing lanes hand their rows to CTA 0
+// by asynchronous stores on an mbarrier (open_row_handoff, hand_off_rows):
+// a 32-bit word a row pair at even K, an or a row at odd K, where a word
+// can hold the last row of one token and the first of the next, of two
+// routing CTAs. Odd and even K and T (odd row counts, tokens split
+// between routing CTAs at odd rows), off-rank rows (-1 in a half-word),
+// clusters of 8 and 16, against split and the reference.
+TEST(FusedRoutingGpu, RowHandoffAtOddAndEvenK) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  int cases = 0;
+  for (int max_ctas : {routing_shape::kClusterMaxCtas, routing_shape::kClusterMaxCtasNonPortable}) {
+    SCOPED_TRACE("clusters of at most " + std::to_string(max_ctas));
+    ScopedClusterMaxCtas clusters(max_ctas);
+    for (const RoutingPolicy policy : {RoutingPolicy::Renormalize, RoutingPolicy::DeepSeekV3})
+      for (const int k : {1, 2, 3, 5, 7, 8})
+        for (const int t : {1, 2, 3, 5, 9, 13, 33, 61, 97}) {
+          const RoutingConfig c = make_routing(policy, 128, k, LogitsType::F32, cases % 2 == 0);
+          if (!legal_routing(c)) continue;
+          const bool ep = cases++ % 3 == 1;  // an EP range: off-rank rows
+          Problem pr{c, t, ep ? 40 : 0, ep ? 48 : 0, {1, 16}};
+          check_fused_and_split(pr, random_inputs(pr, rng));
+        }
+  }
+  EXPECT_GT(cases, 100);  // the loops did run
+}
+
 // The cluster kernel's largest cluster is 0 (the measured rule) or 2..16.
 TEST(FusedRoutingGpu, ClusterMaxCtasRefusesOtherSizes) {
   EXPECT_THROW(set_cluster_max_ctas(1), std::invalid_argument);
