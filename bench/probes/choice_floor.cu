@@ -32,7 +32,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/fused_routing_kernels.cuh"
+#include "kernels/routing/fused_routing_kernels.cuh"
 #include "probe_check.h"
 
 using namespace unimoe;

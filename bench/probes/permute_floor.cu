@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "core/exact_quotient.h"
-#include "kernels/block_permute.cuh"
+#include "kernels/permute/block_permute.cuh"
 #include "probe_check.h"
 
 using namespace unimoe;

@@ -13,8 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kernels/common.cuh"
-#include "kernels/fill.cuh"
+#include "kernels/common/common.cuh"
+#include "kernels/common/fill.cuh"
 #include "layer/graph_timing.h"
 #include "layer/moe_layer.h"
 #include "plan/autotune.h"

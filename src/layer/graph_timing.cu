@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/common.cuh"
+#include "kernels/common/common.cuh"
 #include "plan/autotune.h"
 
 namespace unimoe {

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/common.cuh"
-#include "kernels/fused_routing.cuh"
-#include "kernels/grouped_gemm.cuh"
-#include "kernels/routing.cuh"
+#include "kernels/common/common.cuh"
+#include "kernels/routing/fused_routing.cuh"
+#include "kernels/gemm/grouped_gemm.cuh"
+#include "kernels/routing/routing.cuh"
 #include "layer/workspace_carver.h"
 
 namespace unimoe {

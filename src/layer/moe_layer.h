@@ -16,8 +16,8 @@
 #include <optional>
 #include <string>
 
-#include "kernels/permute.cuh"
-#include "layer/experts_backend.h"
+#include "kernels/permute/permute.cuh"
+#include "backends/experts_backend.h"
 #include "plan/layer_plan.h"
 #include "plan/tuning.h"
 #include "unimoe/unimoe.h"

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "plan/tactics.h"
+#include "core/tactics.h"
 #include "unimoe/unimoe.h"
 
 namespace unimoe {

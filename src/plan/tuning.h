@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "plan/layer_plan.h"
-#include "plan/tactics.h"
+#include "core/tactics.h"
 #include "unimoe/unimoe.h"
 
 namespace unimoe {

@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "plan/routing_sweep.h"
+#include "support/routing_sweep.h"
 #include "ref/ref.h"
 
 namespace unimoe::test {

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "plan/layer_plan.h"
-#include "plan/presets.h"
-#include "plan/tactics.h"
+#include "support/presets.h"
+#include "core/tactics.h"
 
 namespace unimoe {
 namespace {

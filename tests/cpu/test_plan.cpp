@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "plan/floor.h"
-#include "plan/presets.h"
+#include "support/floor.h"
+#include "support/presets.h"
 
 namespace unimoe {
 namespace {

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "plan/routing_sweep.h"
+#include "support/routing_sweep.h"
 
 namespace unimoe {
 namespace {

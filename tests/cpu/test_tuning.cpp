@@ -11,7 +11,7 @@
 
 #include "common/expect_error.h"
 #include "common/test_util.h"
-#include "plan/presets.h"
+#include "support/presets.h"
 #include "plan/tuning.h"
 
 namespace unimoe {

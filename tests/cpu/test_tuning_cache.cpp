@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/test_util.h"
-#include "plan/presets.h"
+#include "support/presets.h"
 #include "plan/tuning.h"
 
 namespace unimoe {

@@ -22,9 +22,9 @@
 #include "common/routing_cases.h"
 #include "common/test_util.h"
 #include "gpu/gpu_test_util.h"
-#include "kernels/fused_routing.cuh"
-#include "kernels/permute.cuh"
-#include "kernels/routing.cuh"
+#include "kernels/routing/fused_routing.cuh"
+#include "kernels/permute/permute.cuh"
+#include "kernels/routing/routing.cuh"
 #include "ref/ref.h"
 
 namespace unimoe::test {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/common.cuh"
+#include "kernels/common/common.cuh"
 
 namespace unimoe::test {
 

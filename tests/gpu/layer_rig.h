@@ -11,7 +11,7 @@
 
 #include "common/test_util.h"
 #include "gpu/gpu_test_util.h"
-#include "kernels/fill.cuh"
+#include "kernels/common/fill.cuh"
 #include "layer/moe_layer.h"
 #include "ref/ref.h"
 #include "ref/synthetic.h"

@@ -10,10 +10,10 @@
 #include <string>
 
 #include "gpu/gpu_test_util.h"
-#include "kernels/sm90_grouped_gemm.cuh"
-#include "layer/experts_backend.h"
+#include "kernels/gemm/sm90_grouped_gemm.cuh"
+#include "backends/experts_backend.h"
 #include "layer/moe_layer.h"
-#include "plan/presets.h"
+#include "support/presets.h"
 #include "plan/tuning.h"
 
 namespace unimoe {

@@ -30,9 +30,9 @@
 #include "gpu/gpu_test_util.h"
 #include "gpu/layer_rig.h"
 #include "gpu/routing_test_util.h"
-#include "kernels/fused_routing.cuh"
-#include "kernels/routing_device.cuh"
-#include "plan/presets.h"
+#include "kernels/routing/fused_routing.cuh"
+#include "kernels/routing/routing_device.cuh"
+#include "support/presets.h"
 #include "ref/ref.h"
 #include "ref/synthetic.h"
 

@@ -23,7 +23,7 @@
 #include "common/test_util.h"
 #include "gpu/experts_harness.h"
 #include "gpu/gpu_test_util.h"
-#include "kernels/grouped_gemm.cuh"
+#include "kernels/gemm/grouped_gemm.cuh"
 #include "ref/ref.h"
 
 namespace unimoe {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "gpu/gpu_test_util.h"
-#include "kernels/launch_floor.cuh"
+#include "support/launch_floor.cuh"
 #include "layer/graph_timing.h"
 
 namespace unimoe {

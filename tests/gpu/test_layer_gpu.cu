@@ -17,8 +17,8 @@
 #include "core/hash_random.h"
 #include "gpu/gpu_test_util.h"
 #include "gpu/layer_rig.h"
-#include "kernels/fill.cuh"
-#include "plan/presets.h"
+#include "kernels/common/fill.cuh"
+#include "support/presets.h"
 #include "ref/ref.h"
 #include "ref/synthetic.h"
 

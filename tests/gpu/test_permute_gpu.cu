@@ -17,8 +17,8 @@
 #include "common/test_util.h"
 #include "gpu/gpu_test_util.h"
 #include "gpu/routing_test_util.h"
-#include "kernels/permute.cuh"
-#include "kernels/routing.cuh"
+#include "kernels/permute/permute.cuh"
+#include "kernels/routing/routing.cuh"
 #include "ref/ref.h"
 
 namespace unimoe {

@@ -22,8 +22,8 @@
 #include "core/sigmoid_fp32.h"
 #include "gpu/gpu_test_util.h"
 #include "gpu/routing_test_util.h"
-#include "kernels/routing.cuh"
-#include "kernels/routing_device.cuh"
+#include "kernels/routing/routing.cuh"
+#include "kernels/routing/routing_device.cuh"
 #include "ref/ref.h"
 
 namespace unimoe {

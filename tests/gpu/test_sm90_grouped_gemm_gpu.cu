@@ -16,9 +16,9 @@
 #include "common/test_util.h"
 #include "core/hash_random.h"
 #include "gpu/gpu_test_util.h"
-#include "kernels/expert_rows.cuh"
-#include "kernels/fill.cuh"
-#include "kernels/sm90_grouped_gemm.cuh"
+#include "kernels/permute/expert_rows.cuh"
+#include "kernels/common/fill.cuh"
+#include "kernels/gemm/sm90_grouped_gemm.cuh"
 #include "ref/ref.h"
 
 namespace unimoe::test {

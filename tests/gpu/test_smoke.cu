@@ -9,7 +9,7 @@
 #include "common/test_util.h"
 #include "core/hash_random.h"
 #include "gpu/gpu_test_util.h"
-#include "kernels/fill.cuh"
+#include "kernels/common/fill.cuh"
 #include "ref/ref.h"
 
 namespace unimoe {

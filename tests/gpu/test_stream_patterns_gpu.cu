@@ -12,7 +12,7 @@
 
 #include "common/test_util.h"
 #include "gpu/gpu_test_util.h"
-#include "kernels/stream_patterns.cuh"
+#include "support/stream_patterns.cuh"
 
 namespace unimoe {
 namespace {

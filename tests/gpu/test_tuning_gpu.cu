@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "gpu/layer_rig.h"
-#include "plan/presets.h"
+#include "support/presets.h"
 #include "plan/tuning.h"
 
 namespace unimoe {

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "plan/floor.h"
-#include "plan/routing_sweep.h"
+#include "support/floor.h"
+#include "support/routing_sweep.h"
 #include "unimoe/unimoe.h"
 
 namespace unimoe::bench {

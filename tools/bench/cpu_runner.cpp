@@ -6,7 +6,7 @@
 
 #include "bench.h"
 #include "ref/synthetic.h"
-#include "plan/presets.h"
+#include "support/presets.h"
 #include "ref/ref.h"
 
 namespace unimoe::bench {

@@ -17,11 +17,11 @@
 
 #include "layer/graph_timing.h"
 #include "ref/synthetic.h"
-#include "kernels/common.cuh"
-#include "kernels/fill.cuh"
+#include "kernels/common/common.cuh"
+#include "kernels/common/fill.cuh"
 #include "layer/moe_layer.h"
 #include "plan/autotune.h"
-#include "plan/presets.h"
+#include "support/presets.h"
 #include "plan/tuning.h"
 
 namespace unimoe::bench {

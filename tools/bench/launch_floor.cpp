@@ -18,8 +18,8 @@
 #include <cstdio>
 
 #include "json_file.h"
-#include "kernels/common.cuh"
-#include "kernels/launch_floor.cuh"
+#include "kernels/common/common.cuh"
+#include "support/launch_floor.cuh"
 #include "layer/graph_timing.h"
 
 namespace unimoe::bench {

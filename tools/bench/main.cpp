@@ -14,7 +14,7 @@
 #include "bench.h"
 #include "json_file.h"
 #include "plan/layer_plan.h"
-#include "plan/presets.h"
+#include "support/presets.h"
 
 namespace unimoe::bench {
 namespace {

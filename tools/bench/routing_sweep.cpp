@@ -22,12 +22,12 @@
 
 #include "json_file.h"
 #include "layer/graph_timing.h"
-#include "kernels/common.cuh"
-#include "kernels/fill.cuh"
-#include "kernels/fused_routing.cuh"
-#include "kernels/launch_floor.cuh"
-#include "kernels/permute.cuh"
-#include "kernels/routing.cuh"
+#include "kernels/common/common.cuh"
+#include "kernels/common/fill.cuh"
+#include "kernels/routing/fused_routing.cuh"
+#include "support/launch_floor.cuh"
+#include "kernels/permute/permute.cuh"
+#include "kernels/routing/routing.cuh"
 #include "plan/layer_plan.h"
 
 namespace unimoe::bench {

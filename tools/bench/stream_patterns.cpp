@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "json_file.h"
-#include "kernels/common.cuh"
-#include "kernels/fill.cuh"
-#include "kernels/stream_patterns.cuh"
+#include "kernels/common/common.cuh"
+#include "kernels/common/fill.cuh"
+#include "support/stream_patterns.cuh"
 #include "layer/graph_timing.h"
 
 namespace unimoe::bench {

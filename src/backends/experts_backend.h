@@ -1,0 +1,86 @@
+// The experts stages behind one interface. A backend runs GEMM1 (with the
+// activation) and GEMM2 of the BF16 experts over the layer's routing result
+// and says what the finalize must add; the layer owns routing, permute, the
+// finalize and every buffer of ExpertsCall.
+//
+// Contract between the layer and a backend:
+//   - supports(config, arch): empty, or the rule that failed (the rules are
+//     host code in plan/layer_plan.cpp, backend_unsupported_reason, which the
+//     tuner and the CPU tests use too);
+//   - prepare_weights(w): once per set_weights, after the layer's checks
+//     (set, 16-byte aligned, biases iff has_bias); the backend keeps its own
+//     layout of the weights;
+//   - allocate_workspace(): once, before the first run and never during
+//     capture; workspace_bytes() device bytes then held;
+//   - run_gemm1 reads x, the routing result and the tile schedule and writes
+//     act [T*K, I]; run_gemm2 reads act and writes y [T*K, H], both in
+//     permuted row order; no allocation, no host sync;
+//   - finalize_b2(): the b2 the finalize adds (weight * b2[expert] per row)
+//     when GEMM2 has no bias epilogue; the finalize applies the routing
+//     weights on every path.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/permute/permute.cuh"
+#include "plan/layer_plan.h"
+#include "unimoe/unimoe.h"
+
+namespace unimoe {
+
+// The per-call inputs and outputs of the experts stages, all in the layer's
+// workspace except x.
+struct ExpertsCall {
+  const uint16_t* x = nullptr;                    // [T, H] bf16
+  int num_tokens = 0;                             // T
+  const int32_t* permuted_to_expanded = nullptr;  // [T*K]: row r is expanded row p2e[r]
+  const int32_t* expert_offsets = nullptr;        // [E_local + 1] device, exclusive scan
+  const DeviceTile* tiles = nullptr;              // schedule for the plan's tile_m
+  const int32_t* num_tiles = nullptr;             // device count
+  int max_tiles = 0;                              // capacity of tiles (sizes the grids)
+  uint16_t* act = nullptr;                        // [T*K, I] bf16: GEMM1 output
+  uint16_t* y = nullptr;                          // [T*K, H] bf16: GEMM2 output
+};
+
+class ExpertsBackend {
+ public:
+  virtual ~ExpertsBackend() = default;
+  ExpertsBackend(const ExpertsBackend&) = delete;
+  ExpertsBackend& operator=(const ExpertsBackend&) = delete;
+
+  ExpertsPath path() const { return path_; }
+  const char* name() const { return path_name(path_); }
+  // Empty when this backend can serve `config` on `arch`, else the reason.
+  std::string supports(const MoEConfig& config, const DeviceArch& arch) const {
+    return backend_unsupported_reason(path_, config, arch);
+  }
+
+  virtual void prepare_weights(const ExpertWeights& weights) = 0;
+  // Device bytes of the backend's own buffers (sized from the config and
+  // max_tokens given to make_experts_backend); held after allocate_workspace.
+  virtual std::size_t workspace_bytes() const = 0;
+  // Allocates them; a second call does nothing. Not during capture.
+  virtual void allocate_workspace() = 0;
+
+  virtual void run_gemm1(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) = 0;
+  virtual void run_gemm2(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) = 0;
+  virtual const float* finalize_b2() const = 0;
+
+ protected:
+  explicit ExpertsBackend(ExpertsPath path) : path_(path) {}
+
+ private:
+  ExpertsPath path_;
+};
+
+// The backend of path `p` for `config`, serving calls of up to `max_tokens`
+// tokens on a device of `sm_count` SMs. Allocates nothing.
+std::unique_ptr<ExpertsBackend> make_experts_backend(ExpertsPath p, const MoEConfig& config,
+                                                     int max_tokens, int sm_count);
+
+}  // namespace unimoe

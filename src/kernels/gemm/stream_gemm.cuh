@@ -1,0 +1,17 @@
+// The stream (swap-AB) grouped GEMM for decode: weights on the MMA's M side,
+// the tile's tokens on its N side, weights loaded from HBM straight into
+// registers. Serves the schedules of 16-row tiles (two n8 token fragments).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/gemm/grouped_gemm_args.cuh"
+
+namespace unimoe {
+
+// Launches over max_tiles tiles of at most kStreamTileM rows each. Fills
+// args.n_blocks. The caller has checked k and n_out (multiples of 8).
+inline constexpr int kStreamTileM = 16;
+void launch_stream_gemm(GroupedGemmArgs args, int max_tiles, cudaStream_t stream);
+
+}  // namespace unimoe

@@ -1,0 +1,193 @@
+// Gather and activation row kernels (contract: expert_rows.cuh). One warp
+// per row, 8 bf16 values (16 bytes) per lane and step; blocks of
+// kRowsPerBlock rows, the grid sized from the capacity.
+#include <cuda_bf16.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/common/common.cuh"
+#include "kernels/epilogue/activation.cuh"
+#include "kernels/permute/expert_rows.cuh"
+
+namespace unimoe {
+namespace {
+
+constexpr int kWarpSize = 32;
+constexpr int kRowsPerBlock = 8;
+constexpr int kThreads = kRowsPerBlock * kWarpSize;
+constexpr int kVec = 8;  // bf16 values in 16 bytes
+
+// Permuted row of this warp.
+__device__ __forceinline__ int warp_row() {
+  return blockIdx.x * kRowsPerBlock + static_cast<int>(threadIdx.x) / kWarpSize;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    gather_rows_kernel(const uint4* __restrict__ x, const int32_t* __restrict__ permuted_to_expanded,
+                       const int32_t* __restrict__ expert_offsets, int num_groups, int top_k,
+                       int vecs_per_row, uint4* __restrict__ out) {
+  pdl_begin();
+  const int row = warp_row();
+  if (row >= expert_offsets[num_groups]) return;
+  const int token = permuted_to_expanded[row] / top_k;
+  const uint4* src = x + static_cast<int64_t>(token) * vecs_per_row;
+  uint4* dst = out + static_cast<int64_t>(row) * vecs_per_row;
+  const int lane = threadIdx.x % kWarpSize;
+#pragma unroll 4
+  for (int v = lane; v < vecs_per_row; v += kWarpSize) dst[v] = src[v];
+}
+
+// Expert of permuted row r: the last e with offsets[e] <= r. Empty experts
+// repeat an offset, and the last of a run is the one whose rows follow.
+__device__ __forceinline__ int expert_of_row(const int32_t* offsets, int num_groups, int row) {
+  int lo = 0, hi = num_groups - 1;  // offsets[0] = 0 <= row, so the answer is in [lo, hi]
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (offsets[mid] <= row) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+__device__ __forceinline__ void unpack_bf16x8(const uint4& v, float (&f)[kVec]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(words[i] << 16);
+    f[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+  }
+}
+
+__device__ __forceinline__ uint4 pack_bf16x8(const float (&f)[kVec]) {
+  uint32_t words[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t lo = __bfloat16_as_ushort(__float2bfloat16_rn(f[2 * i]));
+    const uint32_t hi = __bfloat16_as_ushort(__float2bfloat16_rn(f[2 * i + 1]));
+    words[i] = lo | (hi << 16);
+  }
+  return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+__device__ __forceinline__ void add_bias(float (&f)[kVec], const float* bias) {
+  const float4 b0 = reinterpret_cast<const float4*>(bias)[0];
+  const float4 b1 = reinterpret_cast<const float4*>(bias)[1];
+  f[0] += b0.x; f[1] += b0.y; f[2] += b0.z; f[3] += b0.w;
+  f[4] += b1.x; f[5] += b1.y; f[6] += b1.z; f[7] += b1.w;
+}
+
+// The activation of kernels/activation.cuh, chosen at compile time.
+template <Activation kAct>
+__device__ __forceinline__ float activate(float g, float u, float alpha, float limit) {
+  if constexpr (kAct == Activation::SwiGLU) {
+    return swiglu(g, u);
+  } else if constexpr (kAct == Activation::GeGLU) {
+    return geglu(g, u);
+  } else if constexpr (kAct == Activation::SwiGLUOai) {
+    return swiglu_oai(g, u, alpha, limit);
+  } else {
+    static_assert(kAct == Activation::ReLU2, "an activation without a formula");
+    return relu2(g);
+  }
+}
+
+struct ActivationArgs {
+  const uint16_t* h;
+  const float* b13;
+  const int32_t* expert_offsets;
+  int num_groups;
+  int intermediate;
+  float alpha;
+  float limit;
+  uint16_t* out;
+};
+
+template <Activation kAct>
+__global__ void __launch_bounds__(kThreads) gated_activation_kernel(ActivationArgs p) {
+  pdl_begin();
+  constexpr bool kGated = kAct != Activation::ReLU2;
+  const int row = warp_row();
+  if (row >= p.expert_offsets[p.num_groups]) return;
+  const int cols = kGated ? 2 * p.intermediate : p.intermediate;
+  const uint16_t* h_row = p.h + static_cast<int64_t>(row) * cols;
+  const float* bias_row =
+      p.b13 ? p.b13 + static_cast<int64_t>(expert_of_row(p.expert_offsets, p.num_groups, row)) * cols
+            : nullptr;
+  uint16_t* out_row = p.out + static_cast<int64_t>(row) * p.intermediate;
+  const int lane = threadIdx.x % kWarpSize;
+  for (int j = lane * kVec; j < p.intermediate; j += kWarpSize * kVec) {
+    float g[kVec];
+    unpack_bf16x8(*reinterpret_cast<const uint4*>(h_row + j), g);
+    if (bias_row) add_bias(g, bias_row + j);
+    float a[kVec];
+    if constexpr (kGated) {
+      float u[kVec];
+      unpack_bf16x8(*reinterpret_cast<const uint4*>(h_row + p.intermediate + j), u);
+      if (bias_row) add_bias(u, bias_row + p.intermediate + j);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) a[i] = activate<kAct>(g[i], u[i], p.alpha, p.limit);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) a[i] = activate<kAct>(g[i], 0.0f, p.alpha, p.limit);
+    }
+    *reinterpret_cast<uint4*>(out_row + j) = pack_bf16x8(a);
+  }
+}
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument(what);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+void launch_gather_rows(const GatherRowsParams& p, cudaStream_t stream) {
+  require(p.hidden > 0 && p.hidden % kVec == 0,
+          "gather_rows: hidden must be a positive multiple of 8, is " + std::to_string(p.hidden));
+  require(p.top_k > 0 && p.num_groups >= 0 && p.capacity >= 0,
+          "gather_rows: top_k must be positive, num_groups and capacity non-negative");
+  if (p.capacity == 0) return;
+  require(p.x && p.permuted_to_expanded && p.expert_offsets && p.out, "gather_rows: a null pointer");
+  require(aligned16(p.x) && aligned16(p.out), "gather_rows: x and out must be 16-byte aligned");
+  launch_pdl(gather_rows_kernel, ceil_div(p.capacity, kRowsPerBlock), kThreads, 0, stream,
+      reinterpret_cast<const uint4*>(p.x), p.permuted_to_expanded, p.expert_offsets, p.num_groups,
+      p.top_k, p.hidden / kVec, reinterpret_cast<uint4*>(p.out));
+  UNIMOE_LAUNCH_CHECK();
+}
+
+void launch_gated_activation(const GatedActivationParams& p, cudaStream_t stream) {
+  require(p.intermediate > 0 && p.intermediate % kVec == 0,
+          "gated_activation: intermediate must be a positive multiple of 8, is " +
+              std::to_string(p.intermediate));
+  require(p.num_groups >= 0 && p.capacity >= 0,
+          "gated_activation: num_groups and capacity must be non-negative");
+  if (p.capacity == 0) return;
+  require(p.h && p.expert_offsets && p.out, "gated_activation: a null pointer");
+  require(aligned16(p.h) && aligned16(p.out) && aligned16(p.b13),
+          "gated_activation: h, out and b13 must be 16-byte aligned");
+  const ActivationArgs args{p.h,          p.b13,          p.expert_offsets, p.num_groups,
+                            p.intermediate, p.swiglu_alpha, p.swiglu_limit,   p.out};
+  const dim3 grid(ceil_div(p.capacity, kRowsPerBlock));
+  switch (p.activation) {
+    case Activation::SwiGLU:
+      launch_pdl(gated_activation_kernel<Activation::SwiGLU>, grid, kThreads, 0, stream, args);
+      break;
+    case Activation::GeGLU:
+      launch_pdl(gated_activation_kernel<Activation::GeGLU>, grid, kThreads, 0, stream, args);
+      break;
+    case Activation::SwiGLUOai:
+      launch_pdl(gated_activation_kernel<Activation::SwiGLUOai>, grid, kThreads, 0, stream, args);
+      break;
+    case Activation::ReLU2:
+      launch_pdl(gated_activation_kernel<Activation::ReLU2>, grid, kThreads, 0, stream, args);
+      break;
+    default:
+      throw std::invalid_argument("gated_activation: unknown activation " +
+                                  std::to_string(static_cast<int>(p.activation)));
+  }
+  UNIMOE_LAUNCH_CHECK();
+}
+
+}  // namespace unimoe

@@ -1,9 +1,0 @@
-// The ping-pong 64x128x64 tactic of the sm90 grouped GEMM: its only instantiation,
-// alone in this file so that each tactic compiles on its own.
-#include "kernels/sm90_grouped_gemm_impl.cuh"
-
-namespace unimoe::sm90 {
-
-const TacticEntry kPingpong64x128Entry{&Pingpong64x128::workspace_bytes, &Pingpong64x128::run};
-
-}  // namespace unimoe::sm90

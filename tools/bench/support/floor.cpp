@@ -1,0 +1,39 @@
+#include "support/floor.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace unimoe {
+
+double weight_bytes_per_value(QuantVariant q) {
+  switch (q) {
+    case QuantVariant::BF16: return 2.0;
+    case QuantVariant::FP8PerTensor: return 1.0;
+    case QuantVariant::FP8Block128: return 1.0 + 4.0 / (128.0 * 128.0);
+    case QuantVariant::MXFP4: return 0.5 + 1.0 / 32.0;
+    case QuantVariant::NVFP4: return 0.5 + 1.0 / 16.0;
+  }
+  return 2.0;
+}
+
+double expected_active_experts(int num_experts, int top_k, int num_tokens) {
+  const double miss = std::pow(1.0 - static_cast<double>(top_k) / num_experts, num_tokens);
+  return num_experts * (1.0 - miss);
+}
+
+FloorEstimate layer_floor(const MoEConfig& c, int num_tokens, double active_experts,
+                          const Ceilings& ceil) {
+  const double h = c.experts.hidden, i = c.experts.intermediate, t = num_tokens;
+  const double per_expert = (static_cast<double>(c.gemm1_cols()) + i) * h;
+  const double logits_bytes = c.routing.logits_type == LogitsType::F32 ? 4.0 : 2.0;
+  FloorEstimate f;
+  f.bytes = active_experts * per_expert * weight_bytes_per_value(c.experts.quant) +
+            2.0 * t * h * 2.0 + t * c.routing.num_experts * logits_bytes;
+  f.flops = 2.0 * t * c.routing.top_k * per_expert;
+  f.memory_us = ceil.bandwidth_tbps > 0 ? f.bytes / (ceil.bandwidth_tbps * 1e6) : 0;
+  f.compute_us = ceil.matmul_tflops > 0 ? f.flops / (ceil.matmul_tflops * 1e6) : 0;
+  f.floor_us = std::max(f.memory_us, f.compute_us);
+  return f;
+}
+
+}  // namespace unimoe
