@@ -97,6 +97,10 @@ struct ExpertsConfig {
 struct BackendOptions {
   std::string backend = "auto";  // "auto" (autotuned / heuristic) or a backend name
   bool deterministic = true;     // fixed-order finalize; no atomics on the output
+  // How routing and permute run: "auto" (the measured rule per call size),
+  // "split", "fused" or "cluster" (forced where that kernel serves the call:
+  // T * K <= 4096 and E_local <= 1024; split elsewhere). docs/routing.md.
+  std::string routing_variant = "auto";
 };
 
 struct MoEConfig {
@@ -200,8 +204,9 @@ class MoELayer {
   // the backend forced for every call.
   virtual std::string backend_name() const = 0;
   // What serves a call of num_tokens tokens, one line: backend, tiles and
-  // tactics, routing variant, e.g.
-  // "path=stream tile_m=16 gemm1=stream_m16 gemm2=stream_m16 routing=cluster".
+  // tactics, then the routing plan (variant, kernel, launch shape,
+  // selection), e.g. "path=stream tile_m=16 gemm1=stream_m16
+  // gemm2=stream_m16 routing=cluster kernel=block ctas=1 threads=256 ...".
   virtual std::string describe(int num_tokens) const = 0;
   // Device memory the layer holds besides the weights (its workspace; the
   // CUTLASS backend's buffers once a call may take it).

@@ -79,6 +79,9 @@ std::string MoEConfig::to_string() const {
     << " local_experts=" << experts.num_local_experts
     << " quant=" << unimoe::to_string(experts.quant) << " backend=" << options.backend
     << " deterministic=" << options.deterministic;
+  // Printed only when forced, so that the text of every default config (the
+  // tuning cache's key) stays as it was.
+  if (options.routing_variant != "auto") s << " routing_variant=" << options.routing_variant;
   return s.str();
 }
 
@@ -111,11 +114,12 @@ MoEConfig MoEConfig::parse(const std::string& text) {
     else if (key == "quant") c.experts.quant = parse_quant_variant(v);
     else if (key == "backend") c.options.backend = v;
     else if (key == "deterministic") c.options.deterministic = parse_bool(key, v);
+    else if (key == "routing_variant") c.options.routing_variant = v;
     else
       throw Error("config", "unknown key '" + key +
                                 "'; allowed: policy E K n_group topk_group scale routing_bias "
                                 "logits H I act alpha limit expert_bias local_offset "
-                                "local_experts quant backend deterministic");
+                                "local_experts quant backend deterministic routing_variant");
   }
   return c;
 }

@@ -108,6 +108,9 @@ void validate(const MoEConfig& c) {
   validate_routing(c.routing);
   validate_experts(c.experts, c.routing.num_experts);
   require(!c.options.backend.empty(), "options.backend", "is empty; use \"auto\" or a backend name");
+  const std::string& v = c.options.routing_variant;
+  require(v == "auto" || v == "split" || v == "fused" || v == "cluster", "options.routing_variant",
+          "is '" + v + "'; allowed: auto, split, fused, cluster");
 }
 
 }  // namespace unimoe

@@ -322,21 +322,6 @@ bool spread_serves(const RoutingConfig& routing, int num_tokens, bool deepseek) 
 
 }  // namespace
 
-const char* routing_variant_name(RoutingVariant v) {
-  switch (v) {
-    case RoutingVariant::Split: return "split";
-    case RoutingVariant::Fused: return "fused";
-    case RoutingVariant::Cluster: return "cluster";
-  }
-  return "?";
-}
-
-RoutingVariant parse_routing_variant(const std::string& s) {
-  for (RoutingVariant v : {RoutingVariant::Split, RoutingVariant::Fused, RoutingVariant::Cluster})
-    if (s == routing_variant_name(v)) return v;
-  throw Error("UNIMOE_ROUTING_VARIANT", "is '" + s + "'; allowed: split, fused, cluster");
-}
-
 RoutingVariant routing_variant_for(const RoutingConfig& routing, int num_tokens) {
   const long long t = num_tokens;
   const long long rows = t * routing.top_k, scores = t * routing.num_experts;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/tactics.h"
+#include "plan/routing_plan.h"
 #include "unimoe/unimoe.h"
 
 namespace unimoe {
@@ -84,27 +85,6 @@ struct LayerPlan {
 // forbids or its GEMM tactics do not fit its path (check_choice_tactics).
 LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens,
                           const TuningChoice* tuned = nullptr);
-
-// How routing and sort/permute run: Split (the per-token routing kernel,
-// then permute's three launches) or Fused (one block does both; it serves
-// T * K <= 4096 and E_local <= 1024: kernels/fused_routing.cuh).
-// Cluster: the fused kernel with the per-token routing spread over a
-// thread-block cluster (kernels/fused_routing.cuh); same limits as Fused.
-enum class RoutingVariant { Split, Fused, Cluster };
-const char* routing_variant_name(RoutingVariant v);
-// "split", "fused" or "cluster"; throws Error (field "UNIMOE_ROUTING_VARIANT") naming
-// the allowed values.
-RoutingVariant parse_routing_variant(const std::string& s);
-
-// The rule between the variants for T tokens, fitted to the H200 routing
-// sweep (the constants and figures in layer_plan.cpp): Cluster while
-// T*K <= 1536, T <= 256 and T*E <= 65536 (DeepSeek policies: T <= 128 and
-// T*E <= 49152), else Split. It never picks Fused: the cluster variant
-// launches the fused block itself where one CTA routes every token. A
-// forced variant (the UNIMOE_ROUTING_VARIANT environment variable, read by
-// the layer) replaces it; the layer runs Split wherever the fused kernel
-// cannot serve.
-RoutingVariant routing_variant_for(const RoutingConfig& routing, int num_tokens);
 
 // Throws Error (field "tuning_choice") unless the choice's GEMM tactics fit
 // its path: Stream takes the stream tactic for both GEMMs; Mma takes tiled

@@ -1,0 +1,68 @@
+// Development overrides: the switches that replace a measured rule with a
+// fixed choice, for A/B timing, sweeps and tests. They are read from the
+// environment once, by one parser (from_environment), and every value is
+// validated: a bad one is refused with the variable's name and what is
+// allowed. unimoe-bench sets the same fields from `--dev name=value`, tests
+// set them directly. The layer keeps its copy and passes it to the plans;
+// kernels and launchers never read the environment.
+//
+// Each field's default is "follow the measured rule". The variables and what
+// each one does: docs/benchmarking.md, "Development knobs".
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace unimoe {
+
+// The DeepSeek decode kernels' wide choice: by the measured rule, never, or
+// wherever it serves.
+enum class WideChoice { kMeasured, kOff, kEverywhere };
+
+struct DevOverrides {
+  // ---- routing: the fused, cluster and spread kernels
+  bool sorted_pair = true;       // UNIMOE_SORTED_PAIR: 33..64 rows by one warp's sort
+  bool direct_keys = true;       // UNIMOE_DIRECT_KEYS: DeepSeek keys a warp a token
+  bool cluster_spread = true;    // UNIMOE_CLUSTER_SPREAD: the spread kernel may serve
+  int spread_from_tokens = 0;    // UNIMOE_SPREAD_FROM_TOKENS: 0 = measured rule
+  int spread_max_ctas = 0;       // UNIMOE_SPREAD_MAX_CTAS: 0 = device's largest, else 2..16
+  int spread_min_tokens = 0;     // UNIMOE_SPREAD_MIN_TOKENS: 0 = measured rule
+  int cluster_min_tokens = 0;    // UNIMOE_CLUSTER_MIN_TOKENS: 0 = measured rule
+  int cluster_max_ctas = 0;      // UNIMOE_CLUSTER_MAX_CTAS: 0 = measured rule, else 2..16
+  bool fixed_choice = true;      // UNIMOE_FIXED_CHOICE: DeepSeek-V3's shape compiled in
+  bool ranked_threshold = true;  // UNIMOE_RANKED_THRESHOLD
+  WideChoice wide_choice = WideChoice::kMeasured;  // UNIMOE_WIDE_CHOICE: 0 off, 1 everywhere
+  // ---- routing: the split chain
+  int split_batch_min_tokens = 0;         // UNIMOE_SPLIT_BATCH_MIN_TOKENS: 0 = measured rule
+  int split_sort_from_topk = 0;           // UNIMOE_SPLIT_SORT_FROM_TOPK: 0 = measured rule
+  int split_octets_min_tokens = 0;        // UNIMOE_SPLIT_OCTETS_MIN_TOKENS: 0 = measured rule
+  int split_octet_filter_min_tokens = 0;  // UNIMOE_SPLIT_OCTET_FILTER_MIN_TOKENS: 0 = rule
+  bool split_octet_count = true;          // UNIMOE_SPLIT_OCTET_COUNT
+  bool split_kept_halves = true;          // UNIMOE_SPLIT_KEPT_HALVES
+  bool permute_trigger = true;            // UNIMOE_PERMUTE_TRIGGER
+  bool scatter_masks = true;              // UNIMOE_SCATTER_MASKS
+  // ---- the whole chain and the experts GEMMs
+  bool pdl = true;               // UNIMOE_PDL: programmatic dependent launch
+  bool stream_one_token = true;  // UNIMOE_STREAM_ONE_TOKEN
+  int stream_max_splits = 0;     // UNIMOE_STREAM_MAX_SPLITS: 0 = measured rule, else 1, 2, 4, 8
+  bool stream_overlap = true;    // UNIMOE_STREAM_OVERLAP
+
+  // Every UNIMOE_* variable above that is set, validated; throws
+  // std::invalid_argument naming the variable and the allowed values. An
+  // unknown UNIMOE_* variable (a typo) is refused too, except the ones the
+  // test and build scripts read (kForeignVariables in overrides.cpp).
+  static DevOverrides from_environment();
+  // The same for one `name=value` (name: the variable without UNIMOE_,
+  // either case, e.g. "sorted_pair=0"); throws std::invalid_argument.
+  void set(const std::string& name_value);
+  // The fields that differ from the defaults, "name=value" separated by
+  // spaces; "" when none. set() takes each back.
+  std::string to_string() const;
+  // The knob names, lower case, in declaration order.
+  static std::vector<std::string> names();
+
+  bool operator==(const DevOverrides& o) const { return to_string() == o.to_string(); }
+  bool operator!=(const DevOverrides& o) const { return !(*this == o); }
+};
+
+}  // namespace unimoe
