@@ -21,9 +21,10 @@ constexpr double kCutlassRowsPerExpert = 96;
 // The Cutlass path's tile: 128x256x64 cooperative. Measured on an H200
 // with unimoe-bench --autotune (bench/results/h200/autotune-table.txt): it
 // won every point the path wins, T = 4096 and 16384 on all five anchor
-// shapes and mixtral-8x7b T=512, by 9-22% over 128x128x64 (dsv3-tp8 T=16384 4363 against 4829 us,
-// qwen3-30b-a3b T=4096 785 against 905, mixtral T=512 1161 against 1379);
-// pingpong 64x128x64 won only below the path's crossover (dsv3-tp8 T=512).
+// shapes and mixtral-8x7b T=512, by 9-22% over 128x128x64 (dsv3-tp8
+// T=16384 4363 against 4829 us, qwen3-30b-a3b T=4096 785 against 905,
+// mixtral T=512 1161 against 1379); pingpong 64x128x64 won only below the
+// path's crossover (dsv3-tp8 T=512).
 constexpr Sm90GemmTactic kCutlassTactic = Sm90GemmTactic::Cooperative128x256;
 
 // The rest of the rule, for the Mma path, measured on an H200 with
