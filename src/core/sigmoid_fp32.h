@@ -49,9 +49,9 @@ __device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, 
 // 1 / a rounded to nearest for 2^-126 <= a < 2^126 (the same value as the
 // division 1 / a): the fast path that ptxas emits for rcp.rn.f32 on such
 // inputs, MUFU.RCP and one FMA correction, without rcp.rn's test for the
-// other inputs and the call of its slow path. That branch sat in every key,
-// so a kernel could not overlap one key's chain with the next (with it, a
-// lane of the octet kernel computed its 32 keys one after another).
+// other inputs and the call of its slow path. With rcp.rn that branch sits
+// in every key, so a kernel cannot overlap one key's chain with the next (a
+// lane of the octet kernel computes its 32 keys one after another).
 __device__ __forceinline__ float rcp_rn(float a) {
   float r;
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a));
