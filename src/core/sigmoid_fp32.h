@@ -25,7 +25,7 @@
 // device reciprocal needs no slow path; a fitted degree-6 polynomial and an
 // exponent add take 4 fewer instructions a key than a degree-9 Taylor
 // polynomial and a multiply by 2^n (0.26% of all fp32 inputs differ between
-// the two forms, each by at most 3 ulp, the Taylor form's bound).
+// the two forms, each by at most 3 ulp).
 //
 // Device code calls the _rn intrinsics, which the compiler never contracts
 // into other operations; host code calls std::fmaf and plain operators, and
