@@ -46,7 +46,7 @@ GemmTactic parse_gemm_tactic(const std::string& s);
 // a CTA covers 8 / splits row groups of 8 gated or 16 plain output
 // columns). The largest split that leaves each warp at least 256 of K,
 // except that 8 splits become 4 when the 8-split grid (max_tiles x column
-// blocks) would run 1.5 to 6 waves of 2 CTAs an SM: then half as many CTAs,
+// blocks) would take 1.5 to 6 waves of 2 CTAs an SM: then half as many CTAs,
 // each warp with twice the pairs, waste less in partial waves. Measured on
 // an H200 (stream-path GEMMs at T=1 and 8, us with 8 splits -> 4):
 // taken at 1.9-5.8 waves it was faster (qwen3-30b-a3b GEMM1 at 2.9 waves
