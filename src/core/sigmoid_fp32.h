@@ -20,11 +20,12 @@
 // and multiplies non-negative, increasing terms, and the cap keeps each
 // 2^n band below the next: that is what makes the result monotone.
 //
-// History: session 9 replaced a double exp rounded to fp32; session 14
-// flushed the subnormal results (the device reciprocal then needs no slow
-// path), took a degree-6 fitted polynomial for the degree-9 Taylor one and
-// the exponent add for a multiply by 2^n (4 fewer instructions a key; 0.26%
-// of all fp32 inputs changed, by at most the old bound of 3 ulp).
+// Why this form: fp32 throughout (not a double exp rounded to fp32), so the
+// device forms the same bits cheaply; subnormal results are flushed, so the
+// device reciprocal needs no slow path; a fitted degree-6 polynomial and an
+// exponent add take 4 fewer instructions a key than a degree-9 Taylor
+// polynomial and a multiply by 2^n (0.26% of all fp32 inputs differ between
+// the two forms, each by at most 3 ulp).
 //
 // Device code calls the _rn intrinsics, which the compiler never contracts
 // into other operations; host code calls std::fmaf and plain operators, and
@@ -48,9 +49,9 @@ __device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, 
 // 1 / a rounded to nearest for 2^-126 <= a < 2^126 (the same value as the
 // division 1 / a): the fast path that ptxas emits for rcp.rn.f32 on such
 // inputs, MUFU.RCP and one FMA correction, without rcp.rn's test for the
-// other inputs and the call of its slow path. That branch sat in every key,
-// so a kernel could not overlap one key's chain with the next (session 14:
-// a lane of the octet kernel computed its 32 keys one after another).
+// other inputs and the call of its slow path. With rcp.rn that branch sits
+// in every key, so a kernel cannot overlap one key's chain with the next (a
+// lane of the octet kernel computes its 32 keys one after another).
 __device__ __forceinline__ float rcp_rn(float a) {
   float r;
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a));

@@ -29,8 +29,9 @@ constexpr bool operator==(const GemmTactic& a, const GemmTactic& b) {
 }
 constexpr bool operator!=(const GemmTactic& a, const GemmTactic& b) { return !(a == b); }
 
-// The compiled mma tactics, best first for large T (src/kernels/grouped_gemm.cu
-// instantiates one kernel for each and checks the list at compile time).
+// The compiled mma tactics, best first for large T
+// (src/kernels/gemm/grouped_gemm.cu instantiates one kernel for each and
+// checks the list at compile time).
 inline constexpr GemmTactic kMmaTactics[] = {
     {128, 128}, {64, 128}, {48, 128}, {32, 64},     {32, 64, false, 5},
     {16, 128},  {16, 64},  {16, 32},  {16, 0, true}};
@@ -45,9 +46,9 @@ GemmTactic parse_gemm_tactic(const std::string& s);
 // a CTA covers 8 / splits row groups of 8 gated or 16 plain output
 // columns). The largest split that leaves each warp at least 256 of K,
 // except that 8 splits become 4 when the 8-split grid (max_tiles x column
-// blocks) would run 1.5 to 6 waves of 2 CTAs an SM: then half as many CTAs,
+// blocks) would take 1.5 to 6 waves of 2 CTAs an SM: then half as many CTAs,
 // each warp with twice the pairs, waste less in partial waves. Measured on
-// the H200 (session 6 run 6, one call, stream-path GEMMs at T=1 and 8):
+// an H200 (stream-path GEMMs at T=1 and 8, us with 8 splits -> 4):
 // taken at 1.9-5.8 waves it was faster (qwen3-30b-a3b GEMM1 at 2.9 waves
 // 15.3 -> 14.1 us, gpt-oss-120b GEMM1 at 5.5 waves 34.3 -> 32.2 and GEMM2
 // at 2.7 waves 17.9 -> 16.7, mixtral-8x7b GEMM2 at 1.9 waves 53.3 -> 51.8,
@@ -59,7 +60,7 @@ GemmTactic parse_gemm_tactic(const std::string& s);
 int stream_k_splits(int k, int n_out, bool gated, long long max_tiles, int sm_count,
                     int max_splits = 8);
 
-// One compiled CUTLASS configuration (src/kernels/sm90_grouped_gemm*.cu):
+// One compiled CUTLASS configuration (src/kernels/gemm/sm90_grouped_gemm*.cu):
 // kernel schedule and tile (BLK_M x BLK_N x BLK_K), cluster 1x1 for all.
 enum class Sm90GemmTactic : int {
   Cooperative128x128,  // two consumer warp groups share a 128x128x64 tile

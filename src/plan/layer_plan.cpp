@@ -11,27 +11,25 @@ namespace unimoe {
 namespace {
 
 // Rows per local expert above which "auto" takes the Cutlass path. Measured
-// on the H200 (bench/results/h200-bf16-mma-vs-cutlass-run1.json, 5 anchor
-// shapes x 6 T): the Mma path won every point up to 32 rows per expert but
-// one (dsv3-tp8 T=512, 16 rows, which the Mma path's m32n64 tile now wins:
-// 781.7 us against 809.0 for the best CUTLASS tactic, session 4), the
+// on an H200 (5 anchor shapes x 6 T): the Mma path won every point up to 32
+// rows per expert but one (dsv3-tp8 T=512, 16 rows, which the Mma path's
+// m32n64 tile wins: 781.7 us against 809.0 for the best CUTLASS tactic), the
 // Cutlass path every point from 128 rows up (mixtral T=512 by 1.27x, every
 // T=4096 and 16384 by 1.15x-1.8x).
 constexpr double kCutlassRowsPerExpert = 96;
 
-// The Cutlass path's tile: 128x256x64 cooperative. Measured on the H200
-// with unimoe-bench --autotune (session 3, bench/results/
-// h200-autotune-table-session3.txt): it won every point the path wins,
-// T = 4096 and 16384 on all five anchor shapes and mixtral-8x7b T=512, by
-// 9-22% over 128x128x64 (dsv3-tp8 T=16384 4363 against 4829 us,
-// qwen3-30b-a3b T=4096 785 against 905, mixtral T=512 1161 against 1379);
-// pingpong 64x128x64 won only below the path's crossover (dsv3-tp8 T=512).
+// The Cutlass path's tile: 128x256x64 cooperative. Measured on an H200
+// with unimoe-bench --autotune (bench/results/h200/autotune-table.txt): it
+// won every point the path wins, T = 4096 and 16384 on all five anchor
+// shapes and mixtral-8x7b T=512, by 9-22% over 128x128x64 (dsv3-tp8
+// T=16384 4363 against 4829 us, qwen3-30b-a3b T=4096 785 against 905,
+// mixtral T=512 1161 against 1379); pingpong 64x128x64 won only below the
+// path's crossover (dsv3-tp8 T=512).
 constexpr Sm90GemmTactic kCutlassTactic = Sm90GemmTactic::Cooperative128x256;
 
-// The rest of the rule, for the Mma path, measured on the H200 with
+// The rest of the rule, for the Mma path, measured on an H200 with
 // unimoe-bench --autotune (every pair of tactics sharing an M tile, layer
-// time by graph replay; docs/notes.md, session 2, runs 2 and 8; session 4
-// for the 32-row tile):
+// time by graph replay):
 //
 // M tile: 16-row tiles up to 8 rows per expert (mixtral-8x7b T=8, 8 rows:
 // m16n64 493 us against m64n128 565; at 16 rows they lose: mixtral T=64
@@ -39,16 +37,16 @@ constexpr Sm90GemmTactic kCutlassTactic = Sm90GemmTactic::Cooperative128x256;
 // (16 rows: mixtral T=64 m32n64 742.2 us against m64n128 763.6; dsv3-tp8
 // T=512 781.7 against m64n128 848.2 and 809.0 for the best CUTLASS
 // tactic). 48-row tiles above 16 up to 36 rows, 64-row tiles above 36 up
-// to 64. Session 7: run 2, --autotune over every pair at 32 rows:
-// qwen3-30b-a3b T=512 m48n128 346.9 us against m64n128 364.7, the best m32
-// pair 372.2 and the best CUTLASS tactic 364.1; qwen3-235b-a22b T=512
-// 1255.6 against m64n128 1288.3. Run 3, one call, m48n128 against m64n128
-// at 24, 32, 40, 48 and 56 rows: qwen3-30b-a3b 340.9/361.3, 345.5/364.5,
+// to 64. --autotune over every pair at 32 rows: qwen3-30b-a3b T=512
+// m48n128 346.9 us against m64n128 364.7, the best m32 pair 372.2 and the
+// best CUTLASS tactic 364.1; qwen3-235b-a22b T=512 1255.6 against m64n128
+// 1288.3. m48n128 against m64n128 (us, 48/64) at 24, 32, 40, 48 and 56
+// rows: qwen3-30b-a3b 340.9/361.3, 345.5/364.5,
 // 360.7/369.6, 391.4/374.0, 451.0/396.1; mixtral-8x7b 735.0/785.6,
 // 741.5/783.6, 812.6/797.8, 904.0/801.4, 1230.5/885.8. The 48-row tile wins
 // while few experts pass 48 rows (each such expert takes a second tile);
 // the bound lies between the split point (40) and the last common win (32).
-// 128-row tiles above 64 rows (not yet compared with 64 on the H200).
+// 128-row tiles above 64 rows (not compared with 64-row tiles on an H200).
 constexpr double kTile16RowsPerExpert = 8;
 constexpr double kTile32RowsPerExpert = 16;
 constexpr double kTile48RowsPerExpert = 36;
@@ -78,28 +76,29 @@ GemmTactic tiled_tactic(int tile_m, int ctas_per_sm = 0) {
 }
 
 // GEMM2 over 32-row tiles takes m32n64x5 (3 pipeline stages, 5 CTAs an SM)
-// and GEMM1 the standard m32n64 (6 stages, 3 an SM). Measured on the H200
-// (session 7 run 1, one call, every 32-row point of the anchor shapes, both
-// builds of the tile for both GEMMs):
+// and GEMM1 the standard m32n64 (6 stages, 3 an SM). Measured on an H200
+// (every 32-row point of the anchor shapes, both builds of the tile for
+// both GEMMs):
 // - GEMM2 gained at every point but one. mixtral-8x7b T=64 (N = 4096, 512
 //   CTAs: 1.3 waves at 3 an SM, one at 5): 284 -> 227 us. dsv3-tp8 T=512
 //   (K = 256, four K steps a CTA): 291 -> 246. gpt-oss-120b T=512 (14.5
 //   waves of long CTAs) lost 513 -> 522.
 // - GEMM1 lost at all three (mixtral 445 -> 458, dsv3-tp8 452 -> 484,
 //   gpt-oss-120b 999 -> 1025): with many waves the deeper pipeline pays.
-// The pair as the rule takes it (run 2, another H200): mixtral-8x7b T=64
-// 680.7 us against 729-730 for m32n64 on both GEMMs in run 1.
+// The pair as the rule takes it, on a second H200: mixtral-8x7b T=64
+// 680.7 us, against 729-730 for m32n64 on both GEMMs in the measurement
+// above.
 constexpr int kGemm2CtasPerSm32 = 5;
 
 // The stream (swap-AB) kernel for both GEMMs
 //  - where I <= 256 and experts have at most one row: there the tiled
 //    kernels have few column blocks (GEMM1, 2I = 512 columns) or few K tiles
 //    a CTA (GEMM2, K = I), and the stream kernel's many short CTAs keep every
-//    SM streaming. dsv3-tp8 (session 3): T=1 41.5 us against 51.0 for m16n64;
+//    SM streaming. dsv3-tp8 (H200): T=1 41.5 us against 51.0 for m16n64;
 //    T=8 173.9 against 187.7; at 2 rows per expert (T=64) the two tied.
 //  - at any I up to half a row per expert, where nearly every tile has one
 //    row and takes the stream kernel's one-token path (512-byte row loads).
-//    Session 5, one call, stream against m16n64 at T = 1, 2, 4, 8, 16:
+//    H200, layer time of stream against m16n64 at T = 1, 2, 4, 8, 16:
 //    mixtral-8x7b (T/4 rows per expert) -9, -4, -3.4, +1.9, 0%;
 //    qwen3-30b-a3b (T/16) 0, -2.5, -2.6, -0.5, +3.1%; qwen3-235b-a22b (T/16)
 //    -4.2, -4.1, -4.7, -2.8, +0.9%; gpt-oss-120b (T/32) +3.6 (-1.3 with the
@@ -112,7 +111,7 @@ constexpr double kStreamRowsPerExpert = 1;
 constexpr double kStreamAnyIRowsPerExpert = 0.5;
 
 // The stream path's GEMM1 -> GEMM2 overlap (LayerPlan::overlap_stream_gemms)
-// up to this I. Session 5, one call, stream backend, on against off
+// up to this I. Measured on an H200, stream backend, on against off
 // (UNIMOE_STREAM_OVERLAP=0): dsv3-tp8 (I = 256) T=1 33.0 against 33.5 us,
 // qwen3-30b-a3b (768) 29.2 against 29.5, gpt-oss-120b (2880) 58.3 against
 // 59.0; mixtral-8x7b (14336) lost, 169 against 166 at T=1 and 530 against
@@ -249,15 +248,14 @@ void check_choice_tactics(const TuningChoice& c) {
 
 namespace {
 
-// Measured on the H200 by the routing sweep (unimoe-bench --routing-sweep:
+// Measured on an H200 by the routing sweep (unimoe-bench --routing-sweep:
 // 17,980 points, every policy x E in 8..1024 x K in 1..32 x T in 1..16384,
 // split, fused and cluster each timed 8 calls to a graph replay). The limits
 // were fitted by scripts/analyze_routing_sweep.py ("proposed per family":
 // every limit fitted for the DeepSeek policies and for the others apart) on
-// session 10 run 6's sweep (bench/results/h200-routing-sweep-session10-
-// run6.*), the first with session 10's cluster kernel: CTA 0 permutes while
-// the other CTAs weigh their experts (kernels/fused_routing.cu). Facts the
-// limits encode (run 6 figures):
+// a sweep of the cluster kernel in which CTA 0 permutes while the other CTAs
+// weigh their experts (src/kernels/routing/). Facts the limits encode
+// (figures of that sweep):
 // - The cluster variant serves every small call. Where one routing CTA is
 //   enough (T up to its minimum tokens a CTA, 1 to 4:
 //   routing_shape::cluster_min_tokens_by_default) it launches the fused
@@ -268,29 +266,30 @@ namespace {
 // - Split from T*K > 1536 or T*E above 49152 (DeepSeek) / 65536 (the
 //   others), or T above 128 / 256: there the split chain's parallelism (a
 //   warp per token over the whole GPU, a multi-CTA permute) pays, while the
-//   cluster has 8 CTAs at most. DeepSeekV3 E=256 K=8 T=128 cluster 10.94 us
-//   vs split 10.89, T=256 17.51 vs 11.15.
-// Within 5% of the best variant on 98.3% of run 6's points (in sample;
+//   cluster had 8 CTAs at most in that sweep. DeepSeekV3 E=256 K=8 T=128
+//   cluster 10.94 us vs split 10.89, T=256 17.51 vs 11.15.
+// Within 5% of the best variant on 98.3% of that sweep's points (in sample;
 // refitted without each E value and scored on it, 98.3%, worst E=256 at
 // 95.0%; without each policy, 98.3%, worst Llama4 at 95.7%); 1.53x over
 // always-fused, 1.55x over always-split, 1.07x over always-cluster
-// (geometric means). Session 9's rule (which sent T <= 12, 8 for DeepSeek,
-// to the fused block) scored 84.1% on the same points.
+// (geometric means). A rule that sends T <= 12 (8 for DeepSeek) to the
+// fused block scored 84.1% on the same points.
 struct RoutingLimits {
   long long cluster_rows;  // T*K
   int cluster_tokens;
   long long cluster_scores;  // T*E
 };
-// Session 20 refit them on run 4's sweep (bench/results/
-// h200-routing-sweep-session20.*), the first with clusters of 16 for the
-// DeepSeek policies from E = 128 and the others from E = 256
-// (routing_shape::cluster_max_ctas_by_default): the cluster variant now
-// wins further, so T*K up to 3072 (DeepSeek) / 2048 and T*E up to 65536 /
-// 131072 (e.g. Renormalize E=64 K=22 T=96 and E=512 K=16 T=128 took
-// split at 1.36-1.44x the cluster's time). On run 4's points: 98.4%
-// within 5% (the old limits 97.4%); refitted without each E value and
-// scored on it, 97.0-99.6% (E=1024 94.7% with its own refit, 97.2% with
-// these limits).
+// Refitted on a sweep with clusters of 16 for the DeepSeek policies from
+// E = 128 and the others from E = 256
+// (routing_shape::cluster_max_ctas_by_default): with them the cluster
+// variant wins further, so T*K up to 3072 (DeepSeek) / 2048 and T*E up to
+// 65536 / 131072 (e.g. Renormalize E=64 K=22 T=96 and E=512 K=16 T=128,
+// where split takes 1.36-1.44x the cluster's time). On that sweep's points:
+// 98.4% within 5% (the limits fitted without clusters of 16: 97.4%);
+// refitted without each E value and scored on it, 97.0-99.6% (E=1024 94.7%
+// with its own refit, 97.2% with these limits). On the current sweep
+// (bench/results/h200/routing-sweep.txt) the rule is within 5% of the best
+// variant on 99.0% of the points.
 constexpr RoutingLimits kDeepSeekLimits{3072, 128, 65536};
 constexpr RoutingLimits kOtherLimits{2048, 256, 131072};
 
@@ -299,13 +298,13 @@ constexpr RoutingLimits kOtherLimits{2048, 256, 131072};
 // its own rows) up to kSpreadRuleMaxTokens where the cluster variant takes
 // it (routing_shape::spread_by_default; E_local taken as E, 16 CTAs: the
 // H200's largest cluster of it, and the CTA-0 kernel's clusters as the
-// H200 runs them). Measured
-// (session 16 run 5, H200, DeepSeekV3/Renormalize/TopK, E 64..384, K
-// 1/4/8, T 128..384, run 5's spread kernel against split): 0.58-0.95
-// wherever it serves (DeepSeekV3 E=256 K=8 T=192 7.88 us vs 10.29, T=384
-// 10.68 vs 11.33; Renormalize E=128 K=8 T=256 5.42 vs ~8.3); the final
-// kernel is faster still (run 8: DeepSeekV3 E=256 K=8 T=256 7.82, T=192
-// 7.12). At E=384 it does not serve from T=192 (the CTA-0 kernels then
+// H200 runs them). Measured on an H200
+// (DeepSeekV3/Renormalize/TopK, E 64..384, K 1/4/8, T 128..384, a less
+// tuned form of the spread kernel against split): 0.58-0.95 of split's
+// time wherever it serves (DeepSeekV3 E=256 K=8 T=192 7.88 us vs 10.29,
+// T=384 10.68 vs 11.33; Renormalize E=128 K=8 T=256 5.42 vs ~8.3); the
+// present kernel is faster still (DeepSeekV3 E=256 K=8 T=256 7.82 us,
+// T=192 7.12). At E=384 it does not serve from T=192 (the CTA-0 kernels then
 // lose to split, up to 2x). T=512 was measured too, but no K=8 call of it
 // is served (32 tokens a CTA leave no permuting warp).
 constexpr int kSpreadRuleMaxTokens = 384;

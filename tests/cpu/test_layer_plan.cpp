@@ -1,5 +1,6 @@
 // The GPU layer's plan: path and tactic choices at the points they were
-// measured on (docs/notes.md), forced backends, refusals with reasons.
+// measured on (the figures are in src/plan/layer_plan.cpp), forced
+// backends, refusals with reasons.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -37,7 +38,7 @@ TEST(LayerPlan, DecodeTakesNarrowTilesOrTheStreamBackend) {
   EXPECT_EQ(plan("dsv3-tp8", 64).gemm1.to_string(), "m16n64");
   EXPECT_EQ(plan("dsv3-tp8", 64).gemm2.to_string(), "m16n64");
   // Any I up to half a row per expert: the Stream backend (its one-token
-  // path; session 5 wins at T = 1-8).
+  // path; measured wins at T = 1-8).
   for (const auto& [preset, tokens] : {std::pair<std::string, int>{"qwen3-30b-a3b", 1},
                                        {"qwen3-235b-a22b", 8},   // 0.5 rows per expert
                                        {"gpt-oss-120b", 16},     // 0.5
@@ -56,8 +57,9 @@ TEST(LayerPlan, DecodeTakesNarrowTilesOrTheStreamBackend) {
     SCOPED_TRACE(preset + " T=" + std::to_string(tokens));
     expect_plan(plan(preset, tokens), ExpertsPath::Mma, 16, "m16n64");
   }
-  // 16 rows per expert -> 32-row tiles, 64 columns (measured wins, session 4):
-  // mixtral T=64 and dsv3-tp8 T=512; GEMM2 with five CTAs an SM (session 7).
+  // 16 rows per expert -> 32-row tiles, 64 columns (measured wins):
+  // mixtral T=64 and dsv3-tp8 T=512; GEMM2 with five CTAs an SM (measured
+  // faster).
   for (const auto& [preset, tokens] : {std::pair<std::string, int>{"mixtral-8x7b", 64},
                                        {"dsv3-tp8", 512}}) {
     SCOPED_TRACE(preset + " T=" + std::to_string(tokens));
@@ -113,7 +115,7 @@ TEST(LayerPlan, PrintsWhatRuns) {
 
 TEST(LayerPlan, CutlassAboveTheMeasuredCrossover) {
   EXPECT_EQ(plan("qwen3-30b-a3b", 512).path, ExpertsPath::Mma);       // 32 rows per expert
-  EXPECT_EQ(plan("qwen3-30b-a3b", 512).tile_m, 48);  // m48n128 won (session 7)
+  EXPECT_EQ(plan("qwen3-30b-a3b", 512).tile_m, 48);  // m48n128 won (measured)
   EXPECT_EQ(plan("qwen3-30b-a3b", 4096).path, ExpertsPath::Cutlass);  // 256 rows per expert
   EXPECT_EQ(plan("mixtral-8x7b", 64).path, ExpertsPath::Mma);         // 16 rows per expert
   EXPECT_EQ(plan("dsv3-tp8", 512).path, ExpertsPath::Mma);            // 16 rows: m32n64 won
@@ -174,7 +176,7 @@ TEST(RoutingVariantRule, EachVariantAtItsMeasuredWins) {
   auto variant = [](const std::string& preset, int tokens) {
     return routing_variant_for(find_preset(preset).config.routing, tokens);
   };
-  // The session 10 sweep (layer_plan.cpp): the cluster variant for every
+  // The routing sweep (layer_plan.cpp): the cluster variant for every
   // small call (it launches the fused block itself for the smallest):
   // DeepSeekV3 E=256 K=8 T=5 5.4 us vs fused 7.6; T=64 8.1 vs split 10.8.
   for (int t : {0, 1, 2, 5, 8, 64, 128})
@@ -182,7 +184,7 @@ TEST(RoutingVariantRule, EachVariantAtItsMeasuredWins) {
   for (int t : {1, 8, 12, 13, 64, 192})
     EXPECT_EQ(variant("qwen3-30b-a3b", t), RoutingVariant::Cluster) << t;
   for (int t : {1, 12, 256}) EXPECT_EQ(variant("mixtral-8x7b", t), RoutingVariant::Cluster) << t;
-  // The spread kernel (session 16) up to 384 (DeepSeekV3 E=256 K=8 T=192
+  // The spread kernel up to 384 (DeepSeekV3 E=256 K=8 T=192
   // 7.9 us vs split 10.3; Renormalize E=128 K=8 T=256 5.4 vs 8.3).
   for (int t : {129, 191, 192, 256, 384})
     EXPECT_EQ(variant("dsv3-tp8", t), RoutingVariant::Cluster) << t;
@@ -257,8 +259,8 @@ TEST(RoutingVariantRule, NamesParseAndBadValuesSayWhatIsAllowed) {
 }
 
 
-// The stream kernel's K splits (stream_k_splits, src/plan/tactics.h) at the
-// shapes session 6 run 6 timed, on the H200's 132 SMs.
+// The stream kernel's K splits (stream_k_splits, src/core/tactics.h) at the
+// shapes timed on an H200 (132 SMs).
 TEST(StreamKSplits, LongestSplitThatLeavesEachWarp256OfK) {
   EXPECT_EQ(stream_k_splits(256, 7168, false, 8, 0), 1);   // dsv3-tp8 GEMM2: K = I = 256
   EXPECT_EQ(stream_k_splits(768, 2048, false, 8, 0), 2);   // qwen3-30b-a3b GEMM2

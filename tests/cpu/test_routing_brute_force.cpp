@@ -218,7 +218,7 @@ TEST(RoutingScale, DeepSeekSizedBatchIsFast) {
   const auto start = std::chrono::steady_clock::now();
   const Routing r = route(c, x.data(), t, bias.data());
   const std::chrono::duration<double> seconds = std::chrono::steady_clock::now() - start;
-#ifdef NDEBUG  // optimized builds only: debug and sanitizer builds run 10-20x slower
+#ifdef NDEBUG  // optimized builds only: debug and sanitizer builds are 10-20x slower
   EXPECT_LT(seconds.count(), 1.0);  // typically ~0.1 s
 #endif
   for (int row = 0; row < t; ++row) {

@@ -187,8 +187,8 @@ void run_preset(const Options& opt, const std::string& name, const std::string& 
     // 0..s-1, every input set in one graph as for the layer's time. Each
     // stage so runs after its real predecessors on its own set's routing:
     // timed alone, a GEMM stage would repeat one set's experts, whose
-    // weights L2 partly keeps at small T (session 2: 6.5 us too little for
-    // qwen3-30b-a3b at T=1). A stage that launches nothing reads about 0.
+    // weights L2 partly keeps at small T (measured on an H200: 6.5 us too
+    // little for qwen3-30b-a3b at T=1). A stage that launches nothing reads about 0.
     double before = 0;
     for (std::size_t s = 0; s < kStages.size(); ++s) {
       cudaGraphExec_t g = capture(stream, [&] {

@@ -1,9 +1,9 @@
 // unimoe-bench --stream-patterns: times one read of a weight matrix with
-// each access pattern of kernels/stream_patterns.cuh, at the byte counts of
+// each access pattern of support/stream_patterns.cuh, at the byte counts of
 // the decode GEMMs (dsv3-tp8 T=1: GEMM1 ~59 MB of K = 7168 rows, GEMM2
 // ~29 MB of K = 256 rows) and at 1 GiB (steady state). Copies of the matrix
 // are rotated so that no read finds its bytes in L2. Prints the time per
-// read and TB/s; JSON for the notes.
+// read and TB/s, and writes them as JSON.
 #include "bench.h"
 
 #if defined(UNIMOE_WITH_CUDA)

@@ -50,10 +50,10 @@ __device__ __forceinline__ V warp_inclusive_sum(V value, int lane) {
 // dependents early, through pdl_launch_dependents(): the single-CTA (or
 // single-cluster) routing kernels, the permute's scan kernels (E_local / 32
 // CTAs, after their own wait), and the stream GEMMs once their loads are
-// done (session 5). Every other dependent launches as its predecessor
+// done. Every other dependent launches as its predecessor
 // exits, which saves the launch gap.
-// (Triggering at the top of every kernel was measured slower on the H200,
-// session 2 run 4: mixtral-8x7b T=1 184.5 -> 206.4 us, dsv3-tp8 T=8 182.6
+// (Triggering at the top of every kernel was measured slower on an H200:
+// mixtral-8x7b T=1 184.5 -> 206.4 us, dsv3-tp8 T=8 182.6
 // -> 208.0: the dependent's CTAs took the slots its predecessor freed
 // first, so they piled onto a few SMs.)
 // Launched without the attribute (a test, a graph node after a copy,

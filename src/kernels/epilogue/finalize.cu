@@ -16,7 +16,7 @@ namespace unimoe {
 namespace {
 
 constexpr int kFinalizeThreads = 128;
-constexpr int kMaxTopK = 32;  // DESIGN.md's limit on K
+constexpr int kMaxTopK = 32;  // the limit on K (src/core/validate.cpp)
 constexpr int kVector = 8;    // bf16 per 16-byte load
 constexpr int kBatch = 8;     // rows of a token loaded together
 static_assert(kMaxTopK <= kFinalizeThreads, "one thread reads each k's row and weight");

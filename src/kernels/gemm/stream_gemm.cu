@@ -18,7 +18,7 @@
 //
 // One-token tiles (every tile at T=1, most at T=8) take a second path in
 // the same CTA geometry. Measured with `unimoe-bench --stream-patterns`
-// (session 5): loads of 16 rows x 64 B per warp, as above, stream a 59 MB
+// on an H200: loads of 16 rows x 64 B per warp, as above, stream a 59 MB
 // GEMM1 at 3.34 TB/s; loads of one 512-byte row piece per warp reach 3.73,
 // and 3.11 against 2.83 TB/s at GEMM2's 29 MB. The mma fragment layout only
 // allows 64 B of a row per load (lanes that share t share K), so this path
@@ -76,11 +76,11 @@ struct StreamArgs {
 
 // Weights are read once: bypass L1. The multi-row path's loads cover 64
 // bytes of a row each and take the L2 hint to fetch the whole 128-byte line
-// (kLine128): `--stream-patterns` (session 5) read 16 rows x 64 B at 3.72
+// (kLine128): `--stream-patterns` (H200) read 16 rows x 64 B at 3.72
 // TB/s with the hint against 3.32 without (59 MB; 3.13 against 2.88 at 29
 // MB). The one-token path's 512-byte pieces take no hint: .L2::256B made
 // the layer slower (dsv3-tp8 T=1 33.7 against 32.7 us, qwen3-235b-a22b
-// T=8 463.8 against 444.5, one call).
+// T=8 463.8 against 444.5, measured on an H200).
 template <bool kLine128>
 __device__ __forceinline__ uint4 load_weights(const uint16_t* p) {
   uint4 v;

@@ -26,9 +26,9 @@ enum class FloorSteps {
   // Without clusters, as kLoadBarrier.
   kLoadHandoff,
   // As kLoadHandoff, but each of the other CTAs arrives once: a block
-  // barrier after the load, then one thread arrives (session 26; the same
-  // handoff in the cluster routing kernel, in place of its cluster
-  // barrier, measured 1-7% slower there and was not kept).
+  // barrier after the load, then one thread arrives (the same handoff in
+  // the cluster routing kernel, in place of its cluster barrier, measured
+  // 1-7% slower there on an H200).
   kLoadCtaHandoff,
 };
 
@@ -56,9 +56,8 @@ void launch_floor_probe(FloorSteps steps, int ctas, int cluster_ctas, int thread
 // icache_evict_sink_floats(num_sms) floats (written, never meant to be
 // read).
 // For phase-stamp studies (unimoe-bench --routing-sweep --evict-icache;
-// bench/results/h200-ifetch-probe-session25.txt measured what such code
-// costs: straight-line code from L2 at about 2.2 cycles an instruction,
-// 1.0 warm). Throws std::invalid_argument for num_sms < 1 or a null sink.
+// what such code costs, measured on an H200: straight-line code from L2 at
+// about 2.2 cycles an instruction, 1.0 warm). Throws std::invalid_argument for num_sms < 1 or a null sink.
 int icache_evict_sink_floats(int num_sms);
 void launch_icache_evict(int num_sms, float* sink, cudaStream_t stream);
 

@@ -1,5 +1,5 @@
-// The grid of the routing sweep (issue: routing kernel family): which
-// (policy, E, K, T) points `unimoe-routing-sweep` times. Pure host code,
+// The grid of the routing sweep: which (policy, E, K, T) points
+// `unimoe-bench --routing-sweep` times. Pure host code,
 // tested on the CPU (tests/cpu/test_routing_sweep.cpp).
 #pragma once
 

@@ -1,8 +1,8 @@
 // Weight-streaming access patterns, timed alone (unimoe-bench
 // --stream-patterns): the instrument for the decode GEMMs' bandwidth
 // question. At T=1 the stream and m16 kernels move their weights at 2.7-3.3
-// TB/s where a linear copy reaches ~4 and the peers' GEMMs 4.3-4.6 (docs/
-// notes.md, session 4). Each pattern reads a [rows, k] bf16 matrix once,
+// TB/s where a linear copy reaches ~4 and the peers' GEMMs 4.3-4.6
+// (measured on an H200). Each pattern reads a [rows, k] bf16 matrix once,
 // with the decode kernels' work split (a warp per 16 rows and a K chunk),
 // and folds what it read into `sink` so that nothing is skipped; only the
 // way bytes are requested differs:
