@@ -54,7 +54,9 @@ class TileScheduleBackend final : public ExpertsBackend {
     // GEMM2 follows at once; where the plan says so (the stream path at
     // moderate I), its first weight loads overlap this kernel's tail.
     p.trigger_dependents_early = plan.overlap_stream_gemms;
-    launch_gemm1(p, plan.gemm1, stream);
+    p.stream_max_splits = plan.stream_max_splits;
+    p.stream_one_token = plan.stream_one_token;
+    launch_gemm1(p, plan.gemm1, KernelStream(stream, plan.pdl));
   }
 
   void run_gemm2(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) override {
@@ -70,11 +72,13 @@ class TileScheduleBackend final : public ExpertsBackend {
     p.y = call.y;
     // The schedule came from routing, which GEMM1 waited for before any
     // dependent could launch.
-    p.schedule_ready_before_wait = true;
+    p.schedule_ready_before_wait = plan.read_before_wait;
     // The finalize (a few CTAs at decode) launches during this kernel's
     // tail and reads the routing outputs before its wait.
-    p.trigger_dependents_early = plan.gemm2.stream;
-    launch_gemm2(p, plan.gemm2, stream);
+    p.trigger_dependents_early = plan.gemm2.stream && plan.read_before_wait;
+    p.stream_max_splits = plan.stream_max_splits;
+    p.stream_one_token = plan.stream_one_token;
+    launch_gemm2(p, plan.gemm2, KernelStream(stream, plan.pdl));
   }
 
   // GEMM2's epilogue adds b2.
@@ -121,7 +125,7 @@ class CutlassBackend final : public ExpertsBackend {
     g.hidden = config_.experts.hidden;
     g.capacity = capacity;
     g.out = gathered_;
-    launch_gather_rows(g, stream);
+    launch_gather_rows(g, KernelStream(stream, plan.pdl));
     run_sm90_gemm(call, gathered_, weights_.w13, h_, config_.gemm1_cols(), config_.experts.hidden,
                   plan, stream);
     GatedActivationParams act;
@@ -135,7 +139,7 @@ class CutlassBackend final : public ExpertsBackend {
     act.swiglu_alpha = config_.experts.swiglu_alpha;
     act.swiglu_limit = config_.experts.swiglu_limit;
     act.out = call.act;
-    launch_gated_activation(act, stream);
+    launch_gated_activation(act, KernelStream(stream, plan.pdl));
   }
 
   void run_gemm2(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) override {
@@ -174,7 +178,7 @@ class CutlassBackend final : public ExpertsBackend {
     p.workspace = sm90_workspace_;
     p.sm_count = sm_count_;
     p.tactic = plan.sm90;
-    launch_sm90_grouped_gemm(p, stream);
+    launch_sm90_grouped_gemm(p, KernelStream(stream, plan.pdl));
   }
 
   MoEConfig config_;

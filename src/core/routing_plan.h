@@ -30,11 +30,13 @@ RoutingVariant parse_routing_variant(const std::string& s,
 // (probe_routing_device_caps, kernels/routing/routing_launch.cuh).
 struct RoutingDeviceCaps {
   int sm_count = 0;
-  // The config's CTA-0 cluster kernels run in clusters of 16 CTAs
-  // (non-portable); else the portable 8 is their largest.
-  bool cluster_runs_16 = false;
+  // The config's CTA-0 cluster kernels (and their twins) run in clusters
+  // of 16 CTAs (non-portable); else the portable 8 is their largest.
+  // Indexed by the selection they are built with: [0] the rounds, [1] the
+  // threshold kernels.
+  bool cluster_runs_16[2] = {false, false};
   // Likewise the spread kernels.
-  bool spread_runs_16 = false;
+  bool spread_runs_16[2] = {false, false};
 };
 
 // The kernel that routes (and, for the fused kinds, permutes).

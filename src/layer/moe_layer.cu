@@ -13,6 +13,7 @@
 #include "kernels/routing/fused_routing.cuh"
 #include "kernels/gemm/grouped_gemm.cuh"
 #include "kernels/routing/routing.cuh"
+#include "layer/layer_access.h"
 #include "layer/workspace_carver.h"
 
 namespace unimoe {
@@ -29,15 +30,6 @@ void require_aligned(const void* p, std::size_t bytes, const char* field) {
                            "-byte aligned; the kernels need it (cudaMalloc'd memory is)");
 }
 
-// UNIMOE_ROUTING_VARIANT: unset follows the plan's rule; "split", "fused" or
-// "cluster" forces that variant (fused and cluster only where their kernel
-// serves the size).
-std::optional<RoutingVariant> forced_routing_variant() {
-  const char* v = std::getenv("UNIMOE_ROUTING_VARIANT");
-  if (v == nullptr || *v == '\0') return std::nullopt;
-  return parse_routing_variant(v);
-}
-
 }  // namespace
 
 const char* stage_name(Stage s) {
@@ -51,14 +43,15 @@ const char* stage_name(Stage s) {
   return "?";
 }
 
-MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens)
-    : config_(config), max_tokens_(max_tokens), forced_routing_(forced_routing_variant()) {
+MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens, const DevOverrides& dev)
+    : config_(config), max_tokens_(max_tokens), dev_(dev) {
   validate(config_);
   check_backend_name(config_.options.backend);
   if (max_tokens < 1) throw Error("max_tokens", "is " + std::to_string(max_tokens) + "; must be >= 1");
   if (const std::string why = gpu_unsupported_reason(config_); !why.empty())
     throw std::runtime_error(why);
   sm_count_ = current_device_sm_count();
+  probe_routing_device_caps(config_.routing, routing_caps_);
   if (config_.options.backend != "auto") {
     const ExpertsPath forced = parse_experts_path(config_.options.backend);
     if (const std::string why = make_experts_backend(forced, config_, max_tokens_, sm_count_)
@@ -237,21 +230,13 @@ void MoELayerImpl::check_args(const ForwardArgs& a) const {
   require_aligned(a.topk_weights, 4, "args.topk_weights");
 }
 
-LayerPlan MoELayerImpl::plan_for(int num_tokens) const {
-  return plan_for_tokens(config_, std::max(num_tokens, 1), tuned_for(num_tokens));
-}
-
-RoutingVariant MoELayerImpl::routing_for(int num_tokens) const {
-  const RoutingVariant variant =
-      forced_routing_.value_or(routing_variant_for(config_.routing, num_tokens));
-  // Fused and Cluster serve up to the fused kernel's limits; Split the rest.
-  if (!fused_routing_fits(num_tokens, config_.routing.top_k, config_.local_experts()))
-    return RoutingVariant::Split;
-  return variant;
+LayerPlan MoELayerImpl::plan_for(int num_tokens, bool precomputed) const {
+  return plan_layer(config_, num_tokens, precomputed, routing_caps_, dev_, tuned_for(num_tokens));
 }
 
 std::string MoELayerImpl::describe(int num_tokens) const {
-  return plan_for(num_tokens).to_string() + " routing=" + routing_variant_name(routing_for(num_tokens));
+  const LayerPlan plan = plan_for(num_tokens);
+  return plan.to_string() + " " + plan.routing.to_string();
 }
 
 void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t stream) {
@@ -260,12 +245,11 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
   const int rows = t * k;
   const int32_t* ids = precomputed(a) ? a.topk_ids : topk_ids_;
   const float* weights = precomputed(a) ? a.topk_weights : topk_weights_;
-  const LayerPlan plan = plan_for(t);
+  const LayerPlan plan = plan_for(t, precomputed(a));
   const int tiles_cap = max_tiles(rows, e_local, plan.tile_m);
-  // The fused and cluster kernels do routing and permute in the Routing
-  // stage; the Permute stage then launches nothing.
-  const RoutingVariant variant = routing_for(t);
-  const bool fused = variant != RoutingVariant::Split;
+  // The fused kinds route and permute in the Routing stage; the Permute
+  // stage then launches nothing.
+  const KernelStream chain(stream, plan.pdl);
   auto routing_params = [&] {
     RoutingParams p;
     p.logits = precomputed(a) ? nullptr : a.logits;
@@ -309,26 +293,11 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
   };
   switch (stage) {
     case Stage::Routing: {
-      if (variant == RoutingVariant::Fused) {
-        launch_fused_routing_permute(routing_params(), permute_params(), stream);
-        return;
-      }
-      if (variant == RoutingVariant::Cluster) {
-        launch_cluster_routing_permute(routing_params(), permute_params(), stream);
-        return;
-      }
-      if (precomputed(a) || t == 0) return;
-      const PermuteCounts counts = permute_counts(permute_params());
-      launch_routing(routing_params(), stream, &counts);
+      launch_routing_stage(routing_params(), permute_params(), plan.routing, chain);
       return;
     }
     case Stage::Permute: {
-      if (fused) return;
-      // Where the routing kernel wrote the chunk counts (the octet kernel
-      // at large T: routing_writes_counts), the count kernel is left out.
-      const PermuteParams p = permute_params();
-      const bool counted = !precomputed(a) && routing_writes_counts(routing_params(), permute_counts(p));
-      launch_permute(p, stream, counted);
+      launch_permute_stage(permute_params(), plan.routing, chain);
       return;
     }
     case Stage::Gemm1: {
@@ -351,13 +320,13 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
       p.top_k = k;
       p.hidden = config_.experts.hidden;
       p.out = static_cast<uint16_t*>(a.out);
-      p.routing_ready_before_wait = true;  // routing ran before GEMM1
+      p.routing_ready_before_wait = plan.read_before_wait;  // routing ran before GEMM1
       if (const float* b2 = backend_for(plan.path).finalize_b2()) {
         p.b2 = b2;
         p.topk_ids = ids;
         p.local_offset = config_.experts.local_expert_offset;
       }
-      launch_finalize(p, stream);
+      launch_finalize(p, chain);
       return;
     }
   }
@@ -369,7 +338,18 @@ void MoELayerImpl::forward(const ForwardArgs& args, CUstream_st* stream) {
 }
 
 std::unique_ptr<MoELayer> MoELayer::create(const MoEConfig& config, int max_tokens) {
-  return std::make_unique<MoELayerImpl>(config, max_tokens);
+  return std::make_unique<MoELayerImpl>(config, max_tokens, DevOverrides::from_environment());
 }
 
 }  // namespace unimoe
+
+namespace unimoe::layer_access {
+
+std::unique_ptr<MoELayer> create(const MoEConfig& config, int max_tokens, const DevOverrides& dev) {
+  return std::make_unique<MoELayerImpl>(config, max_tokens, dev);
+}
+
+MoELayerImpl& impl(MoELayer& layer) { return static_cast<MoELayerImpl&>(layer); }
+const MoELayerImpl& impl(const MoELayer& layer) { return static_cast<const MoELayerImpl&>(layer); }
+
+}  // namespace unimoe::layer_access

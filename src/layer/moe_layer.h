@@ -18,6 +18,7 @@
 
 #include "kernels/permute/permute.cuh"
 #include "backends/experts_backend.h"
+#include "dev/overrides.h"
 #include "plan/layer_plan.h"
 #include "plan/tuning.h"
 #include "unimoe/unimoe.h"
@@ -36,7 +37,9 @@ DeviceArch current_device_arch();
 
 class MoELayerImpl final : public MoELayer {
  public:
-  MoELayerImpl(const MoEConfig& config, int max_tokens);
+  // `dev`: the development overrides every plan of the layer applies
+  // (MoELayer::create passes DevOverrides::from_environment()).
+  MoELayerImpl(const MoEConfig& config, int max_tokens, const DevOverrides& dev);
   ~MoELayerImpl() override;
   MoELayerImpl(const MoELayerImpl&) = delete;
   MoELayerImpl& operator=(const MoELayerImpl&) = delete;
@@ -65,10 +68,12 @@ class MoELayerImpl final : public MoELayer {
   // The weights set_weights kept (null pointers before it).
   const ExpertWeights& weights() const { return weights_; }
 
-  // What serves a call of `num_tokens`: the plan (rule or tuned winner) and
-  // the routing variant (describe() prints both).
-  LayerPlan plan_for(int num_tokens) const;
-  RoutingVariant routing_for(int num_tokens) const;
+  // What serves a call of `num_tokens` (`precomputed`: with ids and weights
+  // given): the experts plan (rule or tuned winner) with its routing plan.
+  // describe() prints it.
+  LayerPlan plan_for(int num_tokens, bool precomputed = false) const;
+  const DevOverrides& dev_overrides() const { return dev_; }
+  const RoutingDeviceCaps& routing_caps() const { return routing_caps_; }
 
   // One stage of forward alone (the inputs of earlier stages must be in the
   // workspace already).
@@ -92,8 +97,8 @@ class MoELayerImpl final : public MoELayer {
 
   MoEConfig config_;
   int max_tokens_;
-  // UNIMOE_ROUTING_VARIANT, read at creation: forces a routing variant.
-  std::optional<RoutingVariant> forced_routing_;
+  DevOverrides dev_;
+  RoutingDeviceCaps routing_caps_;  // probed at creation
   ExpertWeights weights_{};
   void* arena_ = nullptr;  // one allocation; the pointers below point into it
   std::size_t arena_bytes_ = 0;

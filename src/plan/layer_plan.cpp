@@ -321,6 +321,19 @@ bool spread_serves(const RoutingConfig& routing, int num_tokens, bool deepseek) 
 
 }  // namespace
 
+LayerPlan plan_layer(const MoEConfig& config, int num_tokens, bool precomputed,
+                     const RoutingDeviceCaps& caps, const DevOverrides& dev,
+                     const TuningChoice* tuned) {
+  LayerPlan plan = plan_for_tokens(config, std::max(num_tokens, 1), tuned);
+  plan.overlap_stream_gemms = plan.overlap_stream_gemms && dev.stream_overlap;
+  plan.pdl = dev.pdl;
+  plan.read_before_wait = dev.stream_overlap;
+  plan.stream_max_splits = dev.stream_max_splits;
+  plan.stream_one_token = dev.stream_one_token;
+  plan.routing = plan_routing(config, num_tokens, precomputed, caps, dev);
+  return plan;
+}
+
 RoutingVariant routing_variant_for(const RoutingConfig& routing, int num_tokens) {
   const long long t = num_tokens;
   const long long rows = t * routing.top_k, scores = t * routing.num_experts;

@@ -62,9 +62,21 @@ struct LayerPlan {
   // issues its first weight loads before waiting for GEMM1 (a launch
   // detail, not in to_string; layer_plan.cpp has the measurements).
   bool overlap_stream_gemms = false;
+  // Launch details that development overrides may change (plan_layer sets
+  // them; plan_for_tokens leaves the defaults): programmatic dependent
+  // launch on every kernel; the finalize reading the routing outputs (and
+  // a stream GEMM2 its schedule) before its PDL wait; the stream kernel's
+  // K-split cap (0: the rule) and its one-token path.
+  bool pdl = true;
+  bool read_before_wait = true;
+  int stream_max_splits = 0;
+  bool stream_one_token = true;
+  // How routing and permute launch (plan_layer fills it).
+  RoutingPlan routing;
 
   // What runs, one line: "path=cutlass sm90=coop_128x128x64",
-  // "path=mma tile_m=16 gemm1=m16n64 gemm2=m16n64".
+  // "path=mma tile_m=16 gemm1=m16n64 gemm2=m16n64" (the experts part; the
+  // routing part prints itself).
   std::string to_string() const;
 };
 
@@ -85,6 +97,13 @@ struct LayerPlan {
 // forbids or its GEMM tactics do not fit its path (check_choice_tactics).
 LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens,
                           const TuningChoice* tuned = nullptr);
+
+// The whole plan of a call: plan_for_tokens' experts part, with the
+// development overrides applied to its launch details, and plan_routing's
+// routing part (plan/routing_plan.h). What the layer runs and describes.
+LayerPlan plan_layer(const MoEConfig& config, int num_tokens, bool precomputed,
+                     const RoutingDeviceCaps& caps, const DevOverrides& dev,
+                     const TuningChoice* tuned = nullptr);
 
 // Throws Error (field "tuning_choice") unless the choice's GEMM tactics fit
 // its path: Stream takes the stream tactic for both GEMMs; Mma takes tiled

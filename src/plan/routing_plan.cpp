@@ -19,23 +19,6 @@ bool deepseek_policy(RoutingPolicy p) {
   return p == RoutingPolicy::DeepSeekV3 || p == RoutingPolicy::MiniMax2;
 }
 
-// How the split kernel weighs its tokens' chosen experts (routing.cu).
-rs::SplitWeight split_weight(RoutingPolicy policy) {
-  switch (policy) {
-    case RoutingPolicy::TopK: return rs::SplitWeight::kLogit;
-    case RoutingPolicy::Default:
-    case RoutingPolicy::RenormalizeNaive: return rs::SplitWeight::kRowSoftmax;
-    case RoutingPolicy::DeepSeekV3:
-    case RoutingPolicy::MiniMax2: return rs::SplitWeight::kDeepSeek;
-    case RoutingPolicy::Renormalize:
-    case RoutingPolicy::Sigmoid:
-    case RoutingPolicy::SigmoidRenorm:
-    case RoutingPolicy::TopKSigmoid:
-    case RoutingPolicy::Llama4: break;
-  }
-  return rs::SplitWeight::kChosen;
-}
-
 // The routing config as the kernels see it: DeepSeek's groups only for
 // DeepSeekV3 (MiniMax2 is its one-group form).
 struct Shape {
@@ -93,10 +76,12 @@ void plan_fused(RoutingPlan& plan, const Shape& s, int num_tokens, int num_local
   if (cluster) {
     cluster_ctas = dev.cluster_max_ctas > 0 ? dev.cluster_max_ctas
                                             : rs::cluster_max_ctas_by_default(s.deepseek, s.experts);
-    if (cluster_ctas > rs::kClusterMaxCtas && !caps.cluster_runs_16) cluster_ctas = rs::kClusterMaxCtas;
+    if (cluster_ctas > rs::kClusterMaxCtas && !caps.cluster_runs_16[plan.threshold_kernel])
+      cluster_ctas = rs::kClusterMaxCtas;
   }
   if (cluster && dev.cluster_spread) {
-    const int device_max = caps.spread_runs_16 ? rs::kSpreadMaxCtas : rs::kClusterMaxCtas;
+    const int device_max =
+        caps.spread_runs_16[plan.threshold_kernel] ? rs::kSpreadMaxCtas : rs::kClusterMaxCtas;
     const int max_ctas =
         dev.spread_max_ctas > 0 ? std::min(dev.spread_max_ctas, device_max) : device_max;
     const int min_tokens = dev.spread_min_tokens > 0 ? dev.spread_min_tokens
@@ -192,6 +177,22 @@ void plan_split(RoutingPlan& plan, const Shape& s, const RoutingConfig& c, int n
 }
 
 }  // namespace
+
+rs::SplitWeight split_weight(RoutingPolicy policy) {
+  switch (policy) {
+    case RoutingPolicy::TopK: return rs::SplitWeight::kLogit;
+    case RoutingPolicy::Default:
+    case RoutingPolicy::RenormalizeNaive: return rs::SplitWeight::kRowSoftmax;
+    case RoutingPolicy::DeepSeekV3:
+    case RoutingPolicy::MiniMax2: return rs::SplitWeight::kDeepSeek;
+    case RoutingPolicy::Renormalize:
+    case RoutingPolicy::Sigmoid:
+    case RoutingPolicy::SigmoidRenorm:
+    case RoutingPolicy::TopKSigmoid:
+    case RoutingPolicy::Llama4: break;
+  }
+  return rs::SplitWeight::kChosen;
+}
 
 RoutingPlan plan_routing(const MoEConfig& config, int num_tokens, bool precomputed,
                          const RoutingDeviceCaps& caps, const DevOverrides& dev) {

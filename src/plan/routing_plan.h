@@ -4,6 +4,7 @@
 // sweep launch through the same function with it.
 #pragma once
 
+#include "core/routing_launch_shape.h"
 #include "core/routing_plan.h"
 #include "dev/overrides.h"
 #include "unimoe/unimoe.h"
@@ -16,6 +17,10 @@ namespace unimoe {
 // cluster variant launches the fused block itself where one CTA routes
 // every token.
 RoutingVariant routing_variant_for(const RoutingConfig& routing, int num_tokens);
+
+// How the split chain's routing kernel weighs a policy's chosen experts
+// (the weighing in batches is measured per kind: routing_shape).
+routing_shape::SplitWeight split_weight(RoutingPolicy policy);
 
 // The plan for a call of `num_tokens` tokens of `config` (its routing and
 // expert range; options.routing_variant forces a variant where its kernel

@@ -22,6 +22,7 @@
 #include "common/routing_cases.h"
 #include "common/test_util.h"
 #include "gpu/gpu_test_util.h"
+#include "gpu/routing_plan_util.h"
 #include "kernels/routing/fused_routing.cuh"
 #include "kernels/permute/permute.cuh"
 #include "kernels/routing/routing.cuh"
@@ -216,16 +217,18 @@ class RoutingRig {
     return p;
   }
 
-  void run_fused(cudaStream_t stream) const {
-    launch_fused_routing_permute(routing(), permute(), stream);
+  // The plan a layer would make for this problem with `variant` forced
+  // (routing_plan_util.h: the test's development overrides apply).
+  RoutingPlan plan(const char* variant) const {
+    return routing_plan(pr_.config, pr_.local_offset, pr_.num_local, pr_.num_tokens, precomputed_,
+                        variant);
   }
-  void run_cluster(cudaStream_t stream) const {
-    launch_cluster_routing_permute(routing(), permute(), stream);
+  void run(const char* variant, cudaStream_t stream) const {
+    launch_routing_permute(routing(), permute(), plan(variant), stream);
   }
-  void run_split(cudaStream_t stream) const {
-    if (!precomputed_) launch_routing(routing(), stream);
-    launch_permute(permute(), stream);
-  }
+  void run_fused(cudaStream_t stream) const { run("fused", stream); }
+  void run_cluster(cudaStream_t stream) const { run("cluster", stream); }
+  void run_split(cudaStream_t stream) const { run("split", stream); }
 
   RoutingOutputs download() const {
     UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());

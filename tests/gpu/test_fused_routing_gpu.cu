@@ -342,31 +342,28 @@ TEST(FusedRoutingGpu, TokenMasksAtDecodeSizes) {
   }
 }
 
-// Sets a process-wide setting (its getter and setter) for a scope, then
-// restores it.
-template <typename T>
-class ScopedSetting {
- public:
-  ScopedSetting(T (*get)(), void (*set)(T), T value) : set_(set), old_(get()) { set_(value); }
-  ~ScopedSetting() { set_(old_); }
-  ScopedSetting(const ScopedSetting&) = delete;
-  ScopedSetting& operator=(const ScopedSetting&) = delete;
+using test::ScopedDev;
 
- private:
-  void (*set_)(T);
-  T old_;
+// The cluster variant's use of the spread kernel for a scope: on, its
+// largest cluster (0: the device's largest) and the tokens it serves from
+// (0: the measured rule).
+struct SpreadSetting {
+  bool on;
+  int max_ctas;
+  int from_tokens;
 };
-
-// The cluster variant's use of the spread kernel for a scope.
-struct ScopedSpread : ScopedSetting<ClusterSpread> {
-  explicit ScopedSpread(ClusterSpread setting)
-      : ScopedSetting(cluster_spread, set_cluster_spread, setting) {}
+struct ScopedSpread {
+  explicit ScopedSpread(SpreadSetting s)
+      : on(&DevOverrides::cluster_spread, s.on),
+        max_ctas(&DevOverrides::spread_max_ctas, s.max_ctas),
+        from_tokens(&DevOverrides::spread_from_tokens, s.from_tokens) {}
+  ScopedDev<bool> on;
+  ScopedDev<int> max_ctas, from_tokens;
 };
 
 // The cluster kernel's largest cluster for a scope.
-struct ScopedClusterMaxCtas : ScopedSetting<int> {
-  explicit ScopedClusterMaxCtas(int max_ctas)
-      : ScopedSetting(cluster_max_ctas, set_cluster_max_ctas, max_ctas) {}
+struct ScopedClusterMaxCtas : ScopedDev<int> {
+  explicit ScopedClusterMaxCtas(int max_ctas) : ScopedDev(&DevOverrides::cluster_max_ctas, max_ctas) {}
 };
 
 // Whether the cluster variant launches the spread kernel for pr, at most
@@ -432,9 +429,8 @@ TEST(FusedRoutingGpu, SpreadKernelOverClusterSizes) {
 }
 
 // The wide choice for a scope.
-struct ScopedWideChoice : ScopedSetting<WideChoice> {
-  explicit ScopedWideChoice(WideChoice setting)
-      : ScopedSetting(wide_choice, set_wide_choice, setting) {}
+struct ScopedWideChoice : ScopedDev<WideChoice> {
+  explicit ScopedWideChoice(WideChoice setting) : ScopedDev(&DevOverrides::wide_choice, setting) {}
 };
 
 // Whether the DeepSeek kernels take the wide choice (routing_wide.cuh) for
@@ -519,8 +515,8 @@ TEST(FusedRoutingGpu, WideChoiceOverItsSeats) {
 }
 
 // The direct keys for a scope.
-struct ScopedDirectKeys : ScopedSetting<bool> {
-  explicit ScopedDirectKeys(bool on) : ScopedSetting(direct_keys, set_direct_keys, on) {}
+struct ScopedDirectKeys : ScopedDev<bool> {
+  explicit ScopedDirectKeys(bool on) : ScopedDev(&DevOverrides::direct_keys, on) {}
 };
 
 // Whether the cluster variant without the spread kernel takes the
@@ -599,8 +595,8 @@ TEST(FusedRoutingGpu, DirectKeysWhereKeysWouldBatch) {
 }
 
 // The fixed choice for a scope.
-struct ScopedFixedChoice : ScopedSetting<bool> {
-  explicit ScopedFixedChoice(bool on) : ScopedSetting(fixed_choice, set_fixed_choice, on) {}
+struct ScopedFixedChoice : ScopedDev<bool> {
+  explicit ScopedFixedChoice(bool on) : ScopedDev(&DevOverrides::fixed_choice, on) {}
 };
 
 // The fixed choice (routing_fixed.cuh: DeepSeek-V3/R1's E=256, 8 groups, 4
@@ -619,7 +615,7 @@ TEST(FusedRoutingGpu, FixedChoiceWhereItRuns) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  ASSERT_TRUE(fixed_choice());  // on by default
+  ASSERT_TRUE(test::routing_dev().fixed_choice);  // on by default
   int cases = 0;
   for (const LogitsType type : kTypes)
     for (const int t : {1, 2, 3, 5, 16, 33, 60, 61, 64, 100, 121, 200})
@@ -658,13 +654,12 @@ TEST(FusedRoutingGpu, FixedChoiceWhereItRuns) {
         ++cases;
       }
   EXPECT_EQ(cases, 2 * 12 * 5);
-  EXPECT_TRUE(fixed_choice());  // restored
+  EXPECT_TRUE(test::routing_dev().fixed_choice);  // restored
 }
 
 // The ranked threshold for a scope.
-struct ScopedRankedThreshold : ScopedSetting<bool> {
-  explicit ScopedRankedThreshold(bool on)
-      : ScopedSetting(ranked_threshold, set_ranked_threshold, on) {}
+struct ScopedRankedThreshold : ScopedDev<bool> {
+  explicit ScopedRankedThreshold(bool on) : ScopedDev(&DevOverrides::ranked_threshold, on) {}
 };
 
 // The ranked threshold's kernels (4 strided slots a lane, E = 65..128, K =
@@ -681,7 +676,7 @@ TEST(FusedRoutingGpu, RankedThresholdWhereItRuns) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  ASSERT_TRUE(ranked_threshold());  // on by default
+  ASSERT_TRUE(test::routing_dev().ranked_threshold);  // on by default
   constexpr RoutingPolicy kPolicies[] = {
       RoutingPolicy::Renormalize, RoutingPolicy::TopK,          RoutingPolicy::Default,
       RoutingPolicy::Sigmoid,     RoutingPolicy::RenormalizeNaive, RoutingPolicy::SigmoidRenorm,
@@ -733,7 +728,7 @@ TEST(FusedRoutingGpu, RankedThresholdWhereItRuns) {
   // kernels where the sorted pair runs (33..64 rows).
   EXPECT_GT(served, cases / 2);
   EXPECT_LT(served, cases);
-  EXPECT_TRUE(ranked_threshold());  // restored
+  EXPECT_TRUE(test::routing_dev().ranked_threshold);  // restored
 }
 
 // The cluster variant's two ways (without the spread kernel) on both sides
@@ -801,20 +796,10 @@ TEST(FusedRoutingGpu, RowHandoffAtOddAndEvenK) {
   EXPECT_GT(cases, 100);  // the loops did run
 }
 
-// The cluster kernel's largest cluster is 0 (the measured rule) or 2..16.
-TEST(FusedRoutingGpu, ClusterMaxCtasRefusesOtherSizes) {
-  EXPECT_THROW(set_cluster_max_ctas(1), std::invalid_argument);
-  EXPECT_THROW(set_cluster_max_ctas(17), std::invalid_argument);
-  EXPECT_THROW(set_cluster_max_ctas(-1), std::invalid_argument);
-  const int before = cluster_max_ctas();
-  set_cluster_max_ctas(16);
-  EXPECT_EQ(cluster_max_ctas(), 16);
-  set_cluster_max_ctas(before);
-}
 
 // The one-warp sort of two keys a lane for a scope.
-struct ScopedSortedPair : ScopedSetting<bool> {
-  explicit ScopedSortedPair(bool on) : ScopedSetting(sorted_pair, set_sorted_pair, on) {}
+struct ScopedSortedPair : ScopedDev<bool> {
+  explicit ScopedSortedPair(bool on) : ScopedDev(&DevOverrides::sorted_pair, on) {}
 };
 
 // From 33 to 64 rows the permutation takes one warp's sort of two keys a
@@ -863,7 +848,7 @@ TEST(FusedRoutingGpu, SortedPairAtItsBounds) {
     }
   }
   EXPECT_EQ(cases, 2 * (6 * 2 * 4 + 2 * 2));
-  EXPECT_TRUE(sorted_pair());  // restored
+  EXPECT_TRUE(test::routing_dev().sorted_pair);  // restored
 }
 
 TEST(FusedRoutingGpu, OneHotExpert) {
@@ -951,15 +936,15 @@ TEST(FusedRoutingGpu, LargestInputs) {
 
 TEST(FusedRoutingGpu, RefusesInputsBeyondOneBlock) {
   UNIMOE_REQUIRE_GPU();
-  EXPECT_TRUE(fused_routing_fits(4096, 1, 1024));
-  EXPECT_TRUE(fused_routing_fits(128, 32, 1));
-  EXPECT_TRUE(fused_routing_fits(0, 8, 256));
-  EXPECT_FALSE(fused_routing_fits(4097, 1, 8));
-  EXPECT_FALSE(fused_routing_fits(513, 8, 8));
-  EXPECT_FALSE(fused_routing_fits(1, 1, 1025));
-  EXPECT_FALSE(fused_routing_fits(1, 1, 0));
-  EXPECT_FALSE(fused_routing_fits(-1, 1, 8));
-  EXPECT_FALSE(fused_routing_fits(1 << 20, 1 << 12, 8));  // T * K overflows int
+  EXPECT_TRUE(routing_limits::fused_routing_fits(4096, 1, 1024));
+  EXPECT_TRUE(routing_limits::fused_routing_fits(128, 32, 1));
+  EXPECT_TRUE(routing_limits::fused_routing_fits(0, 8, 256));
+  EXPECT_FALSE(routing_limits::fused_routing_fits(4097, 1, 8));
+  EXPECT_FALSE(routing_limits::fused_routing_fits(513, 8, 8));
+  EXPECT_FALSE(routing_limits::fused_routing_fits(1, 1, 1025));
+  EXPECT_FALSE(routing_limits::fused_routing_fits(1, 1, 0));
+  EXPECT_FALSE(routing_limits::fused_routing_fits(-1, 1, 8));
+  EXPECT_FALSE(routing_limits::fused_routing_fits(1 << 20, 1 << 12, 8));  // T * K overflows int
 
   std::mt19937_64 rng(2);
   Problem pr{make_routing(RoutingPolicy::Renormalize, 64, 8, LogitsType::F32, false), 8};
@@ -969,7 +954,8 @@ TEST(FusedRoutingGpu, RefusesInputsBeyondOneBlock) {
     RoutingParams r = rig.routing();
     PermuteParams p = rig.permute();
     change(r, p);
-    EXPECT_THROW(launch_fused_routing_permute(r, p, nullptr), std::invalid_argument);
+    EXPECT_THROW(launch_fused_routing_permute(r, p, rig.plan("fused"), nullptr),
+                 std::invalid_argument);
   };
   refused([](RoutingParams& r, PermuteParams& p) { r.num_tokens = p.num_tokens = 513; });
   refused([](RoutingParams&, PermuteParams& p) { p.num_local = 1025; });
@@ -1077,31 +1063,6 @@ TEST(FusedRoutingGpu, ClusterOfTwoGraphReplayWithNewLogits) {
     }
 }
 
-// Sets UNIMOE_ROUTING_VARIANT for a scope (unset for nullptr), then restores it.
-class ScopedVariant {
- public:
-  explicit ScopedVariant(const char* value) {
-    const char* old = std::getenv(kName);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value)
-      setenv(kName, value, 1);
-    else
-      unsetenv(kName);
-  }
-  ~ScopedVariant() {
-    if (had_)
-      setenv(kName, old_.c_str(), 1);
-    else
-      unsetenv(kName);
-  }
-
- private:
-  static constexpr const char* kName = "UNIMOE_ROUTING_VARIANT";
-  bool had_ = false;
-  std::string old_;
-};
-
 std::vector<int32_t> download_counts(test::LayerRig& rig, int num_local) {
   std::vector<int32_t> counts(num_local);
   UNIMOE_CUDA_CHECK(
@@ -1118,18 +1079,12 @@ TEST(FusedRoutingGpu, LayerVariantMatchesSplit) {
   c.experts.num_local_experts = 32;
   const int max_tokens = 600;  // T = 600 is 4800 rows: the fused layer falls back to split
   std::unique_ptr<test::LayerRig> fused, cluster, split;
-  {
-    ScopedVariant v("fused");
-    fused = std::make_unique<test::LayerRig>(c, max_tokens, seed);
-  }
-  {
-    ScopedVariant v("cluster");
-    cluster = std::make_unique<test::LayerRig>(c, max_tokens, seed);
-  }
-  {
-    ScopedVariant v(nullptr);
-    split = std::make_unique<test::LayerRig>(c, max_tokens, seed);
-  }
+  c.options.routing_variant = "fused";
+  fused = std::make_unique<test::LayerRig>(c, max_tokens, seed);
+  c.options.routing_variant = "cluster";
+  cluster = std::make_unique<test::LayerRig>(c, max_tokens, seed);
+  c.options.routing_variant = "split";
+  split = std::make_unique<test::LayerRig>(c, max_tokens, seed);
   for (int t : {1, 7, 100, 512, 600}) {
     SCOPED_TRACE("T=" + std::to_string(t));
     const std::vector<float> logits = ref::make_logits(c, t, seed + t, "uniform");
@@ -1158,7 +1113,7 @@ TEST(FusedRoutingGpu, LayerVariantMatchesSplit) {
   fused->layer().forward(args, nullptr);
   EXPECT_LT(fused->error(t, logits, &routing), test::kLayerTolerance);
 
-  ScopedVariant bad("fast");
+  c.options.routing_variant = "fast";
   EXPECT_THROW(test::LayerRig(c, 8, seed), Error);
 }
 

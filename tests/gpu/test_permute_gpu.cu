@@ -5,6 +5,7 @@
 // captured once in a CUDA graph and replayed on new logits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <numeric>
@@ -16,13 +17,30 @@
 
 #include "common/test_util.h"
 #include "gpu/gpu_test_util.h"
+#include "gpu/routing_plan_util.h"
 #include "gpu/routing_test_util.h"
+#include "core/routing_limits.h"
 #include "kernels/permute/permute.cuh"
 #include "kernels/routing/routing.cuh"
 #include "ref/ref.h"
 
 namespace unimoe {
 namespace {
+
+// The permute chain's plan for given ids (no routing kernel) of `rows`
+// expanded rows, as plan_routing makes it: `counted` where a routing
+// kernel wrote the chunk counts (the scatter then ranks by token masks).
+RoutingPlan chain_plan(int rows, int num_local, bool counted = false) {
+  RoutingPlan plan;
+  plan.variant = RoutingVariant::Split;
+  plan.kernel = RoutingKernel::None;
+  plan.permute_chunks = std::max(permute_chunks::num_chunks(rows), 1);
+  plan.routing_counts_rows = counted;
+  plan.scatter_masks = counted;
+  plan.scan_triggers_scatter =
+      counted || plan.permute_chunks + (num_local + 31) / 32 <= current_device_sm_count();
+  return plan;
+}
 
 using test::DeviceBuffer;
 
@@ -146,7 +164,8 @@ void check_permute(const std::vector<int32_t>& ids, int num_tokens, int top_k, i
   if (!ids.empty()) d_ids = DeviceBuffer<int32_t>(ids);
   PermuteBuffers buffers(num_tokens, top_k, num_local, tile_m);
   buffers.poison();
-  launch_permute(buffers.params(d_ids.get(), local_offset), nullptr);
+  launch_permute(buffers.params(d_ids.get(), local_offset), chain_plan(num_tokens * top_k, num_local),
+                 nullptr);
   UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
   buffers.expect_matches_reference(ids, local_offset);
 }
@@ -278,9 +297,12 @@ TEST(PermuteGpu, CountedOnlyWhereTheOctetKernelCounts) {
   EXPECT_NE(permute_counts(params(4096, 8, host)).table, nullptr);
   EXPECT_EQ(permute_counts(params(4096, 8, reinterpret_cast<char*>(host) + 4)).table, nullptr);
   EXPECT_EQ(permute_counts(params(4096, 8, host)).chunk_rows, 512);
-  EXPECT_THROW(launch_permute(params(100, 8, host), nullptr, true), std::invalid_argument);
-  EXPECT_THROW(launch_permute(params(4096, 6, host), nullptr, true), std::invalid_argument);
-  EXPECT_THROW(launch_permute(params(4096, 8, reinterpret_cast<char*>(host) + 4), nullptr, true),
+  EXPECT_THROW(launch_permute(params(100, 8, host), chain_plan(800, 256, true), nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(launch_permute(params(4096, 6, host), chain_plan(4096 * 6, 256, true), nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(launch_permute(params(4096, 8, reinterpret_cast<char*>(host) + 4),
+                              chain_plan(4096 * 8, 256, true), nullptr),
                std::invalid_argument);
 }
 
@@ -295,7 +317,7 @@ TEST(PermuteGpu, NoTokensStillWritesCountsOffsetsAndTileCounts) {
 // Three times: T = 333 (the warp routing kernel at K=8 below the octet
 // kernel's bound, routing_shape::octets_from_tokens) and two T the octet
 // kernel routes, which also writes the permute's chunk counts
-// (routing_writes_counts): the split chain as the layer and the sweep
+// (the plan's routing_counts_rows): the split chain as the layer and the sweep
 // launch it.
 TEST(PermuteGpu, GraphReplayOfRoutingAndPermute) {
   UNIMOE_REQUIRE_GPU();
@@ -329,10 +351,11 @@ TEST(PermuteGpu, GraphReplayOfRoutingAndPermute) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   const PermuteParams pp = permuted.params(ids.get(), local_offset);
-  EXPECT_EQ(routing_writes_counts(rp, permute_counts(pp)), t != 333)
+  const RoutingPlan plan = test::routing_plan(c, local_offset, num_local, t, false, "split");
+  EXPECT_EQ(plan.routing_counts_rows, t != 333)
       << "UNIMOE_SPLIT_OCTET_COUNT=0 or UNIMOE_SPLIT_OCTETS_MIN_TOKENS set?";
   UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  launch_split_routing_permute(rp, pp, stream);
+  launch_routing_permute(rp, pp, plan, stream);
   UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
 
@@ -436,13 +459,14 @@ TEST(PermuteGpu, OctetRoutingWritesTheChunkCounts) {
     const PermuteParams pp = permuted.params(ids.get(), tc.local_offset);
     const PermuteCounts counts = permute_counts(pp);
     ASSERT_EQ(routing_shape::octet_count_blocks(tc.k, counts.chunk_rows), tc.blocks);
-    ASSERT_EQ(routing_writes_counts(rp, counts), tc.blocks > 0)
+    const RoutingPlan plan = test::routing_plan(c, tc.local_offset, tc.num_local, t, false, "split");
+    ASSERT_EQ(plan.routing_counts_rows, tc.blocks > 0)
         << "UNIMOE_SPLIT_OCTET_COUNT=0 or UNIMOE_SPLIT_OCTETS_MIN_TOKENS set?";
 
     ids.poison();
     weights.poison();
     permuted.poison();
-    launch_split_routing_permute(rp, pp, nullptr);
+    launch_routing_permute(rp, pp, plan, nullptr);
     UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
 
     const ref::Routing want = ref::route(c, l.values.data(), t, bias.data());

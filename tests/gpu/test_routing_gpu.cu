@@ -21,13 +21,24 @@
 #include "core/routing_launch_shape.h"
 #include "core/sigmoid_fp32.h"
 #include "gpu/gpu_test_util.h"
+#include "gpu/routing_plan_util.h"
 #include "gpu/routing_test_util.h"
+#include "plan/routing_plan.h"
 #include "kernels/routing/routing.cuh"
 #include "kernels/routing/routing_device.cuh"
 #include "ref/ref.h"
 
 namespace unimoe {
 namespace {
+
+// The split chain's routing kernel as the plan takes it for (c, T), with
+// no permute after it (so the octet kernel writes no chunk counts).
+RoutingPlan split_plan(const RoutingConfig& c, int num_tokens) {
+  RoutingPlan plan = test::routing_plan(c, 0, 0, num_tokens, false, "split");
+  plan.routing_counts_rows = false;
+  plan.scatter_masks = false;
+  return plan;
+}
 
 using test::DeviceBuffer;
 
@@ -96,7 +107,7 @@ DeviceRouting route_on_device(const RoutingConfig& c, const Logits& l, int num_t
   p.config = c;
   p.topk_ids = ids.get();
   p.topk_weights = weights.get();
-  launch_routing(p, nullptr);
+  launch_routing(p, split_plan(c, num_tokens), nullptr);
   UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
   return {ids.download(), weights.download()};
 }
@@ -277,7 +288,7 @@ TEST(RoutingGpu, DeepSeekOctets) {
           RoutingParams rp;
           rp.config = c;
           rp.num_tokens = t;
-          ASSERT_TRUE(split_takes_octets(routing_detail::make_routing_kernel_params(rp)))
+          ASSERT_EQ(split_plan(c, t).kernel, RoutingKernel::SplitOctets)
               << "UNIMOE_SPLIT_OCTETS_MIN_TOKENS set?";
           SCOPED_TRACE(describe(c, t));
           std::vector<float> values = uniform(static_cast<std::size_t>(t) * e, rng, -4, 4);
@@ -451,7 +462,13 @@ TEST(RoutingGpu, AdversarialLogitsWhereBlocksWeighTogether) {
   for (RoutingPolicy policy : kPolicies) {
     if (policy == RoutingPolicy::TopK) continue;  // never batched
     const int t = routing_shape::split_batch_min_tokens(split_weight(policy)) + 3;
-    ASSERT_TRUE(split_weighs_in_batches(t, policy)) << "UNIMOE_SPLIT_BATCH_MIN_TOKENS set?";
+    {
+      RoutingConfig probe;
+      probe.policy = policy;
+      probe.num_experts = 64;
+      probe.top_k = 1;
+      ASSERT_TRUE(split_plan(probe, t).split_batched) << "UNIMOE_SPLIT_BATCH_MIN_TOKENS set?";
+    }
     for (int k : {1, 3, 8, 22}) {
       RoutingConfig c;
       c.policy = policy;
@@ -621,7 +638,7 @@ TEST(RoutingGpu, NoTokensLaunchesNothing) {
   p.num_tokens = 0;
   p.topk_ids = ids.get();
   p.topk_weights = weights.get();
-  launch_routing(p, nullptr);  // no logits needed for T = 0
+  launch_routing(p, split_plan(c, 0), nullptr);  // no logits needed for T = 0
   UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
   for (int32_t v : ids.download()) EXPECT_EQ(v, -1);  // still the poison
 }
@@ -644,11 +661,11 @@ TEST(RoutingGpu, RejectsConfigsBeyondTheKernel) {
     p.topk_weights = weights.get();
     return p;
   };
-  EXPECT_THROW(launch_routing(params(1025, 4, 1), nullptr), std::invalid_argument);
-  EXPECT_THROW(launch_routing(params(256, 33, 1), nullptr), std::invalid_argument);
-  EXPECT_THROW(launch_routing(params(8, 9, 1), nullptr), std::invalid_argument);
-  EXPECT_THROW(launch_routing(params(64, 2, 32), nullptr), std::invalid_argument);
-  EXPECT_NO_THROW(launch_routing(params(1024, 32, 1), nullptr));
+  EXPECT_THROW(launch_routing(params(1025, 4, 1), split_plan(params(1025, 4, 1).config, 1), nullptr), std::invalid_argument);
+  EXPECT_THROW(launch_routing(params(256, 33, 1), split_plan(params(256, 33, 1).config, 1), nullptr), std::invalid_argument);
+  EXPECT_THROW(launch_routing(params(8, 9, 1), split_plan(params(8, 9, 1).config, 1), nullptr), std::invalid_argument);
+  EXPECT_THROW(launch_routing(params(64, 2, 32), split_plan(params(64, 2, 32).config, 1), nullptr), std::invalid_argument);
+  EXPECT_NO_THROW(launch_routing(params(1024, 32, 1), split_plan(params(1024, 32, 1).config, 1), nullptr));
   UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
 }
 

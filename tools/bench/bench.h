@@ -8,6 +8,7 @@
 
 #include "support/floor.h"
 #include "support/routing_sweep.h"
+#include "dev/overrides.h"
 #include "unimoe/unimoe.h"
 
 namespace unimoe::bench {
@@ -27,6 +28,8 @@ struct Options {
   std::string json_path = "out/bench.json";
   bool autotune = false;     // tune each (preset, T) bucket not in the cache
   std::string tuning_cache;  // JSON cache of winners ("" = none)
+  std::string routing_variant = "auto";  // BackendOptions::routing_variant
+  DevOverrides dev;          // the environment's, then --dev name=value on top
 };
 
 struct Point {
@@ -82,6 +85,7 @@ struct SweepOptions {
   // L2 as inside a model; for phase stamps. The times then include the
   // evicting kernels and are no routing times.
   bool evict_icache = false;
+  DevOverrides dev;  // the environment's, then --dev name=value on top
 };
 // Times every point, writes JSON; returns the exit status (2: no GPU,
 // 1: the variants disagreed somewhere, 0: done).

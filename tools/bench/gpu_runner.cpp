@@ -19,6 +19,7 @@
 #include "ref/synthetic.h"
 #include "kernels/common/common.cuh"
 #include "kernels/common/fill.cuh"
+#include "layer/layer_access.h"
 #include "layer/moe_layer.h"
 #include "plan/autotune.h"
 #include "support/presets.h"
@@ -92,7 +93,10 @@ void run_preset(const Options& opt, const std::string& name, const std::string& 
   c.experts.quant = opt.quant;
   c.options.backend = backend;
   const int max_t = *std::max_element(opt.tokens.begin(), opt.tokens.end());
-  MoELayerImpl layer(c, max_t);
+  c.options.routing_variant = opt.routing_variant;
+  const std::unique_ptr<MoELayer> made = layer_access::create(c, max_t, opt.dev);
+  MoELayer& layer = *made;
+  MoELayerImpl& internals = layer_access::impl(layer);
   const Seeds seeds = seeds_for(0x5eed);
   const std::size_t e = c.local_experts(), h = c.experts.hidden, i = c.experts.intermediate;
   const std::size_t n1 = c.gemm1_cols();
@@ -140,7 +144,7 @@ void run_preset(const Options& opt, const std::string& name, const std::string& 
     p.config = c.to_string();
     p.tokens = t;
     std::vector<int32_t> counts(e);
-    UNIMOE_CUDA_CHECK(cudaMemcpy(counts.data(), layer.expert_counts(), e * 4, cudaMemcpyDeviceToHost));
+    UNIMOE_CUDA_CHECK(cudaMemcpy(counts.data(), internals.expert_counts(), e * 4, cudaMemcpyDeviceToHost));
     p.active_experts = static_cast<double>(std::count_if(counts.begin(), counts.end(), [](int n) { return n > 0; }));
 
     // The reference output of input set 0's first `check` tokens, computed
@@ -178,7 +182,7 @@ void run_preset(const Options& opt, const std::string& name, const std::string& 
         }
       };
       layer.autotune(ao);
-      p.choice = layer.tuned_choice(token_bucket(t))->to_string();
+      p.choice = internals.tuned_choice(token_bucket(t))->to_string();
     }
     if (check > 0) p.rel_err = error_of_set0();
     p.plan = layer.describe(t);
@@ -193,7 +197,7 @@ void run_preset(const Options& opt, const std::string& name, const std::string& 
     for (std::size_t s = 0; s < kStages.size(); ++s) {
       cudaGraphExec_t g = capture(stream, [&] {
         for (const InputSet& in : sets)
-          for (std::size_t q = 0; q <= s; ++q) layer.run_stage(kStages[q], in.args, stream);
+          for (std::size_t q = 0; q <= s; ++q) internals.run_stage(kStages[q], in.args, stream);
       });
       const double chain = median_replay_us(g, stream, std::max(5, opt.iters / 2), rotate);
       cudaGraphExecDestroy(g);

@@ -192,8 +192,18 @@ int main(int argc, char** argv) {
                "instead of the layer: time an empty kernel in the decode routing kernels' launch "
                "shapes (one CTA, clusters of 2..16, chains of 2 and 4), as --routing-sweep times "
                "a call; --iters replays");
+  std::vector<std::string> dev_list;
+  app.add_option("--dev", dev_list,
+                 "a development override, name=value (repeatable; the UNIMOE_* variables without "
+                 "the prefix, e.g. sorted_pair=0; docs/benchmarking.md lists them)");
+  app.add_option("--routing-variant", opt.routing_variant,
+                 "auto, split, fused or cluster (BackendOptions::routing_variant)")
+      ->check(CLI::IsMember({"auto", "split", "fused", "cluster"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
+    opt.dev = DevOverrides::from_environment();
+    for (const std::string& d : dev_list) opt.dev.set(d);
     if (evict_icache && !routing_sweep)
       throw Error("evict-icache", "--evict-icache applies to --routing-sweep only");
     if (launch_floor) {
@@ -221,6 +231,9 @@ int main(int argc, char** argv) {
       if (app.count("--tokens") > 0) so.grid.tokens = parse_counts(token_list, "tokens");
       so.iters = opt.iters;
       so.evict_icache = evict_icache;
+      so.dev = opt.dev;
+      if (opt.routing_variant != "auto")
+        throw Error("routing-variant", "--routing-sweep times every variant; leave it at auto");
       if (app.count("--json") > 0) so.json_path = opt.json_path;
       return run_routing_sweep(so);
     }

@@ -1,10 +1,13 @@
 // unimoe-bench --routing-sweep: times the routing + sort/permute variants
 // (split: the routing kernel, then permute's count, scan and scatter
-// kernels, the count folded into the octet routing kernel where
-// routing_writes_counts says; fused: one block does both; cluster: a thread-block cluster does
+// kernels, the count folded into the octet routing kernel where the plan
+// says; fused: one block does both; cluster: a thread-block cluster does
 // both) over (policy, E, K, T) on the GPU, checks that every variant writes
 // the same outputs, and records which one the layer's rule
-// (routing_variant_for) would take. JSON for scripts/analyze_routing_sweep.py.
+// (routing_variant_for) would take and the plan of each variant. Each
+// variant runs through the layer's own launch function
+// (launch_routing_permute) with the plan plan_routing makes for it. JSON
+// for scripts/analyze_routing_sweep.py.
 #include "bench.h"
 
 #if defined(UNIMOE_WITH_CUDA)
@@ -29,6 +32,7 @@
 #include "kernels/permute/permute.cuh"
 #include "kernels/routing/routing.cuh"
 #include "plan/layer_plan.h"
+#include "plan/routing_plan.h"
 
 namespace unimoe::bench {
 namespace {
@@ -172,9 +176,22 @@ int run_routing_sweep(const SweepOptions& opt) {
     p.tiles[0] = b.tiles.as<DeviceTile>();
     p.num_tiles[0] = b.num_tiles.as<int32_t>();
     p.scratch = b.scratch.p;
-    auto split = [&] { launch_split_routing_permute(r, p, stream); };
-    auto fused = [&] { launch_fused_routing_permute(r, p, stream); };
-    auto cluster = [&] { launch_cluster_routing_permute(r, p, stream); };
+    // The plan of each forced variant, as a layer of this routing config
+    // with the sweep's development overrides would make it.
+    RoutingDeviceCaps caps;
+    probe_routing_device_caps(pt.routing, caps);
+    MoEConfig config;
+    config.routing = pt.routing;
+    auto plan_of = [&](const char* variant) {
+      config.options.routing_variant = variant;
+      return plan_routing(config, t, false, caps, opt.dev);
+    };
+    const RoutingPlan split_plan = plan_of("split");
+    const RoutingPlan fused_plan = plan_of("fused");
+    const RoutingPlan cluster_plan = plan_of("cluster");
+    auto split = [&] { launch_routing_permute(r, p, split_plan, stream); };
+    auto fused = [&] { launch_routing_permute(r, p, fused_plan, stream); };
+    auto cluster = [&] { launch_routing_permute(r, p, cluster_plan, stream); };
     auto time = [&](const std::function<void()>& variant) {
       cudaGraphExec_t g = capture(stream, [&] {
         for (int c = 0; c < kCallsPerGraph; ++c) {
@@ -194,8 +211,11 @@ int run_routing_sweep(const SweepOptions& opt) {
                           {"topk_group", pt.routing.topk_group},
                           {"T", t},
                           {"rule", routing_variant_name(routing_variant_for(pt.routing, t))}};
+    row["split_plan"] = split_plan.to_string();
     row["split_us"] = time(split);
-    if (fused_routing_fits(t, k, e)) {
+    if (routing_limits::fused_routing_fits(t, k, e)) {
+      row["fused_plan"] = fused_plan.to_string();
+      row["cluster_plan"] = cluster_plan.to_string();
       row["fused_us"] = time(fused);
       row["cluster_us"] = time(cluster);
       poison(b, rows, e, stream);

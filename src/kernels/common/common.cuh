@@ -56,8 +56,8 @@ __device__ __forceinline__ V warp_inclusive_sum(V value, int lane) {
 // mixtral-8x7b T=1 184.5 -> 206.4 us, dsv3-tp8 T=8 182.6
 // -> 208.0: the dependent's CTAs took the slots its predecessor freed
 // first, so they piled onto a few SMs.)
-// Launched without the attribute (a test, a graph node after a copy,
-// UNIMOE_PDL=0), the wait does nothing.
+// Launched without the attribute (a graph node after a copy, or a plan
+// with pdl off), the wait does nothing.
 __device__ __forceinline__ void pdl_begin() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -74,16 +74,16 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
-// Whether launch_pdl sets the attribute: unless the environment variable
-// UNIMOE_PDL is "0" (read once; for measuring what PDL gains).
-bool pdl_enabled();
-
-// A switch for A/B timing: on unless the environment variable `name` is "0".
-bool env_switch_on(const char* name);
-
-// A number for A/B timing: the environment variable `name` as an integer
-// (std::atoi), or `unset` when the variable is not set.
-int env_int(const char* name, int unset);
+// Where a launcher puts its kernels: the stream, and whether they are
+// launched with programmatic dependent launch (the plans' `pdl`, off only
+// for measuring what PDL gains). A plain cudaStream_t converts to it with
+// PDL on, so tests pass their stream as it is.
+struct KernelStream {
+  KernelStream(cudaStream_t s) : stream(s) {}  // NOLINT: implicit on purpose
+  KernelStream(cudaStream_t s, bool with_pdl) : stream(s), pdl(with_pdl) {}
+  cudaStream_t stream;
+  bool pdl = true;
+};
 
 // The current device's SM count.
 int current_device_sm_count();
@@ -92,10 +92,10 @@ int current_device_sm_count();
 // `cluster_ctas` CTAs along x when cluster_ctas > 0.
 template <typename... Params, typename... Args>
 void launch_pdl_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem_bytes,
-                          int cluster_ctas, cudaStream_t stream, Args&&... args) {
+                          int cluster_ctas, KernelStream stream, Args&&... args) {
   cudaLaunchAttribute attribute[2];
   unsigned count = 0;
-  if (pdl_enabled()) {
+  if (stream.pdl) {
     attribute[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attribute[count++].val.programmaticStreamSerializationAllowed = 1;
   }
@@ -109,7 +109,7 @@ void launch_pdl_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, std:
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem_bytes;
-  config.stream = stream;
+  config.stream = stream.stream;
   config.attrs = attribute;
   config.numAttrs = count;
   UNIMOE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
@@ -117,7 +117,7 @@ void launch_pdl_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, std:
 
 template <typename... Params, typename... Args>
 void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem_bytes,
-                cudaStream_t stream, Args&&... args) {
+                KernelStream stream, Args&&... args) {
   launch_pdl_clustered(kernel, grid, block, smem_bytes, 0, stream, std::forward<Args>(args)...);
 }
 

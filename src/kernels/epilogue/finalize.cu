@@ -83,7 +83,7 @@ void require(bool ok, const std::string& message) {
 
 }  // namespace
 
-void launch_finalize(const FinalizeParams& p, cudaStream_t stream) {
+void launch_finalize(const FinalizeParams& p, KernelStream stream) {
   require(p.num_tokens >= 0, "num_tokens is " + std::to_string(p.num_tokens) + "; must be >= 0");
   require(p.top_k > 0 && p.top_k <= kMaxTopK,
           "top_k is " + std::to_string(p.top_k) + "; allowed 1.." + std::to_string(kMaxTopK));
@@ -95,10 +95,7 @@ void launch_finalize(const FinalizeParams& p, cudaStream_t stream) {
           "y, expanded_to_permuted, topk_weights or out is null");
   require(p.b2 == nullptr || p.topk_ids != nullptr, "b2 needs topk_ids");
   const dim3 grid(p.num_tokens, ceil_div(p.hidden / kVector, kFinalizeThreads));
-  FinalizeParams q = p;
-  static const bool early = env_switch_on("UNIMOE_STREAM_OVERLAP");
-  q.routing_ready_before_wait = p.routing_ready_before_wait && early;
-  launch_pdl(finalize_kernel, grid, kFinalizeThreads, 0, stream, q);
+  launch_pdl(finalize_kernel, grid, kFinalizeThreads, 0, stream, p);
   UNIMOE_LAUNCH_CHECK();
 }
 

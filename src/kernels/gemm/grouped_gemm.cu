@@ -351,7 +351,7 @@ void require(bool ok, const char* who, const std::string& message) {
 
 // Checks what the kernel relies on, sizes the grid from the capacity and launches.
 void launch_grouped_gemm(GroupedGemmArgs args, const GemmTactic& tactic, int max_tiles,
-                         cudaStream_t stream, const char* who) {
+                         const StreamGemmOptions& options, KernelStream stream, const char* who) {
   int index = 0;
   while (index < kNumTactics && kTactics[index] != tactic) ++index;
   require(index < kNumTactics, who,
@@ -367,7 +367,7 @@ void launch_grouped_gemm(GroupedGemmArgs args, const GemmTactic& tactic, int max
           who, "an input, the weights, the output or the tile schedule is null");
 
   if (index == kStreamIndex) {
-    launch_stream_gemm(args, max_tiles, stream);
+    launch_stream_gemm(args, max_tiles, options, stream);
     return;
   }
   const int out_cols = is_gated(args.epilogue) ? tactic.tile_n / 2 : tactic.tile_n;
@@ -381,13 +381,6 @@ void launch_grouped_gemm(GroupedGemmArgs args, const GemmTactic& tactic, int max
                                          c.smem_bytes));
   launch_pdl(c.kernel, static_cast<unsigned>(blocks), c.threads, c.smem_bytes, stream, args);
   UNIMOE_LAUNCH_CHECK();
-}
-
-// UNIMOE_STREAM_OVERLAP=0 turns off the early triggers and the prefetch
-// before the wait (A/B timing).
-bool stream_overlap_enabled() {
-  static const bool on = env_switch_on("UNIMOE_STREAM_OVERLAP");
-  return on;
 }
 
 GemmEpilogue gemm1_epilogue(Activation act) {
@@ -408,7 +401,7 @@ const GemmTactic* gemm_tactics(int* count) {
   return kTactics;
 }
 
-void launch_gemm1(const Gemm1Params& p, const GemmTactic& tactic, cudaStream_t stream) {
+void launch_gemm1(const Gemm1Params& p, const GemmTactic& tactic, KernelStream stream) {
   require(p.top_k > 0, "launch_gemm1", "top_k is " + std::to_string(p.top_k) + "; must be > 0");
   require(p.permuted_to_expanded != nullptr || p.max_tiles == 0, "launch_gemm1",
           "permuted_to_expanded is null");
@@ -428,11 +421,12 @@ void launch_gemm1(const Gemm1Params& p, const GemmTactic& tactic, cudaStream_t s
   args.alpha = p.swiglu_alpha;
   args.limit = p.swiglu_limit;
   args.out = p.act_out;
-  args.early_dependents = p.trigger_dependents_early && stream_overlap_enabled();
-  launch_grouped_gemm(args, tactic, p.max_tiles, stream, "launch_gemm1");
+  args.early_dependents = p.trigger_dependents_early;
+  launch_grouped_gemm(args, tactic, p.max_tiles, {p.stream_max_splits, p.stream_one_token}, stream,
+                      "launch_gemm1");
 }
 
-void launch_gemm2(const Gemm2Params& p, const GemmTactic& tactic, cudaStream_t stream) {
+void launch_gemm2(const Gemm2Params& p, const GemmTactic& tactic, KernelStream stream) {
   GroupedGemmArgs args;
   args.a = p.act;
   args.b = p.w2;
@@ -444,9 +438,10 @@ void launch_gemm2(const Gemm2Params& p, const GemmTactic& tactic, cudaStream_t s
   args.n_out = p.hidden;
   args.epilogue = GemmEpilogue::Identity;
   args.out = p.y;
-  args.prefetch_before_wait = p.schedule_ready_before_wait && stream_overlap_enabled();
-  args.early_dependents = p.trigger_dependents_early && stream_overlap_enabled();
-  launch_grouped_gemm(args, tactic, p.max_tiles, stream, "launch_gemm2");
+  args.prefetch_before_wait = p.schedule_ready_before_wait;
+  args.early_dependents = p.trigger_dependents_early;
+  launch_grouped_gemm(args, tactic, p.max_tiles, {p.stream_max_splits, p.stream_one_token}, stream,
+                      "launch_gemm2");
 }
 
 }  // namespace unimoe

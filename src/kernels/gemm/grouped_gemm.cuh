@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/common/common.cuh"
 #include "kernels/permute/permute.cuh"
 #include "core/tactics.h"
 #include "unimoe/unimoe.h"
@@ -34,6 +35,11 @@ struct Gemm1Params {
   // schedule_ready_before_wait issues its first weight loads during this
   // kernel's tail. Ignored by the tiled tactics.
   bool trigger_dependents_early = false;
+  // Stream tactic only, host side: its K splits at most this many (1, 2,
+  // 4, 8; 0: stream_k_splits' rule, waves included), and whether one-row
+  // tiles take the one-token path (512-byte row loads).
+  int stream_max_splits = 0;
+  bool stream_one_token = true;
 };
 
 struct Gemm2Params {
@@ -55,6 +61,11 @@ struct Gemm2Params {
   // Stream tactic only: as Gemm1Params' (the finalize launches during this
   // kernel's tail and reads the routing outputs before its wait).
   bool trigger_dependents_early = false;
+  // Stream tactic only, host side: its K splits at most this many (1, 2,
+  // 4, 8; 0: stream_k_splits' rule, waves included), and whether one-row
+  // tiles take the one-token path (512-byte row loads).
+  int stream_max_splits = 0;
+  bool stream_one_token = true;
 };
 
 struct FinalizeParams {
@@ -78,8 +89,8 @@ struct FinalizeParams {
 
 // Tactics compiled into the library, best first for large T.
 const GemmTactic* gemm_tactics(int* count);
-void launch_gemm1(const Gemm1Params& params, const GemmTactic& tactic, cudaStream_t stream);
-void launch_gemm2(const Gemm2Params& params, const GemmTactic& tactic, cudaStream_t stream);
-void launch_finalize(const FinalizeParams& params, cudaStream_t stream);
+void launch_gemm1(const Gemm1Params& params, const GemmTactic& tactic, KernelStream stream);
+void launch_gemm2(const Gemm2Params& params, const GemmTactic& tactic, KernelStream stream);
+void launch_finalize(const FinalizeParams& params, KernelStream stream);
 
 }  // namespace unimoe

@@ -129,7 +129,7 @@ std::size_t sm90_grouped_gemm_workspace_bytes(int num_groups, int sm_count) {
   return workspace_layout(num_groups, sm_count).total;
 }
 
-void launch_sm90_grouped_gemm(const Sm90GroupedGemmParams& p, cudaStream_t stream) {
+void launch_sm90_grouped_gemm(const Sm90GroupedGemmParams& p, KernelStream stream) {
   require(p.num_groups >= 0, "num_groups is " + std::to_string(p.num_groups));
   require(p.n > 0 && p.n % sm90::kAlignment == 0 && p.k > 0 && p.k % sm90::kAlignment == 0,
           "n and k must be positive multiples of " + std::to_string(sm90::kAlignment) +
@@ -157,7 +157,7 @@ void launch_sm90_grouped_gemm(const Sm90GroupedGemmParams& p, cudaStream_t strea
   UNIMOE_LAUNCH_CHECK();
 
   entry.run(setup.arrays, p.num_groups, static_cast<char*>(p.workspace) + layout.cutlass,
-            p.sm_count, stream);
+            p.sm_count, stream.stream);
 }
 
 }  // namespace unimoe

@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "core/tactics.h"
+#include "kernels/common/common.cuh"
 
 namespace unimoe {
 
@@ -46,6 +47,6 @@ std::size_t sm90_grouped_gemm_workspace_bytes(int num_groups, int sm_count);
 // Setup kernel + grouped GEMM on `stream`. No allocation, no sync, no
 // device-to-host copy. Throws std::invalid_argument on bad parameters and
 // std::runtime_error when CUDA or CUTLASS refuses the launch.
-void launch_sm90_grouped_gemm(const Sm90GroupedGemmParams& p, cudaStream_t stream);
+void launch_sm90_grouped_gemm(const Sm90GroupedGemmParams& p, KernelStream stream);
 
 }  // namespace unimoe

@@ -364,18 +364,16 @@ __global__ void __launch_bounds__(kThreads, 2) stream_gemm_kernel(const StreamAr
 
 }  // namespace
 
-void launch_stream_gemm(GroupedGemmArgs args, int max_tiles, cudaStream_t stream) {
+void launch_stream_gemm(GroupedGemmArgs args, int max_tiles, const StreamGemmOptions& options,
+                        KernelStream stream) {
   if (max_tiles == 0) return;
   StreamArgs sa;
   // Split K while each warp keeps at least 256 of it: long K
   // (GEMM1's H) spreads over all 8 warps, short K (GEMM2's I) keeps whole
   // rows per warp and more row groups per CTA; 8 splits become 4 where that
-  // fills the waves better (stream_k_splits, src/plan/tactics.h).
-  // UNIMOE_STREAM_MAX_SPLITS caps the splits and turns that rule off.
-  static const int max_splits = [] {
-    const int n = env_int("UNIMOE_STREAM_MAX_SPLITS", 0);
-    return n >= 1 && n <= kWarps ? n : 0;
-  }();
+  // fills the waves better (stream_k_splits, src/core/tactics.h).
+  // options.max_splits caps the splits and turns the wave rule off.
+  const int max_splits = options.max_splits >= 1 && options.max_splits <= kWarps ? options.max_splits : 0;
   const bool gated = is_gated(args.epilogue);
   sa.splits = max_splits > 0
                   ? stream_k_splits(args.k, args.n_out, gated, max_tiles, 0, max_splits)
@@ -387,8 +385,7 @@ void launch_stream_gemm(GroupedGemmArgs args, int max_tiles, cudaStream_t stream
   if (blocks > INT_MAX)
     throw std::runtime_error("launch_stream_gemm: max_tiles x column blocks = " +
                              std::to_string(blocks) + " exceeds the grid limit");
-  static const bool one_token_path = env_switch_on("UNIMOE_STREAM_ONE_TOKEN");
-  sa.one_token_path = one_token_path;
+  sa.one_token_path = options.one_token;
   sa.g = args;
   launch_pdl(stream_gemm_kernel, static_cast<unsigned>(blocks), kThreads, 0, stream, sa);
   UNIMOE_LAUNCH_CHECK();

@@ -143,7 +143,7 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 
 }  // namespace
 
-void launch_gather_rows(const GatherRowsParams& p, cudaStream_t stream) {
+void launch_gather_rows(const GatherRowsParams& p, KernelStream stream) {
   require(p.hidden > 0 && p.hidden % kVec == 0,
           "gather_rows: hidden must be a positive multiple of 8, is " + std::to_string(p.hidden));
   require(p.top_k > 0 && p.num_groups >= 0 && p.capacity >= 0,
@@ -157,7 +157,7 @@ void launch_gather_rows(const GatherRowsParams& p, cudaStream_t stream) {
   UNIMOE_LAUNCH_CHECK();
 }
 
-void launch_gated_activation(const GatedActivationParams& p, cudaStream_t stream) {
+void launch_gated_activation(const GatedActivationParams& p, KernelStream stream) {
   require(p.intermediate > 0 && p.intermediate % kVec == 0,
           "gated_activation: intermediate must be a positive multiple of 8, is " +
               std::to_string(p.intermediate));

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/common.cuh"
 #include "unimoe/unimoe.h"
 
 namespace unimoe {
@@ -26,7 +27,7 @@ struct GatherRowsParams {
 };
 
 // out[r, :] = x[permuted_to_expanded[r] / top_k, :] for r < expert_offsets[num_groups].
-void launch_gather_rows(const GatherRowsParams& p, cudaStream_t stream);
+void launch_gather_rows(const GatherRowsParams& p, KernelStream stream);
 
 struct GatedActivationParams {
   // [capacity, cols] bf16, GEMM1's output: cols = 2I (gate columns [0, I),
@@ -47,6 +48,6 @@ struct GatedActivationParams {
 // out[r, j] = act(h[r, j] + b13[e, j], h[r, I + j] + b13[e, I + j]) for gated
 // activations, relu(h[r, j] + b13[e, j])^2 for ReLU2; fp32 math, bf16 rounded
 // to nearest even; r < expert_offsets[num_groups].
-void launch_gated_activation(const GatedActivationParams& p, cudaStream_t stream);
+void launch_gated_activation(const GatedActivationParams& p, KernelStream stream);
 
 }  // namespace unimoe

@@ -708,7 +708,8 @@ PermuteCounts permute_counts(const PermuteParams& params) {
   return c;
 }
 
-void launch_permute(const PermuteParams& params, cudaStream_t stream, bool counted) {
+void launch_permute(const PermuteParams& params, const RoutingPlan& plan, KernelStream stream) {
+  const bool counted = plan.routing_counts_rows;
   require(params.num_tokens >= 0 && params.top_k > 0 && params.local_offset >= 0,
           "need num_tokens >= 0, top_k > 0 and local_offset >= 0");
   require(params.num_local > 0 && params.num_local <= kMaxLocalExperts,
@@ -737,14 +738,13 @@ void launch_permute(const PermuteParams& params, cudaStream_t stream, bool count
           "counted: only calls of more than " + std::to_string(kCountScanRows) +
               " expanded rows whose chunks are whole octet blocks, with 8-byte aligned scratch "
               "(routing_writes_counts)");
-  // The token masks in the calls the octet kernel counted, unless
-  // UNIMOE_SCATTER_MASKS is "0" (read once; for A/B timing).
-  static const bool masks_on = env_switch_on("UNIMOE_SCATTER_MASKS");
-  const bool masks = counted && masks_on;
-  static const bool trigger_on = env_switch_on("UNIMOE_PERMUTE_TRIGGER");
-  const int sm_count = current_device_sm_count();
-  const bool trigger = trigger_on && permute_shape::scan_triggers_scatter(
-                                         std::max(l.num_chunks, 1), scan_blocks, sm_count, masks);
+  // The token masks (only in the calls the octet kernel counted) and the
+  // scan's early trigger, as the plan says.
+  require(!plan.scatter_masks || counted, "the plan's scatter masks need the octet kernel's counts");
+  require(plan.permute_chunks == std::max(l.num_chunks, 1),
+          "the plan's permute chunks do not match the call");
+  const bool masks = plan.scatter_masks;
+  const bool trigger = plan.scan_triggers_scatter;
   // A scan kernel, instantiated with or without the trigger.
   const auto launch_scan = [&](auto with_trigger, auto without_trigger, auto&&... args) {
     launch_pdl(trigger ? with_trigger : without_trigger, scan_blocks, kScanThreads, 0, stream,

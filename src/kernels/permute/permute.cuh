@@ -10,6 +10,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/routing_plan.h"
+#include "kernels/common/common.cuh"
+
 namespace unimoe {
 
 // One GEMM tile: rows [row_start, row_start + rows) of local expert `expert`.
@@ -71,9 +74,12 @@ struct PermuteCounts {
 };
 PermuteCounts permute_counts(const PermuteParams& params);
 
-// `counted`: the routing launch before it wrote permute_counts(params)'s
-// table (routing_writes_counts said so): the scan sums its bytes, and the
-// count kernel is left out.
-void launch_permute(const PermuteParams& params, cudaStream_t stream, bool counted = false);
+// The permute chain of the split routing variant, as the plan says
+// (plan_routing): count (left out where plan.routing_counts_rows: the
+// octet routing kernel wrote permute_counts(params)'s table), scan,
+// scatter, with the scan's early trigger and the scatter's token masks
+// where the plan takes them. Throws std::invalid_argument for bad params
+// or a plan that does not fit them.
+void launch_permute(const PermuteParams& params, const RoutingPlan& plan, KernelStream stream);
 
 }  // namespace unimoe

@@ -60,6 +60,10 @@ namespace {
 
 using namespace fused_detail;
 
+void require(bool ok, const std::string& message) {
+  if (!ok) throw std::invalid_argument("launch_fused_routing_permute: " + message);
+}
+
 // Precomputed ids, or no tokens: phases 2-4 only.
 __global__ void __launch_bounds__(kMaxThreads, 1)
     fused_permute_kernel(const __grid_constant__ BlockPermuteParams p) {
@@ -70,29 +74,6 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     s.expert[i] = local_expert(p.topk_ids[i], p);
   __syncthreads();
   permute_block(p, s);
-}
-
-// The cluster variant's minimum tokens a routing CTA
-// (routing_shape::cluster_routing_ctas: at least this many tokens a CTA and
-// at most a warp per token; beyond, the kernel routes on every CTA):
-// routing_shape::cluster_min_tokens_by_default, given whether the call
-// takes the wide kernels; UNIMOE_CLUSTER_MIN_TOKENS overrides it (for the
-// sweep).
-int cluster_min_tokens(bool deepseek, int num_experts, bool wide) {
-  static const int forced = [] {
-    const int v = env_int("UNIMOE_CLUSTER_MIN_TOKENS", INT_MIN);
-    return v == INT_MIN ? 0 : std::max(1, v);
-  }();
-  return forced > 0 ? forced
-                    : routing_shape::cluster_min_tokens_by_default(deepseek, num_experts, wide);
-}
-
-// The spread kernel's minimum tokens a CTA: as the cluster's (2 for the
-// DeepSeek policies, 4 for the others) unless UNIMOE_SPREAD_MIN_TOKENS
-// sets it (for the sweep).
-int spread_min_tokens(bool deepseek) {
-  static const int forced = env_int("UNIMOE_SPREAD_MIN_TOKENS", 0);
-  return forced > 0 ? forced : routing_shape::default_spread_min_tokens(deepseek);
 }
 
 // The wide choice's kernels (kWide: DeepSeek policies, E = 64..512) are
@@ -115,16 +96,16 @@ template <int kPerLane, bool kDeepSeek>
 inline constexpr bool kHasDirectKeyKernels = kDeepSeek && kPerLane == 8;
 
 // A routing kernel's type: the fused, cluster and spread kernels alike.
-using RoutingKernel = void (*)(RoutingKernelParams, BlockPermuteParams);
+using RoutingKernelFn = void (*)(RoutingKernelParams, BlockPermuteParams);
 
 // Whether the device runs `kernel` in clusters of `ctas` CTAs of `threads`
 // threads: above the portable 8 the non-portable size allowed for it and
 // for its `twins` (its wide and direct-keys twins, which run the same
 // clusters; null where there is none), and at least one such cluster
 // resident.
-bool runs_clusters_of(RoutingKernel kernel, std::initializer_list<RoutingKernel> twins, int ctas,
+bool runs_clusters_of(RoutingKernelFn kernel, std::initializer_list<RoutingKernelFn> twins, int ctas,
                       int threads) {
-  const auto allow = [](RoutingKernel k) {
+  const auto allow = [](RoutingKernelFn k) {
     if (k == nullptr ||
         cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess)
       return true;
@@ -132,7 +113,7 @@ bool runs_clusters_of(RoutingKernel kernel, std::initializer_list<RoutingKernel>
     return false;
   };
   if (!allow(kernel)) return false;
-  for (RoutingKernel twin : twins)
+  for (RoutingKernelFn twin : twins)
     if (!allow(twin)) return false;
   cudaLaunchAttribute attribute;
   attribute.id = cudaLaunchAttributeClusterDimension;
@@ -152,270 +133,147 @@ bool runs_clusters_of(RoutingKernel kernel, std::initializer_list<RoutingKernel>
   return clusters >= 1;
 }
 
-// The largest cluster of the spread kernel the device runs at the kernel's
-// largest block: kSpreadMaxCtas (16, non-portable: the H200 runs 14 such
-// clusters at once) where it runs one, else the portable 8. Asked once a
-// kernel.
+// Whether the device runs the spread kernel (and its wide twin) in
+// clusters of kSpreadMaxCtas (16, non-portable: the H200 runs 14 such
+// clusters at once) at the kernel's largest block.
 template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold>
-int spread_device_max_ctas() {
-  static const int largest = [] {
-    RoutingKernel twin = nullptr;
-    if constexpr (kHasWideKernels<kPerLane, kDeepSeek>)
-      twin = spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, false, true>;
-    return runs_clusters_of(spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>,
-                            {twin}, routing_shape::kSpreadMaxCtas, fused_threads(kPerLane))
-               ? routing_shape::kSpreadMaxCtas
-               : kClusterMaxCtas;
-  }();
-  return largest;
-}
-
-WideChoice& wide_choice_setting() {
-  static WideChoice setting = [] {
-    const int v = env_int("UNIMOE_WIDE_CHOICE", -1);
-    return v == 0 ? WideChoice::kOff : v == 1 ? WideChoice::kEverywhere : WideChoice::kMeasured;
-  }();
-  return setting;
-}
-
-// Whether the fixed choice runs (set_fixed_choice; UNIMOE_FIXED_CHOICE=0 at
-// start turns it off).
-bool& fixed_choice_setting() {
-  static bool setting = env_switch_on("UNIMOE_FIXED_CHOICE");
-  return setting;
-}
-
-// Whether the policies without groups at 4 slots a lane take the ranked
-// threshold's kernels where threshold_serves (set_ranked_threshold;
-// UNIMOE_RANKED_THRESHOLD=0 at start turns it off).
-bool& ranked_threshold_setting() {
-  static bool setting = env_switch_on("UNIMOE_RANKED_THRESHOLD");
-  return setting;
-}
-
-// Whether this call's decode kernels take the fixed choice: where it
-// serves, in the threshold kernels of 8 slots a lane that hold it
-// (launch_routing_block takes them where threshold_serves).
-bool takes_fixed_choice(const RoutingKernelParams& r) {
-  return fixed_choice_setting() && is_deepseek(r.policy) &&
-         routing_shape::fixed_choice_serves(r.num_experts, r.n_group, r.topk_group, r.top_k) &&
-         routing_shape::threshold_serves(r.top_k, slots_per_lane(r.num_experts), true,
-                                         r.topk_group, r.experts_per_group);
-}
-
-// The wide choice's parts a token for this call (0: off), as
-// wide_choice_setting says; by default none where the fixed choice runs.
-int wide_parts_for(const RoutingKernelParams& r) {
-  const WideChoice setting = wide_choice_setting();
-  if (setting == WideChoice::kOff || !is_deepseek(r.policy)) return 0;
-  if (setting == WideChoice::kMeasured && r.fixed_choice != 0) return 0;
-  const int parts = routing_shape::wide_parts(r.num_experts, r.n_group, r.experts_per_group);
-  return setting == WideChoice::kEverywhere || routing_shape::wide_by_default(parts, r.top_k)
-             ? parts
-             : 0;
-}
-
-ClusterSpread& spread_setting() {
-  static ClusterSpread setting{env_switch_on("UNIMOE_CLUSTER_SPREAD"),
-                               std::max(0, env_int("UNIMOE_SPREAD_MAX_CTAS", 0)),
-                               std::max(0, env_int("UNIMOE_SPREAD_FROM_TOKENS", 0))};
-  return setting;
-}
-
-// Whether 33..64 rows take the one-warp sort of two keys a lane
-// (set_sorted_pair; UNIMOE_SORTED_PAIR=0 at start turns it off).
-bool& sorted_pair_setting() {
-  static bool setting = env_switch_on("UNIMOE_SORTED_PAIR");
-  return setting;
-}
-
-// Whether the cluster kernel takes its direct-keys twin where it has one
-// and the routing CTAs would stage keys in batches (set_direct_keys;
-// UNIMOE_DIRECT_KEYS=0 at start turns it off).
-bool& direct_keys_setting() {
-  static bool setting = env_switch_on("UNIMOE_DIRECT_KEYS");
-  return setting;
-}
-
-// The cluster kernel's largest cluster as set (set_cluster_max_ctas; 0:
-// routing_shape::cluster_max_ctas_by_default).
-int& cluster_max_ctas_setting() {
-  static int setting = [] {
-    const int v = env_int("UNIMOE_CLUSTER_MAX_CTAS", 0);
-    return v >= 2 ? std::min(v, routing_shape::kClusterMaxCtasNonPortable) : 0;
-  }();
-  return setting;
+bool spread_runs_large() {
+  RoutingKernelFn twin = nullptr;
+  if constexpr (kHasWideKernels<kPerLane, kDeepSeek>)
+    twin = spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, false, true>;
+  return runs_clusters_of(spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>,
+                          {twin}, routing_shape::kSpreadMaxCtas, fused_threads(kPerLane));
 }
 
 // Whether the device runs this cluster kernel (and its wide and
 // direct-keys twins) in clusters of routing_shape::kClusterMaxCtasNonPortable
-// at its largest block. Asked once a kernel.
+// at its largest block.
 template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold>
 bool cluster_runs_large() {
-  static const bool runs = [] {
-    RoutingKernel wide = nullptr, direct = nullptr;
-    if constexpr (kHasWideKernels<kPerLane, kDeepSeek>)
-      wide = cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, false, true>;
-    if constexpr (kHasDirectKeyKernels<kPerLane, kDeepSeek>)
-      direct = cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold, false, true>;
-    return runs_clusters_of(cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>,
-                            {wide, direct}, routing_shape::kClusterMaxCtasNonPortable,
-                            fused_threads(kPerLane));
-  }();
-  return runs;
-}
-
-// The cluster kernel's largest cluster for a call: as set, else the
-// measured rule; at most kClusterMaxCtas where the device does not run the
-// kernel in larger clusters.
-template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold>
-int cluster_max_ctas_for(int num_experts) {
-  const int set = cluster_max_ctas_setting();
-  const int wanted =
-      set > 0 ? set : routing_shape::cluster_max_ctas_by_default(kDeepSeek, num_experts);
-  if (wanted <= kClusterMaxCtas) return wanted;
-  return cluster_runs_large<LogitT, kPerLane, kDeepSeek, kThreshold>() ? wanted : kClusterMaxCtas;
-}
-
-// The single block's decode way (weights_beside_permute, on the host) with
-// the wide choice seating its T tokens.
-bool block_takes_wide(const RoutingKernelParams& r, const BlockPermuteParams& p, int threads) {
-  const int warps = threads / kWarpSize;
-  return p.wide_parts > 0 && p.rows <= kWarpSize && r.num_tokens < warps &&
-         r.num_tokens * r.num_experts <= kWorkWords &&
-         routing_shape::wide_fits(r.num_tokens, p.wide_parts, warps,
-                                  routing_shape::kWideMaxTokensBlock);
+  RoutingKernelFn wide = nullptr, direct = nullptr;
+  if constexpr (kHasWideKernels<kPerLane, kDeepSeek>)
+    wide = cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, false, true>;
+  if constexpr (kHasDirectKeyKernels<kPerLane, kDeepSeek>)
+    direct = cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold, false, true>;
+  return runs_clusters_of(cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>,
+                          {wide, direct}, routing_shape::kClusterMaxCtasNonPortable,
+                          fused_threads(kPerLane));
 }
 
 template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold>
-void launch_width(const RoutingKernelParams& r, const BlockPermuteParams& p, bool cluster,
-                  cudaStream_t stream) {
-  // Each launch below takes kernel<..., kThreshold> or, where the wide
-  // choice seats its tokens and the wide kernels exist, kernel<..., false,
-  // true> (a CTA of it that does not seat its tokens takes the rounds, with
-  // the same outputs).
+void launch_planned(const RoutingKernelParams& r, const BlockPermuteParams& p,
+                    const RoutingPlan& plan, KernelStream stream) {
+  // Each launch takes kernel<..., kThreshold> or, where the plan takes the
+  // wide choice, kernel<..., false, true> (a CTA of it that does not seat
+  // its tokens takes the rounds, with the same outputs), or the cluster
+  // kernel's direct-keys twin kernel<..., kThreshold, false, true>.
   constexpr bool kHasWide = kHasWideKernels<kPerLane, kDeepSeek>;
-  const ClusterSpread spread = spread_setting();
-  // The CTA-0 kernel's largest cluster for the call (its routing CTAs'
-  // tokens also set where the spread kernel takes over).
-  const int cluster_ctas =
-      cluster ? cluster_max_ctas_for<LogitT, kPerLane, kDeepSeek, kThreshold>(r.num_experts)
-              : kClusterMaxCtas;
-  if (cluster && spread.on) {
-    const auto kernel = spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>;
-    const int device_max = spread_device_max_ctas<LogitT, kPerLane, kDeepSeek, kThreshold>();
-    const int max_ctas = spread.max_ctas > 0 ? std::min(spread.max_ctas, device_max) : device_max;
-    const routing_shape::SpreadShape shape =
-        routing_shape::spread_shape(kPerLane, r.num_tokens, p.num_local, r.num_experts, kDeepSeek,
-                                    spread_min_tokens(kDeepSeek), max_ctas);
-    // A set threshold (tests, sweeps) replaces the measured defaults.
-    const bool take = spread.from_tokens > 0
-                          ? shape.ctas > 0 && r.num_tokens >= spread.from_tokens
-                          : routing_shape::spread_by_default(shape, r.num_tokens, r.top_k,
-                                                             p.num_local, r.num_experts, kDeepSeek,
-                                                             cluster_ctas);
-    if (take) {
-      BlockPermuteParams q = for_block(p, shape.permute_threads);
-      q.tokens_per_cta = shape.tokens_per_cta;
-      const bool wide =
-          p.wide_parts > 0 && routing_shape::wide_fits(shape.tokens_per_cta, p.wide_parts,
-                                                       shape.threads / kWarpSize,
-                                                       routing_shape::kWideMaxTokensCluster);
-      auto chosen = kernel;
+  constexpr bool kHasDirect = kHasDirectKeyKernels<kPerLane, kDeepSeek>;
+  require(!plan.wide_kernel || kHasWide, "the plan takes a wide kernel this config has not");
+  require(!plan.direct_keys_kernel || kHasDirect,
+          "the plan takes a direct-keys kernel this config has not");
+  switch (plan.kernel) {
+    case RoutingKernel::Spread: {
+      BlockPermuteParams q = for_block(p, plan.permute_threads);
+      q.tokens_per_cta = plan.tokens_per_cta;
+      auto kernel = spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>;
       if constexpr (kHasWide) {
-        if (wide) chosen = spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, false, true>;
+        if (plan.wide_kernel)
+          kernel = spread_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, false, true>;
       }
-      launch_pdl_clustered(chosen, shape.ctas, shape.threads, 0, shape.ctas, stream, r, q);
+      launch_pdl_clustered(kernel, plan.ctas, plan.threads, 0, plan.ctas, stream, r, q);
       return;
     }
-  }
-  const routing_shape::LaunchShape shape = routing_shape::launch_shape(
-      kPerLane, r.num_tokens, p.num_local, r.num_experts, kDeepSeek, cluster,
-      cluster ? cluster_min_tokens(kDeepSeek, r.num_experts, kHasWide && p.wide_parts > 0) : 1,
-      cluster_ctas);
-  if (shape.routing_ctas == 1 &&
-      !(cluster && routing_shape::cluster_of_two_for_one_cta(kDeepSeek, r.num_experts))) {
-    auto kernel = fused_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>;
-    if constexpr (kHasWide) {
-      if (block_takes_wide(r, p, shape.threads))
-        kernel = fused_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, false, true>;
+    case RoutingKernel::Block: {
+      auto kernel = fused_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>;
+      if constexpr (kHasWide) {
+        if (plan.wide_kernel)
+          kernel = fused_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, false, true>;
+      }
+      launch_pdl(kernel, 1, plan.threads, 0, stream, r, for_block(p, plan.threads));
+      return;
     }
-    launch_pdl(kernel, 1, shape.threads, 0, stream, r, for_block(p, shape.threads));
-    return;
+    case RoutingKernel::Cluster: {
+      // One cluster: CTA 0 permutes, the others route (and CTA 0 too, where
+      // the routing CTAs have fewer warps than tokens).
+      BlockPermuteParams q = for_block(p, plan.threads);
+      q.tokens_per_routing_cta = plan.tokens_per_routing_cta;
+      q.tokens_per_cta = plan.tokens_per_cta;
+      auto kernel = cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>;
+      if constexpr (kHasWide) {
+        if (plan.wide_kernel)
+          kernel = cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, false, true>;
+      }
+      if constexpr (kHasDirect) {
+        if (plan.direct_keys_kernel)
+          kernel =
+              cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold, false, true>;
+      }
+      launch_pdl_clustered(kernel, plan.ctas, plan.threads, 0, plan.ctas, stream, r, q);
+      return;
+    }
+    default: require(false, std::string("not a routing kernel of this launcher: ") +
+                                routing_kernel_name(plan.kernel));
   }
-  // One cluster: CTA 0 permutes, the others route (and CTA 0 too, where
-  // the routing CTAs have fewer warps than tokens: shape.overlapped false).
-  const int ctas = shape.routing_ctas + 1;
-  BlockPermuteParams q = for_block(p, shape.threads);
-  q.tokens_per_routing_cta = routing_shape::tokens_per_routing_cta(r.num_tokens, ctas);
-  q.tokens_per_cta = routing_shape::tokens_per_cta(r.num_tokens, ctas);
-  const bool wide = p.wide_parts > 0 && shape.overlapped &&
-                    routing_shape::wide_fits(q.tokens_per_routing_cta, p.wide_parts,
-                                             shape.threads / kWarpSize,
-                                             routing_shape::kWideMaxTokensCluster);
-  auto kernel = cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold>;
-  if constexpr (kHasWide) {
-    if (wide) kernel = cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, false, true>;
-  }
-  if constexpr (kHasDirectKeyKernels<kPerLane, kDeepSeek>) {
-    const bool batched_keys =
-        shape.overlapped && q.tokens_per_routing_cta * r.num_experts > shape.threads;
-    if (!wide && batched_keys && direct_keys_setting())
-      kernel = cluster_routing_permute_kernel<LogitT, kPerLane, kDeepSeek, kThreshold, false, true>;
-  }
-  launch_pdl_clustered(kernel, ctas, shape.threads, 0, ctas, stream, r, q);
 }
 
+// Whether kernel<..., true> (the threshold selection) is built for these
+// slots: at kThresholdMinSlots and more, and the ranked threshold at
+// kRankedSlots for the policies without groups.
+template <int kPerLane, bool kDeepSeek>
+inline constexpr bool kHasThresholdKernels =
+    kPerLane >= kThresholdMinSlots || (kPerLane == kRankedSlots && !kDeepSeek);
+
 template <typename LogitT, bool kDeepSeek>
-void launch_routing_block(const RoutingKernelParams& r, const BlockPermuteParams& p, bool cluster,
-                          cudaStream_t stream) {
+void launch_routing_block(const RoutingKernelParams& r, const BlockPermuteParams& p,
+                          const RoutingPlan& plan, KernelStream stream) {
   with_slots_per_lane(r.num_experts, [&](auto slots) {
     constexpr int kPerLane = decltype(slots)::value;
-    if constexpr (kPerLane >= kThresholdMinSlots || (kPerLane == kRankedSlots && !kDeepSeek)) {
-      // The ranked threshold's kernels leave the sorted pair out, as the
-      // other threshold kernels of the policies without groups do
-      // (kHoldsSortedPair): 33..64 rows, where the pair runs, keep the
-      // rounds' kernels, which hold it.
-      const bool pair_runs = p.sorted_pair && p.rows > kWarpSize && p.rows <= 2 * kWarpSize;
-      const bool ranked_off =
-          kPerLane == kRankedSlots && (pair_runs || !ranked_threshold_setting());
-      if (!ranked_off && routing_shape::threshold_serves(r.top_k, kPerLane, kDeepSeek,
-                                                        r.topk_group, r.experts_per_group)) {
-        launch_width<LogitT, kPerLane, kDeepSeek, true>(r, p, cluster, stream);
+    require(plan.slots == kPerLane, "the plan's slots a lane do not match num_experts");
+    if constexpr (kHasThresholdKernels<kPerLane, kDeepSeek>) {
+      if (plan.threshold_kernel) {
+        launch_planned<LogitT, kPerLane, kDeepSeek, true>(r, p, plan, stream);
         return;
       }
     }
-    launch_width<LogitT, kPerLane, kDeepSeek, false>(r, p, cluster, stream);
+    require(!plan.threshold_kernel, "the plan takes a threshold kernel this config has not");
+    launch_planned<LogitT, kPerLane, kDeepSeek, false>(r, p, plan, stream);
   });
 }
 
 template <typename LogitT>
-void launch_for_type(const RoutingKernelParams& r, const BlockPermuteParams& p, bool cluster,
-                     cudaStream_t stream) {
+void launch_for_type(const RoutingKernelParams& r, const BlockPermuteParams& p,
+                     const RoutingPlan& plan, KernelStream stream) {
   if (is_deepseek(r.policy)) {
-    launch_routing_block<LogitT, true>(r, p, cluster, stream);
+    launch_routing_block<LogitT, true>(r, p, plan, stream);
   } else {
-    launch_routing_block<LogitT, false>(r, p, cluster, stream);
+    launch_routing_block<LogitT, false>(r, p, plan, stream);
   }
 }
 
-void require(bool ok, const std::string& message) {
-  if (!ok) throw std::invalid_argument("launch_fused_routing_permute: " + message);
+// The config's cluster and spread kernels, for the probe: those of either
+// selection its slots are built with.
+template <typename LogitT, bool kDeepSeek>
+void probe_kernels(int num_experts, RoutingDeviceCaps& caps) {
+  with_slots_per_lane(num_experts, [&](auto slots) {
+    constexpr int kPerLane = decltype(slots)::value;
+    caps.cluster_runs_16[0] = caps.cluster_runs_16[1] =
+        cluster_runs_large<LogitT, kPerLane, kDeepSeek, false>();
+    caps.spread_runs_16[0] = caps.spread_runs_16[1] =
+        spread_runs_large<LogitT, kPerLane, kDeepSeek, false>();
+    if constexpr (kHasThresholdKernels<kPerLane, kDeepSeek>) {
+      caps.cluster_runs_16[1] = cluster_runs_large<LogitT, kPerLane, kDeepSeek, true>();
+      caps.spread_runs_16[1] = spread_runs_large<LogitT, kPerLane, kDeepSeek, true>();
+    }
+  });
 }
 
 }  // namespace
 
-bool fused_routing_fits(int num_tokens, int top_k, int num_local) {
-  return num_tokens >= 0 && top_k >= 1 && num_local >= 1 && num_local <= kFusedMaxLocalExperts &&
-         static_cast<long long>(num_tokens) * top_k <= kFusedMaxRows;
-}
-
-namespace {
-
-void launch_block_or_cluster(const RoutingParams& routing, const PermuteParams& permute,
-                             bool cluster, cudaStream_t stream) {
+void launch_fused_routing_permute(const RoutingParams& routing, const PermuteParams& permute,
+                                  const RoutingPlan& plan, KernelStream stream) {
   const bool route = routing.logits != nullptr;
-  require(fused_routing_fits(permute.num_tokens, permute.top_k, permute.num_local),
+  require(routing_limits::fused_routing_fits(permute.num_tokens, permute.top_k, permute.num_local),
           "needs num_tokens >= 0, top_k >= 1, num_tokens * top_k <= " +
               std::to_string(kFusedMaxRows) + " and num_local 1.." +
               std::to_string(kFusedMaxLocalExperts) + "; got T=" +
@@ -446,6 +304,11 @@ void launch_block_or_cluster(const RoutingParams& routing, const PermuteParams& 
             "without logits (precomputed ids), permute.topk_ids must be set");
   }
 
+  require(plan.variant != RoutingVariant::Split, "the plan takes the split chain");
+  require((plan.kernel == RoutingKernel::PermuteOnly) == (!route || rows == 0),
+          std::string("the plan's kernel (") + routing_kernel_name(plan.kernel) +
+              ") does not match the call (ids given, or no rows, take permute_only)");
+
   BlockPermuteParams p{};
   p.topk_ids = route ? nullptr : permute.topk_ids;
   p.rows = rows;
@@ -465,79 +328,33 @@ void launch_block_or_cluster(const RoutingParams& routing, const PermuteParams& 
     p.num_tiles[s] = permute.num_tiles[s];
   }
   p.inv_top_k = inverse_of(permute.top_k);
-  p.sorted_pair = sorted_pair_setting();
+  p.sorted_pair = plan.sorted_pair;
 
-  if (!route || rows == 0) {
+  if (plan.kernel == RoutingKernel::PermuteOnly) {
     launch_pdl(fused_permute_kernel, 1, kMaxThreads, 0, stream, for_block(p, kMaxThreads));
   } else {
     RoutingKernelParams r = make_routing_kernel_params(routing);
-    r.fixed_choice = takes_fixed_choice(r) ? 1 : 0;
-    p.wide_parts = static_cast<uint8_t>(wide_parts_for(r));
-    p.wide_floor_rank = static_cast<uint8_t>(
-        routing_shape::wide_floor_rank(r.top_k, p.wide_parts, r.n_group, r.topk_group));
+    r.fixed_choice = plan.fixed_choice ? 1 : 0;
+    p.wide_parts = static_cast<uint8_t>(plan.wide_parts);
+    p.wide_floor_rank = static_cast<uint8_t>(plan.wide_floor_rank);
     if (routing.config.logits_type == LogitsType::BF16) {
-      launch_for_type<uint16_t>(r, p, cluster, stream);
+      launch_for_type<uint16_t>(r, p, plan, stream);
     } else {
-      launch_for_type<float>(r, p, cluster, stream);
+      launch_for_type<float>(r, p, plan, stream);
     }
   }
   UNIMOE_LAUNCH_CHECK();
 }
 
-}  // namespace
-
-void launch_fused_routing_permute(const RoutingParams& routing, const PermuteParams& permute,
-                                  cudaStream_t stream) {
-  launch_block_or_cluster(routing, permute, false, stream);
-}
-
-void launch_cluster_routing_permute(const RoutingParams& routing, const PermuteParams& permute,
-                                    cudaStream_t stream) {
-  launch_block_or_cluster(routing, permute, true, stream);
-}
-
-ClusterSpread cluster_spread() { return spread_setting(); }
-
-WideChoice wide_choice() { return wide_choice_setting(); }
-
-void set_wide_choice(WideChoice setting) { wide_choice_setting() = setting; }
-
-int cluster_max_ctas() { return cluster_max_ctas_setting(); }
-
-void set_cluster_max_ctas(int max_ctas) {
-  if (max_ctas < 0 || max_ctas == 1 || max_ctas > routing_shape::kClusterMaxCtasNonPortable)
-    throw std::invalid_argument(
-        "set_cluster_max_ctas: max_ctas must be 0 (the measured rule) or 2.." +
-        std::to_string(routing_shape::kClusterMaxCtasNonPortable) + "; got " +
-        std::to_string(max_ctas));
-  cluster_max_ctas_setting() = max_ctas;
-}
-
-bool direct_keys() { return direct_keys_setting(); }
-
-void set_direct_keys(bool on) { direct_keys_setting() = on; }
-
-bool fixed_choice() { return fixed_choice_setting(); }
-
-void set_fixed_choice(bool on) { fixed_choice_setting() = on; }
-
-bool ranked_threshold() { return ranked_threshold_setting(); }
-
-void set_ranked_threshold(bool on) { ranked_threshold_setting() = on; }
-
-bool sorted_pair() { return sorted_pair_setting(); }
-
-void set_sorted_pair(bool on) { sorted_pair_setting() = on; }
-
-void set_cluster_spread(ClusterSpread setting) {
-  if (setting.from_tokens < 0)
-    throw std::invalid_argument("set_cluster_spread: from_tokens must be >= 0; got " +
-                                std::to_string(setting.from_tokens));
-  if (setting.max_ctas < 0 || setting.max_ctas == 1 || setting.max_ctas > routing_shape::kSpreadMaxCtas)
-    throw std::invalid_argument("set_cluster_spread: max_ctas must be 0 (the device's largest) or 2.." +
-                                std::to_string(routing_shape::kSpreadMaxCtas) + "; got " +
-                                std::to_string(setting.max_ctas));
-  spread_setting() = setting;
+void probe_fused_routing_caps(const RoutingConfig& config, RoutingDeviceCaps& caps) {
+  const bool deepseek = is_deepseek(config.policy);
+  if (config.logits_type == LogitsType::BF16) {
+    deepseek ? probe_kernels<uint16_t, true>(config.num_experts, caps)
+             : probe_kernels<uint16_t, false>(config.num_experts, caps);
+  } else {
+    deepseek ? probe_kernels<float, true>(config.num_experts, caps)
+             : probe_kernels<float, false>(config.num_experts, caps);
+  }
 }
 
 }  // namespace unimoe

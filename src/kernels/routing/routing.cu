@@ -5,14 +5,20 @@
 // kernel.
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 
 #include "core/routing_launch_shape.h"
 #include "kernels/common/common.cuh"
+#include "kernels/routing/fused_routing.cuh"
 #include "kernels/routing/routing.cuh"
 #include "kernels/routing/routing_device.cuh"
 
 namespace unimoe {
 namespace {
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw std::invalid_argument("launch_routing: " + message);
+}
 
 using namespace routing_detail;
 
@@ -97,132 +103,119 @@ __global__ void __launch_bounds__(kThreads) routing_kernel(RoutingKernelParams p
 }
 
 template <typename LogitT, int kPerLane, bool kDeepSeek, bool kSortedRuns, bool kKeptHalves>
-void launch_batched(const RoutingKernelParams& p, int blocks, bool batched, cudaStream_t stream) {
-  if (batched) {
-    launch_pdl(routing_kernel<LogitT, kPerLane, kDeepSeek, kSortedRuns, true, kKeptHalves>, blocks,
-               kThreads, 0, stream, p);
+void launch_batched(const RoutingKernelParams& p, const RoutingPlan& plan, KernelStream stream) {
+  if (plan.split_batched) {
+    launch_pdl(routing_kernel<LogitT, kPerLane, kDeepSeek, kSortedRuns, true, kKeptHalves>,
+               plan.split_blocks, kThreads, 0, stream, p);
   } else {
-    launch_pdl(routing_kernel<LogitT, kPerLane, kDeepSeek, kSortedRuns, false, kKeptHalves>, blocks,
-               kThreads, 0, stream, p);
+    launch_pdl(routing_kernel<LogitT, kPerLane, kDeepSeek, kSortedRuns, false, kKeptHalves>,
+               plan.split_blocks, kThreads, 0, stream, p);
   }
 }
 
-// kSortedRuns where routing_shape::split_sorts_runs says
-// (UNIMOE_SPLIT_SORT_FROM_TOPK overrides it, for sweeps); widths above
-// kSortMaxSlots keep the tree. DeepSeek's sorted rounds take the kept
-// halves where they can (compacts_kept_lanes; UNIMOE_SPLIT_KEPT_HALVES=0
-// turns them off, for sweeps).
+// The sorted runs where the plan takes them (routing_shape::split_sorts_runs);
+// widths above kSortMaxSlots keep the tree. DeepSeek's sorted rounds take
+// the kept halves where the plan says (compacts_kept_lanes).
 template <typename LogitT, int kPerLane, bool kDeepSeek>
-void launch_width(const RoutingKernelParams& p, int blocks, bool batched, cudaStream_t stream) {
+void launch_width(const RoutingKernelParams& p, const RoutingPlan& plan, KernelStream stream) {
   if constexpr (kPerLane <= kSortMaxSlots) {
-    static const int forced_top_k = env_int("UNIMOE_SPLIT_SORT_FROM_TOPK", 0);
-    static const bool kept_halves = env_switch_on("UNIMOE_SPLIT_KEPT_HALVES");
-    if (routing_shape::split_sorts_runs(kPerLane, p.top_k, p.num_tokens, kDeepSeek, forced_top_k)) {
+    if (plan.split_sorted_runs) {
       if constexpr (kDeepSeek && kPerLane % 2 == 0) {
-        if (kept_halves && compacts_kept_lanes(p, kPerLane)) {
-          launch_batched<LogitT, kPerLane, kDeepSeek, true, true>(p, blocks, batched, stream);
+        if (plan.split_kept_halves) {
+          require(compacts_kept_lanes(p, kPerLane), "the plan's kept halves do not serve this config");
+          launch_batched<LogitT, kPerLane, kDeepSeek, true, true>(p, plan, stream);
           return;
         }
       }
-      launch_batched<LogitT, kPerLane, kDeepSeek, true, false>(p, blocks, batched, stream);
+      require(!plan.split_kept_halves, "the plan's kept halves do not serve this config");
+      launch_batched<LogitT, kPerLane, kDeepSeek, true, false>(p, plan, stream);
       return;
     }
   }
-  launch_batched<LogitT, kPerLane, kDeepSeek, false, false>(p, blocks, batched, stream);
+  require(!plan.split_sorted_runs, "the plan sorts runs wider than the kernels do");
+  launch_batched<LogitT, kPerLane, kDeepSeek, false, false>(p, plan, stream);
 }
 
 template <typename LogitT, bool kDeepSeek>
-void launch_for_width(const RoutingKernelParams& p, int blocks, bool batched, cudaStream_t stream) {
+void launch_for_width(const RoutingKernelParams& p, const RoutingPlan& plan, KernelStream stream) {
   with_slots_per_lane(p.num_experts, [&](auto slots) {
-    launch_width<LogitT, decltype(slots)::value, kDeepSeek>(p, blocks, batched, stream);
+    launch_width<LogitT, decltype(slots)::value, kDeepSeek>(p, plan, stream);
   });
   UNIMOE_LAUNCH_CHECK();
 }
 
 template <typename LogitT>
-void launch_for_type(const RoutingKernelParams& p, bool deepseek, int blocks, bool batched,
-                     cudaStream_t stream) {
+void launch_for_type(const RoutingKernelParams& p, bool deepseek, const RoutingPlan& plan,
+                     KernelStream stream) {
   if (deepseek) {
-    launch_for_width<LogitT, true>(p, blocks, batched, stream);
+    launch_for_width<LogitT, true>(p, plan, stream);
   } else {
-    launch_for_width<LogitT, false>(p, blocks, batched, stream);
+    launch_for_width<LogitT, false>(p, plan, stream);
   }
 }
 
 }  // namespace
 
-routing_shape::SplitWeight split_weight(RoutingPolicy policy) {
-  using routing_shape::SplitWeight;
-  switch (policy) {
-    case RoutingPolicy::TopK: return SplitWeight::kLogit;
-    case RoutingPolicy::Default:
-    case RoutingPolicy::RenormalizeNaive: return SplitWeight::kRowSoftmax;
-    case RoutingPolicy::DeepSeekV3:
-    case RoutingPolicy::MiniMax2: return SplitWeight::kDeepSeek;
-    case RoutingPolicy::Renormalize:
-    case RoutingPolicy::Sigmoid:
-    case RoutingPolicy::SigmoidRenorm:
-    case RoutingPolicy::TopKSigmoid:
-    case RoutingPolicy::Llama4: break;
-  }
-  return SplitWeight::kChosen;
-}
-
-bool split_weighs_in_batches(int num_tokens, RoutingPolicy policy) {
-  static const int forced = env_int("UNIMOE_SPLIT_BATCH_MIN_TOKENS", 0);
-  return routing_shape::split_weighs_in_batches(num_tokens, split_weight(policy), forced);
-}
-
-bool split_takes_octets(const routing_detail::RoutingKernelParams& p) {
-  static const int forced = env_int("UNIMOE_SPLIT_OCTETS_MIN_TOKENS", 0);
-  return routing_shape::split_takes_octets(is_deepseek(p.policy), p.num_experts, p.top_k,
-                                           p.n_group, p.num_tokens, forced);
-}
-
-bool routing_writes_counts(const RoutingParams& params, const PermuteCounts& counts) {
-  static const bool on = env_switch_on("UNIMOE_SPLIT_OCTET_COUNT");
-  if (!on || counts.table == nullptr || params.num_tokens <= 0 || params.logits == nullptr)
-    return false;
-  check_routing_config(params, "routing_writes_counts");
-  const int top_k = params.config.top_k;
-  if (static_cast<long long>(params.num_tokens) * top_k != counts.rows) return false;
-  if (counts.num_local <= 0 || counts.local_offset < 0) return false;
-  return split_takes_octets(make_routing_kernel_params(params)) &&
-         routing_shape::octet_count_blocks(top_k, counts.chunk_rows) > 0;
-}
-
-void launch_routing(const RoutingParams& params, cudaStream_t stream, const PermuteCounts* counts) {
+void launch_routing(const RoutingParams& params, const RoutingPlan& plan, KernelStream stream,
+                    const PermuteCounts* counts) {
   check_routing_config(params, "launch_routing");
-  if (params.num_tokens == 0) return;
+  if (params.num_tokens == 0 || plan.kernel == RoutingKernel::None) return;
   if (params.logits == nullptr || params.topk_ids == nullptr || params.topk_weights == nullptr)
     throw std::invalid_argument("launch_routing: logits, topk_ids and topk_weights must be set");
   const RoutingKernelParams p = make_routing_kernel_params(params);
-  if (split_takes_octets(p)) {
-    const bool count = counts != nullptr && routing_writes_counts(params, *counts);
-    launch_routing_octets(p, params.config.logits_type == LogitsType::BF16, count ? counts : nullptr,
-                          stream);
+  const bool bf16 = params.config.logits_type == LogitsType::BF16;
+  if (plan.kernel == RoutingKernel::SplitOctets) {
+    require(plan.routing_counts_rows == (counts != nullptr),
+            "the permute counts must be given exactly where the plan has the octet kernel count "
+            "the rows");
+    // The filter mode stages rows by 16-byte copies: aligned logits only
+    // (every row is then aligned, E % 8 == 0).
+    const bool aligned = reinterpret_cast<uintptr_t>(p.logits) % 16 == 0;
+    launch_routing_octets(p, bf16, plan.octet_filter && aligned, counts, stream);
     return;
   }
-  const int blocks = ceil_div(params.num_tokens, kWarpsPerBlock);
-  const bool batched = split_weighs_in_batches(params.num_tokens, p.policy);
-  if (params.config.logits_type == LogitsType::BF16) {
-    launch_for_type<uint16_t>(p, is_deepseek(p.policy), blocks, batched, stream);
+  require(plan.kernel == RoutingKernel::SplitWarps,
+          std::string("not a split routing kernel: ") + routing_kernel_name(plan.kernel));
+  require(plan.split_blocks == ceil_div(params.num_tokens, kWarpsPerBlock),
+          "the plan's blocks do not cover the tokens");
+  if (bf16) {
+    launch_for_type<uint16_t>(p, is_deepseek(p.policy), plan, stream);
   } else {
-    launch_for_type<float>(p, is_deepseek(p.policy), blocks, batched, stream);
+    launch_for_type<float>(p, is_deepseek(p.policy), plan, stream);
   }
 }
 
-void launch_split_routing_permute(const RoutingParams& routing, const PermuteParams& permute,
-                                  cudaStream_t stream) {
+void launch_routing_stage(const RoutingParams& routing, const PermuteParams& permute,
+                          const RoutingPlan& plan, KernelStream stream) {
+  if (plan.variant != RoutingVariant::Split) {
+    launch_fused_routing_permute(routing, permute, plan, stream);
+    return;
+  }
+  if (plan.kernel == RoutingKernel::None) return;
   if (permute.topk_ids != routing.topk_ids || permute.num_tokens != routing.num_tokens ||
       permute.top_k != routing.config.top_k)
     throw std::invalid_argument(
-        "launch_split_routing_permute: the permute must take the routing's ids (the same "
-        "topk_ids, T and K)");
-  const PermuteCounts counts = permute_counts(permute);
-  const bool counted = routing_writes_counts(routing, counts);
-  launch_routing(routing, stream, counted ? &counts : nullptr);
-  launch_permute(permute, stream, counted);
+        "launch_routing_stage: the permute must take the routing's ids (the same topk_ids, T and "
+        "K)");
+  PermuteCounts counts;
+  if (plan.routing_counts_rows) {
+    counts = permute_counts(permute);
+    require(counts.table != nullptr,
+            "the plan has the octet kernel count the rows, but the permute scratch has no table "
+            "(more than 2048 rows and 8-byte aligned scratch)");
+  }
+  launch_routing(routing, plan, stream, plan.routing_counts_rows ? &counts : nullptr);
+}
+
+void launch_permute_stage(const PermuteParams& permute, const RoutingPlan& plan,
+                          KernelStream stream) {
+  if (plan.variant != RoutingVariant::Split) return;  // the fused kinds permuted already
+  launch_permute(permute, plan, stream);
+}
+
+void probe_routing_device_caps(const RoutingConfig& config, RoutingDeviceCaps& caps) {
+  caps.sm_count = current_device_sm_count();
+  probe_fused_routing_caps(config, caps);
 }
 
 }  // namespace unimoe

@@ -1,5 +1,5 @@
 // Routing on the device: logits [T, E] -> topk_ids [T, K], topk_weights [T, K].
-// Every policy of DESIGN.md, bit-for-bit the selection of the CPU reference
+// Every policy of docs/routing.md, bit-for-bit the selection of the CPU reference
 // (src/ref/routing.cpp, docs/routing.md); weights within 1e-6 relative.
 #pragma once
 
@@ -8,6 +8,8 @@
 #include <cstdint>
 
 #include "core/routing_launch_shape.h"
+#include "core/routing_plan.h"
+#include "kernels/common/common.cuh"
 #include "kernels/permute/permute.cuh"
 #include "unimoe/unimoe.h"
 
@@ -22,30 +24,35 @@ struct RoutingParams {
   float* topk_weights = nullptr;    // [T, K] out
 };
 
-// `counts` (optional): the permute's count table (permute_counts), which
-// the routing kernel also writes where routing_writes_counts says it can;
-// launch_permute then leaves its count kernel out (counted = true).
-void launch_routing(const RoutingParams& params, cudaStream_t stream,
+// The split chain's routing kernel the plan names (SplitWarps or
+// SplitOctets; None launches nothing), over params.num_tokens tokens.
+// `counts` (nullptr: none): the permute's chunk counts, which the octet
+// kernel writes as well where plan.routing_counts_rows (then it must be
+// permute_counts(permute) of the call's permute). Throws
+// std::invalid_argument for a config outside the kernels' limits or a plan
+// that does not fit the call.
+void launch_routing(const RoutingParams& params, const RoutingPlan& plan, KernelStream stream,
                     const PermuteCounts* counts = nullptr);
 
-// Whether launch_routing writes `counts` too: where the octet kernel routes
-// the call (split_takes_octets) and a chunk is up to 8 of its blocks
-// (routing_shape::octet_count_blocks), for the same T * K rows; never
-// where UNIMOE_SPLIT_OCTET_COUNT is "0" (read once; for A/B timing). Pure
-// host code: the layer's permute stage asks it again.
-bool routing_writes_counts(const RoutingParams& params, const PermuteCounts& counts);
+// Routing and permute as the layer and the routing sweep run them, in two
+// stages so that the benchmark can time each: launch_routing_stage runs the
+// fused-kind kernel (which permutes too) or the split chain's routing
+// kernel; launch_permute_stage runs the split chain's permute (nothing for
+// the fused kinds). The plan comes from plan_routing (plan/routing_plan.h).
+void launch_routing_stage(const RoutingParams& routing, const PermuteParams& permute,
+                          const RoutingPlan& plan, KernelStream stream);
+void launch_permute_stage(const PermuteParams& permute, const RoutingPlan& plan,
+                          KernelStream stream);
+inline void launch_routing_permute(const RoutingParams& routing, const PermuteParams& permute,
+                                   const RoutingPlan& plan, KernelStream stream) {
+  launch_routing_stage(routing, permute, plan, stream);
+  launch_permute_stage(permute, plan, stream);
+}
 
-// The split chain: launch_routing, then launch_permute over the routing's
-// ids (permute.topk_ids == routing.topk_ids, the same T and K), the count
-// folded into the routing where routing_writes_counts says.
-void launch_split_routing_permute(const RoutingParams& routing, const PermuteParams& permute,
-                                  cudaStream_t stream);
-
-// What a policy's weight costs the routing kernel
-// (routing_shape::SplitWeight), and whether the kernel weighs each block's
-// tokens together for T tokens (routing_shape::split_weighs_in_batches;
-// UNIMOE_SPLIT_BATCH_MIN_TOKENS, read once, replaces its bound, for sweeps).
-routing_shape::SplitWeight split_weight(RoutingPolicy policy);
-bool split_weighs_in_batches(int num_tokens, RoutingPolicy policy);
+// What the plan needs to know of the device for `config` (plan/routing_plan.h):
+// its SM count and the cluster sizes its routing kernels run. Lets those
+// kernels launch the clusters it reports: call it once (per device and
+// config) before launching a plan made with these caps.
+void probe_routing_device_caps(const RoutingConfig& config, RoutingDeviceCaps& caps);
 
 }  // namespace unimoe

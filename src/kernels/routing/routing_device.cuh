@@ -1055,12 +1055,10 @@ namespace unimoe {
 
 // The split chain's DeepSeek routing kernel of eight lanes a token
 // (routing_octets.cu), for the calls routing_shape::split_takes_octets
-// allows; split_takes_octets(p) applies it to checked params
-// (UNIMOE_SPLIT_OCTETS_MIN_TOKENS, read once, replaces its bound).
-// `counts` (nullptr: none): the permute's chunk counts to write as well,
-// where routing_writes_counts said so.
-bool split_takes_octets(const routing_detail::RoutingKernelParams& p);
+// allows (the routing plan decides). `filter`: its filter mode (16-byte
+// aligned logits only). `counts` (nullptr: none): the permute's chunk
+// counts to write as well, where the plan has it count the rows.
 void launch_routing_octets(const routing_detail::RoutingKernelParams& p, bool bf16_logits,
-                           const PermuteCounts* counts, cudaStream_t stream);
+                           bool filter, const PermuteCounts* counts, KernelStream stream);
 
 }  // namespace unimoe

@@ -619,7 +619,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename LogitT, bool kFilter, bool kCount>
 void launch_mode(const RoutingKernelParams& p, const OctetCounts& counts, int blocks,
-                 cudaStream_t stream) {
+                 KernelStream stream) {
   const auto launch = [&](auto kernel) {
     launch_pdl(kernel, blocks, kThreads, 0, stream, p, counts);
   };
@@ -634,9 +634,8 @@ void launch_mode(const RoutingKernelParams& p, const OctetCounts& counts, int bl
 // With `counts`: the grid rounded up to whole permute chunks
 // (octet_count_blocks blocks each; blocks past the tokens count zeros).
 template <typename LogitT, bool kCount>
-void launch_for_slots(const RoutingKernelParams& p, const PermuteCounts* counts,
-                      cudaStream_t stream) {
-  static const int forced = env_int("UNIMOE_SPLIT_OCTET_FILTER_MIN_TOKENS", 0);
+void launch_for_slots(const RoutingKernelParams& p, bool filter, const PermuteCounts* counts,
+                      KernelStream stream) {
   OctetCounts c;
   if constexpr (kCount) {
     c = OctetCounts{counts->table, counts->local_offset, counts->num_local,
@@ -649,8 +648,7 @@ void launch_for_slots(const RoutingKernelParams& p, const PermuteCounts* counts,
     if (blocks / c.blocks != counts->num_chunks)
       throw std::invalid_argument("launch_routing: the permute chunks are not whole octet blocks");
   }
-  const bool aligned = reinterpret_cast<uintptr_t>(p.logits) % 16 == 0;  // every row then (E % 8 == 0)
-  if (aligned && routing_shape::octets_filter(p.num_experts, p.n_group, p.num_tokens, forced)) {
+  if (filter) {
     launch_mode<LogitT, true, kCount>(p, c, blocks, stream);
   } else {
     launch_mode<LogitT, false, kCount>(p, c, blocks, stream);
@@ -659,23 +657,23 @@ void launch_for_slots(const RoutingKernelParams& p, const PermuteCounts* counts,
 }
 
 template <typename LogitT>
-void launch_for_counts(const RoutingKernelParams& p, const PermuteCounts* counts,
-                       cudaStream_t stream) {
+void launch_for_counts(const RoutingKernelParams& p, bool filter, const PermuteCounts* counts,
+                       KernelStream stream) {
   if (counts != nullptr) {
-    launch_for_slots<LogitT, true>(p, counts, stream);
+    launch_for_slots<LogitT, true>(p, filter, counts, stream);
   } else {
-    launch_for_slots<LogitT, false>(p, counts, stream);
+    launch_for_slots<LogitT, false>(p, filter, counts, stream);
   }
 }
 
 }  // namespace
 
-void launch_routing_octets(const RoutingKernelParams& p, bool bf16_logits,
-                           const PermuteCounts* counts, cudaStream_t stream) {
+void launch_routing_octets(const RoutingKernelParams& p, bool bf16_logits, bool filter,
+                           const PermuteCounts* counts, KernelStream stream) {
   if (bf16_logits) {
-    launch_for_counts<uint16_t>(p, counts, stream);
+    launch_for_counts<uint16_t>(p, filter, counts, stream);
   } else {
-    launch_for_counts<float>(p, counts, stream);
+    launch_for_counts<float>(p, filter, counts, stream);
   }
 }
 
