@@ -47,6 +47,24 @@ TEST(Config, PrintsAndParsesBack) {
   EXPECT_NE(text.find("policy=DeepSeekV3"), std::string::npos);
 }
 
+TEST(Config, RoutingVariantPrintsOnlyWhenForced) {
+  MoEConfig c = dsv3_config();
+  EXPECT_EQ(c.to_string().find("routing_variant"), std::string::npos);  // the tuning key as before
+  c.options.routing_variant = "cluster";
+  const std::string text = c.to_string();
+  EXPECT_NE(text.find(" routing_variant=cluster"), std::string::npos);
+  EXPECT_EQ(MoEConfig::parse(text).options.routing_variant, "cluster");
+  validate(c);
+  c.options.routing_variant = "fast";
+  try {
+    validate(c);
+    ADD_FAILURE() << "routing_variant=fast was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "options.routing_variant");
+    EXPECT_NE(std::string(e.what()).find("auto, split, fused, cluster"), std::string::npos);
+  }
+}
+
 TEST(Config, FloatsRoundTripExactly) {
   MoEConfig c = dsv3_config();
   c.routing.routed_scaling_factor = 0.1f;

@@ -59,7 +59,7 @@ TEST(ExpertsBackendGpu, LayerHoldsTheCutlassBuffersOnceATunedChoiceTakesThatPath
   UNIMOE_REQUIRE_GPU();
   const MoEConfig c = find_preset("dsv3-tp8").config;
   const int max_tokens = 8;
-  MoELayerImpl layer(c, max_tokens);
+  MoELayerImpl layer(c, max_tokens, DevOverrides{});
   ASSERT_NE(plan_for_tokens(c, max_tokens).path, ExpertsPath::Cutlass);
   const std::size_t before = layer.workspace_bytes();
   TuningChoice choice;
