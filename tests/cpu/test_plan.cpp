@@ -29,7 +29,7 @@ TEST(Presets, UnknownNameListsKnownOnes) {
 }
 
 TEST(Floor, MatchesTheAnchorFileForDsv3Tp8AtOneToken) {
-  // shared/anchors/h200-bf16-peers.json: dsv3-tp8 T=1, 8 experts hit,
+  // bench/peers/h200-bf16-peers.json: dsv3-tp8 T=1, 8 experts hit,
   // 4.225 TB/s, 677.7 TFLOP/s -> floor 20.9 us (memory-bound).
   const MoEConfig c = find_preset("dsv3-tp8").config;
   const FloorEstimate f = layer_floor(c, 1, 8, {4.225, 677.7});

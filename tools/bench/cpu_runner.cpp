@@ -17,7 +17,7 @@ using namespace unimoe::ref;
 constexpr int kMaxHidden = 512;
 constexpr int kMaxIntermediate = 256;
 constexpr int kMaxTokens = 64;
-// The H200 ceilings of shared/anchors/h200-bf16-peers.json, so that the floor
+// The H200 ceilings of bench/peers/h200-bf16-peers.json, so that the floor
 // column shows what the reduced layer would cost on that GPU.
 constexpr Ceilings kReferenceCeilings{4.225, 677.7};
 
