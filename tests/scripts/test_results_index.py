@@ -2,7 +2,7 @@
 """bench/results and bench/peers keep their promises: every result file is
 listed in bench/results/README.md and says inside how it was made (a
 provenance object in JSON, a '#' header with the date in text); file names
-say what they hold; the peer files carry their provenance; the PyTorch
+say what they hold; the peer files hold their provenance; the PyTorch
 peer's command line answers --help without a GPU or PyTorch."""
 import gzip
 import json
@@ -15,7 +15,8 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 RESULTS = os.path.join(ROOT, "bench", "results")
 PEERS = os.path.join(ROOT, "bench", "peers")
 DATE = re.compile(r"date:\s*\d{4}-\d{2}-\d{2}", re.IGNORECASE)
-NAME_WORDS = re.compile(r"session|run\d|-run|\d{4}-\d{2}-\d{2}", re.IGNORECASE)
+NAME = re.compile(r"^[a-z][a-z0-9-]*\.(json|json\.gz|txt|png)$")
+DATED = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 def result_files():
@@ -45,8 +46,8 @@ def check_results(errors):
         name = os.path.basename(rel)
         if f"`{name}`" not in index:
             errors.append(f"{rel}: not listed in bench/results/README.md")
-        if NAME_WORDS.search(name):
-            errors.append(f"{rel}: name it by what it holds, not by date or measurement")
+        if not NAME.match(name) or DATED.search(name):
+            errors.append(f"{rel}: name it by what it holds (lower case, dashes, no date)")
         if name.endswith((".json", ".json.gz")):
             prov = load_json(path).get("provenance")
             missing = [k for k in ("command", "commit", "device", "date") if not (prov or {}).get(k)]
