@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Compares an unimoe-bench JSON with the peer anchors, point by point.
 
-    scripts/analyze_bench.py bench/results/RUN.json ../shared/anchors/h200-bf16-peers.json
+    scripts/analyze_bench.py RESULTS.json bench/peers/h200-bf16-peers.json
+
+(e.g. RESULTS.json = bench/results/h200/layer-bf16.json)
 
 For each (preset, T) in both files: unimoe's time (best backend when several
 ran), three floors (the anchor file's; one from this run's measured ceilings;
 a strict one with the higher of the two bandwidths and matmul rates), and the
-ratio to the best peer. Ends with the geometric means the BF16 issue's
-targets are stated in, the points slower than the best peer (with the
+ratio to the best peer. Ends with the geometric means of time over each
+floor (the form the BF16 targets take), the points slower than the best peer (with the
 active-expert counts where this run's routing hit more experts than the
 peer's, which then read fewer weight bytes), the T=1 points against 1.6x
 the anchor floor, and each point's stage times.
@@ -16,7 +18,7 @@ import json
 import math
 import sys
 
-T1_BOUND = 1.6  # the BF16 issue: T=1 at most 1.6x the floor on every shape
+T1_BOUND = 1.6  # the BF16 target: T=1 at most 1.6x the floor on every shape
 STAGES = ["routing", "permute", "gemm1", "gemm2", "finalize"]  # the launch chain's order
 
 

@@ -9,7 +9,7 @@ the rule's score and a proposed rule.
 Prints, for each point class, where the fused single-block kernel beats the
 split chain; how often the layer's rule (the `rule` field the sweep records
 from routing_variant_for) is within 5% of the best variant, and its
-geometric-mean speedup over "always fused" and "always split"; the issue's
+geometric-mean speedup over "always fused" and "always split"; the routing
 targets (DeepSeekV3 E=256 K=8 n_group=8, Renormalize E=128 K=8); and the
 rule "fused iff T*K <= R, T <= Tm and T*E <= S" whose limits (a grid
 search) are within 5% of the best variant on the most points. Where the

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Two builds' routing sweeps side by side (an A/B in one device call):
+"""Two builds' routing sweeps side by side (an A/B on one machine):
 per variant (split, fused, cluster, and the best of the three), the
 geometric mean of B/A over the points both have, by policy family
 (DeepSeek policies or the others) and range of T. Each side may be

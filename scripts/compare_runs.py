@@ -2,8 +2,9 @@
 """Two unimoe-bench runs side by side: per (preset, T, backend) point the
 time of each, their ratio, each stage's difference, and what served each
 (the plan). For A/B measurements (an environment variable on and off, a
-kernel change), which should come from one device call: between calls the
-same plan reads 2-5% apart.
+kernel change), which should be measured on one machine, one right after
+the other: on two machines of the same model the same plan reads 2-5%
+apart.
 
   scripts/compare_runs.py A.json B.json [--stages]
 """

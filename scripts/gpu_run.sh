@@ -1,23 +1,39 @@
 #!/usr/bin/env bash
-# The GPU-machine workflow: build there, run the GPU tests, run the benchmark.
-# Logs and JSON land in $OUT (the device tool's result folder; out/gpu when
-# unset). The GPU machine has no network, so the call must carry what the
-# build needs (made here by scripts/setup.sh):
-#   device run, carry [".deps/googletest", ".deps/include", ".deps/peer"]:
-#     scripts/gpu_run.sh [steps] [-- unimoe-bench arguments]
-# steps: any of build,test,bench,sweep,pack (comma-separated; default
-# build,test,bench). sweep: unimoe-bench --routing-sweep over the default
-# grid, then scripts/analyze_routing_sweep.py (routing_sweep.json,
-# routing_sweep.txt). pack, last: everything in $OUT into $OUT/results.tgz
-# (scripts/pack_out.sh), for a tool that brings back few files.
-# Environment: UNIMOE_GTEST_FILTER narrows the GPU tests; UNIMOE_TEST_TIMEOUT
-# and UNIMOE_SWEEP_TIMEOUT (seconds) bound the test and sweep steps (a cut
-# sweep keeps the points it saved, every 2000); UNIMOE_SWEEP_ITERS (default
-# 20) sets the sweep's graph replays per point; UNIMOE_BUILD_DIR
-# (default build-gpu) is where the build step builds and the other steps
-# find the binaries: set it to build (and carry build/unimoe_gpu_tests and
-# build/unimoe-bench) to run binaries built on another machine without the
-# build step.
+# Build, GPU tests, benchmark and routing sweep on a machine with a Hopper
+# GPU (H100/H200), each step's log and results written into an output
+# folder: $OUT if set, else out/gpu.
+#
+#   scripts/gpu_run.sh [steps] [-- unimoe-bench arguments]
+#
+# steps, comma-separated (default build,test,bench):
+#   build  configure and build into $UNIMOE_BUILD_DIR (build.log)
+#   test   the GPU tests, unimoe_gpu_tests (gpu_tests.log, gpu_tests.xml)
+#   bench  unimoe-bench with the arguments after -- (bench.log, bench.json)
+#   sweep  unimoe-bench --routing-sweep over the default grid, then
+#          scripts/analyze_routing_sweep.py (routing_sweep.{log,json,txt,png})
+#   pack   last: every file of the output folder into results.tgz
+#          (scripts/pack_out.sh)
+# gpu.txt records the GPU, its driver and clocks.
+#
+# Environment:
+#   OUT                   the output folder (default out/gpu)
+#   UNIMOE_BUILD_DIR      where the build step builds and the other steps find
+#                         the binaries (default build-gpu); point it at an
+#                         existing build (e.g. build) and leave out the build
+#                         step to run binaries built before
+#   UNIMOE_GTEST_FILTER   narrows the GPU tests (default *)
+#   UNIMOE_TEST_TIMEOUT   seconds for the test step (default 300)
+#   UNIMOE_SWEEP_TIMEOUT  seconds for the sweep (default 1800); a cut sweep
+#                         keeps the points it saved (every 2000)
+#   UNIMOE_SWEEP_ITERS    the sweep's graph replays per point (default 20)
+# The build needs what scripts/setup.sh prepares under .deps (on a machine
+# without network access, copy the tree with its .deps folder).
+#
+# Example, the 30-point BF16 benchmark against the anchor peers:
+#   scripts/gpu_run.sh build,test,bench -- \
+#     -p mixtral-8x7b,qwen3-30b-a3b,qwen3-235b-a22b,dsv3-tp8,gpt-oss-120b \
+#     -t 1,8,64,512,4096,16384 --iters 30 --check-tokens 8 \
+#     --anchors bench/peers/h200-bf16-peers.json
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/gpu}

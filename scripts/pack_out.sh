@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Packs a result folder into one file: every file under DIR (default $OUT,
-# else out/gpu) goes into DIR/results.tgz and is removed, so that a tool
-# that brings back a limited number of files (the device tool: 8) brings
-# back everything; a later call adds new files to it. Unpack with:
-# tar xzf results.tgz
+# Packs an output folder into one tarball: every entry of DIR (default
+# $OUT, else out/gpu) goes into DIR/results.tgz and is removed, so that the
+# results of a GPU machine travel as one file. Packing again adds the new
+# entries to the tarball and keeps what it held. Unpack with:
+#   tar xzf results.tgz
 set -euo pipefail
 dir=${1:-${OUT:-out/gpu}}
 [ -d "$dir" ] || { echo "pack_out: no folder $dir" >&2; exit 1; }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# An A/B of routing builds in one device call: each unimoe-bench binary
+# An A/B of routing builds on one machine: each unimoe-bench binary
 # (gzipped ones are unpacked first) runs the routing sweep REPS times,
 # interleaved (base, new, ..., base, new, ...), so that every build meets
 # the same GPU state; then scripts/compare_routing_sweeps.py compares each
@@ -9,10 +9,19 @@
 #   scripts/routing_ab.sh [-r REPS] [-o DIR] BASE NEW [NEW2 ...] [-- sweep arguments]
 #
 # REPS defaults to 2, DIR to $OUT (else out/ab). Sweep arguments default
-# to the 1344-point decode grid of docs/notes.md (4 policies, E 8..1024,
-# K 1..8, T 1..128, --iters 20). Writes DIR/NAME-REP.json and .log per run
-# and DIR/cmp_NAME.txt per build after the first (NAME: the file name
-# without .gz); prints the comparisons.
+# to a 1344-point decode grid (policies DeepSeekV3, Renormalize, TopK,
+# Default; E 8..1024; K 1, 2, 4, 8; T 1..128; --iters 20). Writes
+# DIR/NAME-REP.json and .log per sweep and DIR/cmp_NAME.txt per build
+# after the first (NAME: the file name without .gz); prints the
+# comparisons.
+#
+# The sweep arguments apply to every build. To compare settings of one
+# build instead of two builds, give each setting as a small executable
+# script that runs the binary with it, e.g. a file cluster16 holding
+#   #!/bin/sh
+#   exec build/unimoe-bench --dev cluster_max_ctas=16 "$@"
+# (development knobs: unimoe-bench --dev NAME=VALUE; the routing variant:
+# --routing-variant).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 reps=2

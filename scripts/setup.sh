@@ -4,7 +4,8 @@
 #   - CUTLASS/CuTe headers from the pinned PyPI wheel nvidia-cutlass, unpacked
 #     into .deps/cutlass/include (ignored by git, never committed)
 #   - copies of GoogleTest's source and the header-only libraries under .deps,
-#     so that a tree carried to the GPU machine (no network) can build there.
+#     so that a copy of the tree with its .deps folder also builds on a
+#     machine without network access or these packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,16 +44,12 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$CUTLASS_VERSION" ]; then
   rm -rf "$tmp"
 fi
 
-# Copies for the GPU machine, which has no network and none of these packages.
+# Copies for a machine without network access or these packages.
 if [ ! -f "$DEPS/googletest/CMakeLists.txt" ]; then
   rm -rf "$DEPS/googletest" && cp -r /usr/src/googletest "$DEPS/googletest"
 fi
 if [ ! -f "$DEPS/include/CLI/CLI.hpp" ] || [ ! -f "$DEPS/include/nlohmann/json.hpp" ]; then
   mkdir -p "$DEPS/include"
   cp -r /usr/include/CLI /usr/include/nlohmann "$DEPS/include/"
-fi
-# The PyTorch peer script, staged for the GPU machine (../shared does not travel).
-if [ -f ../shared/anchors/torch_peer.py ]; then
-  mkdir -p "$DEPS/peer" && cp ../shared/anchors/torch_peer.py ../shared/anchors/*.json "$DEPS/peer/"
 fi
 echo "setup: dependencies ready under $DEPS"

@@ -243,7 +243,7 @@ TEST_F(TuningCacheTest, CorruptFilesThrowNamingTheFile) {
 // The committed H200 winners (bench/results) load, and every one is a
 // candidate the tuner would offer today.
 TEST(CommittedTuningCache, H200WinnersLoadAndAreCurrentCandidates) {
-  const std::string path = std::string(UNIMOE_SOURCE_DIR) + "/bench/results/h200-tuning-cache-session3.json";
+  const std::string path = std::string(UNIMOE_SOURCE_DIR) + "/bench/results/h200/tuning-cache.json";
   const TuningCache cache = TuningCache::load(path, kH200);
   int found = 0;
   for (const char* preset : {"mixtral-8x7b", "qwen3-30b-a3b", "qwen3-235b-a22b", "dsv3-tp8", "gpt-oss-120b"})

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/pack_out.sh on a scratch folder: every entry ends up in
-# results.tgz and nothing else is left; a second call adds what is new.
+# results.tgz and nothing else is left; a second pack adds what is new.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 pack="$here/../../scripts/pack_out.sh"

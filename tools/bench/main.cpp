@@ -154,8 +154,8 @@ int main(int argc, char** argv) {
   app.add_option("--rotate", opt.rotate, "input sets rotated per replay (0: default 4)")->capture_default_str();
   app.add_option("--check-tokens", opt.check_tokens, "tokens checked against the CPU reference")->capture_default_str();
   app.add_flag("--cpu", opt.force_cpu, "run the CPU reference (reduced size) even where a GPU exists");
-  app.add_option("--peer", opt.peer_script, "path of torch_peer.py: run the PyTorch peer side by side");
-  app.add_option("--anchors", opt.anchors, "peer timings JSON (bench/peers/h200-bf16-peers.json) to compare");
+  app.add_option("--peer", opt.peer_script, "PyTorch peer script to run side by side (bench/peers/torch_peer.py)");
+  app.add_option("--anchors", opt.anchors, "peer timings JSON to compare against (bench/peers/h200-bf16-peers.json)");
   app.add_option("--json", opt.json_path, "where to write the JSON results")->capture_default_str();
   app.add_flag("--autotune", opt.autotune,
                "time every (path, tactic) candidate per token bucket, keep the fastest that passes the "
