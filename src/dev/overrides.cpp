@@ -54,7 +54,8 @@ constexpr Knob kKnobs[] = {
 // to the library: the parser leaves them alone.
 constexpr const char* kForeignVariables[] = {
     "UNIMOE_TEST_SEED",    "UNIMOE_JOBS",        "UNIMOE_GTEST_FILTER", "UNIMOE_TEST_TIMEOUT",
-    "UNIMOE_SWEEP_TIMEOUT", "UNIMOE_SWEEP_ITERS", "UNIMOE_BUILD_DIR",   "UNIMOE_CUDA_CHECK",
+    "UNIMOE_SWEEP_TIMEOUT", "UNIMOE_SWEEP_ITERS", "UNIMOE_BUILD_DIR",   "UNIMOE_CUDA",
+    "UNIMOE_DEPS_DIR",     "UNIMOE_CUTLASS_INCLUDE", "UNIMOE_ROUTING_STAMPS",
 };
 
 std::string lower(std::string s) {

@@ -252,7 +252,7 @@ TEST(RoutingVariantRule, NamesParseAndBadValuesSayWhatIsAllowed) {
     parse_routing_variant("clustered");
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_EQ(e.field(), "UNIMOE_ROUTING_VARIANT");
+    EXPECT_EQ(e.field(), "options.routing_variant");
     EXPECT_NE(std::string(e.what()).find("allowed: split, fused, cluster"), std::string::npos);
   }
   EXPECT_STREQ(routing_variant_name(RoutingVariant::Cluster), "cluster");

@@ -104,6 +104,7 @@ int run_stream_patterns(const StreamPatternOptions& opt);
 // routing kernels' launch shapes, timed as the routing sweep times them.
 struct LaunchFloorOptions {
   int iters = 20;
+  bool pdl = true;  // --dev pdl=0 launches without programmatic dependent launch
   std::string json_path = "out/launch_floor.json";
 };
 // Returns the exit status (2: no GPU, 1: a probe did not run, 0: done).

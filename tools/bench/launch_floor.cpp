@@ -62,10 +62,10 @@ int run_launch_floor(const LaunchFloorOptions& opt) {
   doc["device"] = prop.name;
   doc["calls_per_graph"] = kCallsPerGraph;
   doc["iters"] = opt.iters;
-  doc["pdl"] = pdl_enabled();
+  doc["pdl"] = opt.pdl;
   doc["points"] = nlohmann::json::array();
   std::printf("launch floor on %s (PDL %s), %d calls a graph, median of %d replays\n", prop.name,
-              pdl_enabled() ? "on" : "off", kCallsPerGraph, opt.iters);
+              opt.pdl ? "on" : "off", kCallsPerGraph, opt.iters);
   std::printf("us a call by the probe's form (empty; one load; one load, then a block barrier, or a\n"
               "cluster barrier where there are clusters; one load, then the other CTAs' warps hand off\n"
               "to CTA 0 through an mbarrier, a block barrier without clusters; the same with one\n"
@@ -79,7 +79,7 @@ int run_launch_floor(const LaunchFloorOptions& opt) {
       auto call = [&] {
         for (int c = 0; c < s.chain; ++c)
           launch_floor_probe(steps, s.ctas, s.cluster_ctas, s.threads, src.as<float>(),
-                             word.as<int32_t>(), stream);
+                             word.as<int32_t>(), KernelStream(stream, opt.pdl));
       };
       UNIMOE_CUDA_CHECK(cudaMemsetAsync(word.p, 0xff, sizeof(int32_t), stream));
       cudaGraphExec_t g = capture(stream, [&] {

@@ -209,6 +209,7 @@ int main(int argc, char** argv) {
     if (launch_floor) {
       LaunchFloorOptions lo;
       lo.iters = opt.iters;
+      lo.pdl = opt.dev.pdl;
       if (app.count("--json") > 0) lo.json_path = opt.json_path;
       return run_launch_floor(lo);
     }

@@ -53,7 +53,7 @@ __global__ void launch_floor_kernel(const float* src, int32_t* word) {
 
 template <FloorSteps kSteps, bool kCluster>
 void launch_steps(int ctas, int cluster_ctas, int threads, const float* src, int32_t* word,
-                  cudaStream_t stream) {
+                  KernelStream stream) {
   auto* kernel = launch_floor_kernel<kSteps, kCluster>;
   if (cluster_ctas > 8) {
     static const cudaError_t allowed =
@@ -65,7 +65,7 @@ void launch_steps(int ctas, int cluster_ctas, int threads, const float* src, int
 
 template <FloorSteps kSteps>
 void launch_clustered_or_not(int ctas, int cluster_ctas, int threads, const float* src,
-                             int32_t* word, cudaStream_t stream) {
+                             int32_t* word, KernelStream stream) {
   if (cluster_ctas > 0) launch_steps<kSteps, true>(ctas, cluster_ctas, threads, src, word, stream);
   else launch_steps<kSteps, false>(ctas, cluster_ctas, threads, src, word, stream);
 }
@@ -115,7 +115,7 @@ const char* floor_steps_name(FloorSteps steps) {
 }
 
 void launch_floor_probe(FloorSteps steps, int ctas, int cluster_ctas, int threads, const float* src,
-                        int32_t* word, cudaStream_t stream) {
+                        int32_t* word, KernelStream stream) {
   const auto require = [](bool ok, const std::string& message) {
     if (!ok) throw std::invalid_argument("launch_floor_probe: " + message);
   };
@@ -126,7 +126,7 @@ void launch_floor_probe(FloorSteps steps, int ctas, int cluster_ctas, int thread
   require(cluster_ctas == 0 || ctas % cluster_ctas == 0, "ctas must be whole clusters");
   require(word != nullptr, "word must not be null");
   require(steps == FloorSteps::kEmpty || src != nullptr, "src must not be null where it is read");
-  using Launch = void (*)(int, int, int, const float*, int32_t*, cudaStream_t);
+  using Launch = void (*)(int, int, int, const float*, int32_t*, KernelStream);
   constexpr Launch kLaunch[] = {
       launch_clustered_or_not<FloorSteps::kEmpty>, launch_clustered_or_not<FloorSteps::kLoad>,
       launch_clustered_or_not<FloorSteps::kLoadBarrier>,

@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "kernels/common/common.cuh"
+
 namespace unimoe {
 
 enum class FloorSteps {
@@ -45,7 +47,7 @@ const char* floor_steps_name(FloorSteps steps);
 // that is read, `steps` not a FloorSteps value) and std::runtime_error
 // when the launch fails (a cluster the device cannot run, say).
 void launch_floor_probe(FloorSteps steps, int ctas, int cluster_ctas, int threads, const float* src,
-                        int32_t* word, cudaStream_t stream);
+                        int32_t* word, KernelStream stream);
 
 // Two kernels of about 130 KB of straight-line code each, two CTAs of
 // 1,024 threads an SM (so every SM runs them), so that the next kernel on
