@@ -24,7 +24,7 @@
 // otherwise idle SMs.
 //
 // The cluster variant spreads phase 1 over the CTAs 1.. of a thread-block
-// cluster of up to 8 (cluster_routing_ctas: a few tokens a CTA, since a CTA
+// cluster of up to 16 (cluster_routing_ctas: a few tokens a CTA, since a CTA
 // of many routing warps gets slower with its size): routing CTA c takes a
 // contiguous run of tokens, a warp a token (DeepSeek policies: it stages
 // the run's keys), and stages each row's expert straight into CTA 0's
@@ -38,7 +38,9 @@
 // (fused_routing_shared.cuh), phases 2-4 (block_permute_piece.cuh up to 32
 // rows, block_permute.cuh), the fused and cluster kernels
 // (fused_routing_kernels.cuh), the spread kernel (spread_routing_kernel.cuh);
-// this file has the precomputed-ids kernel and the launchers.
+// this file has the precomputed-ids kernel, the launcher, which launches
+// what the routing plan (plan/routing_plan.h) names and decides nothing,
+// and the probe of the cluster sizes the device runs.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -78,18 +80,18 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
 
 // The wide choice's kernels (kWide: DeepSeek policies, E = 64..512) are
 // instantiated apart: holding its code cost the DeepSeek kernels' other
-// paths 2-4% (session 19, run 8 against run 1: T = 16..128, where it never
-// ran). The launcher takes them where a CTA of the launch seats its tokens
+// paths 2-4% at T = 16..128, where it never runs (measured on an H200).
+// The plan takes them where a CTA of the launch seats its tokens
 // (routing_shape::wide_fits, as the kernels decide it per CTA).
 template <int kPerLane, bool kDeepSeek>
 inline constexpr bool kHasWideKernels = kDeepSeek && kPerLane >= 2 && kPerLane <= 16;
 
 // The cluster kernels whose routing CTAs compute DeepSeek's keys a warp a
-// token (kDirectKeys, set_direct_keys) are instantiated apart as well, for
+// token (kDirectKeys, the plan's direct_keys_kernel) are instantiated apart as well, for
 // E = 129..256 (8 slots a lane), where more than 1024 / E tokens a routing
 // CTA would stage their keys in several batches: DeepSeekV3 E=256 from
 // T=61 (13 routing CTAs of 5 tokens against 15 of 4 at T=60, the step of
-// session 26's stamps). A batch's address arithmetic stood before each
+// phase stamps measured on an H200). A batch's address arithmetic stood before each
 // thread's first load: the keys were staged by cycle 2,517 against 1,228
 // with one key a thread.
 template <int kPerLane, bool kDeepSeek>
