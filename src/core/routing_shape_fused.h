@@ -21,13 +21,13 @@ inline constexpr int kClusterMaxCtasNonPortable = 16;
 
 // The cluster kernel's largest cluster by default (where the device runs
 // clusters of 16): 16 for the DeepSeek policies at E >= 128 and for the
-// others at E >= 256, else 8. Measured (session 20 run 3, H200, against 8
-// in the same build, T = 5..128, K = 4 and 8): DeepSeekV3 E=256 K=8 T=32
-// 5.19 -> 4.42 us, T=48 5.42 -> 4.75, 0.92-0.99 at T = 16..28, 0.84-0.88
-// at 32..56; E=128 0.86-0.96 at 32..63, E=512 0.71-0.87 at 32..128; the
-// others 0.81-0.98 at E=512 from T=32, 0.97-1.01 at E=256, but 1.03-1.13
-// at E=128 from T=36 (a short choice a token: the larger cluster's barrier
-// costs more than the fewer tokens a CTA save). T <= 12: 0.99-1.01.
+// others at E >= 256, else 8. Measured on an H200 (against 8 in the same
+// build, T = 5..128, K = 4 and 8): DeepSeekV3 E=256 K=8 T=32 5.19 -> 4.42 us,
+// T=48 5.42 -> 4.75, 0.92-0.99 at T = 16..28, 0.84-0.88 at 32..56; E=128
+// 0.86-0.96 at 32..63, E=512 0.71-0.87 at 32..128; the others 0.81-0.98 at
+// E=512 from T=32, 0.97-1.01 at E=256, but 1.03-1.13 at E=128 from T=36 (a
+// short choice a token: the larger cluster's barrier costs more than the
+// fewer tokens a CTA save). T <= 12: 0.99-1.01.
 inline constexpr int kClusterLargeFromExpertsDeepSeek = 128;
 inline constexpr int kClusterLargeFromExpertsOther = 256;
 UNIMOE_HD int cluster_max_ctas_by_default(bool deepseek, int num_experts) {
@@ -147,48 +147,43 @@ inline constexpr int kSpreadTableBytes = 4096;
 UNIMOE_HD int spread_row_bytes(int num_local) { return (num_local + 15) / 16 * 16; }
 
 // Where the cluster variant takes the spread kernel (where it serves) rather
-// than CTA 0 permuting every row: from spread_from_tokens tokens. Measured
-// (session 16 run 8, H200, 198 points DeepSeekV3/Renormalize/TopK, E
-// 64..256, K 1/8, T 3..256, against the CTA-0 kernels, the final kernel):
-// geometric means 1.18 (DeepSeek) / 1.16 (others) at T = 5..16, 1.08 / 1.11
-// at 17..64, 0.75 / 0.82 at 65..256. DeepSeek gains from T=64 (E=256 K=8
-// 6.19 -> 5.63 us, E=128 5.22 -> 4.73; E=64 4.16 -> 4.26) and loses below
-// (T=32 5.40 -> 5.64); the others gain from T=128 (Renormalize E=128 K=8
-// 4.97 -> 4.08; K=1 3.39 -> 3.55 at E=128, the one loss there) and lose at
-// 96 with K=1 (3.08 -> 3.33 at E=64). Below, each CTA's scan of the experts
-// after the barrier (about 1,600 cycles: one block scan) costs more than
-// CTA 0's permutation saves. (Session 16 run 5's first kernel, a scan over
-// table words, 3,500-4,000 cycles, gained only from T=192.) Its minimum
-// tokens a CTA: 2 for the DeepSeek policies, 4 for the others (as the
-// CTA-0 kernels').
-// Only K <= kSpreadMaxTopKByDefault was measured (K = 1, 4, 8); larger K
-// keep the CTA-0 kernels unless the threshold is set
-// (UNIMOE_SPREAD_FROM_TOKENS, set_cluster_spread).
+// than CTA 0 permuting every row: from spread_from_tokens tokens. Measured on
+// an H200 (198 points DeepSeekV3/Renormalize/TopK, E 64..256, K 1/8, T
+// 3..256, against the CTA-0 kernels): geometric means 1.18 (DeepSeek) / 1.16
+// (others) at T = 5..16, 1.08 / 1.11 at 17..64, 0.75 / 0.82 at 65..256.
+// DeepSeek gains from T=64 (E=256 K=8 6.19 -> 5.63 us, E=128 5.22 -> 4.73;
+// E=64 4.16 -> 4.26) and loses below (T=32 5.40 -> 5.64); the others gain
+// from T=128 (Renormalize E=128 K=8 4.97 -> 4.08; K=1 3.39 -> 3.55 at E=128,
+// the one loss there) and lose at 96 with K=1 (3.08 -> 3.33 at E=64). Below,
+// each CTA's scan of the experts after the barrier (about 1,600 cycles: one
+// block scan) costs more than CTA 0's permutation saves (a scan over table
+// words instead, 3,500-4,000 cycles, gained only from T=192). Its minimum
+// tokens a CTA: 2 for the DeepSeek policies, 4 for the others (as the CTA-0
+// kernels').
+// Only K <= kSpreadMaxTopKByDefault was measured (K = 1, 4, 8); larger K keep
+// the CTA-0 kernels unless the threshold is set (UNIMOE_SPREAD_FROM_TOKENS).
 inline constexpr int kSpreadMaxTopKByDefault = 8;
-// Run 9's sweep of T = 16..512 (every policy, E 8..1024) refined it: the
-// DeepSeek policies lose from T = 64 at E < 128 (E=8 K=2 T=64 3.10 ->
-// 3.51 us, E=64 K=1 3.18 -> 3.46), so they start at 128 there; and where
-// the block leaves fewer permuting threads than local experts (E = 384 at
-// T=128: 96 threads for 384 experts; E = 512), the scan takes runs of
-// experts and loses (TopK E=384 K=1 T=128 4.83 -> 7.71), so by default the
-// spread kernel runs only with a permuting thread per local expert
-// (spread_by_default).
+// A sweep of T = 16..512 (every policy, E 8..1024) refines it: the DeepSeek
+// policies lose from T = 64 at E < 128 (E=8 K=2 T=64 3.10 -> 3.51 us, E=64
+// K=1 3.18 -> 3.46), so they start at 128 there; and where the block leaves
+// fewer permuting threads than local experts (E = 384 at T=128: 96 threads
+// for 384 experts; E = 512), the scan takes runs of experts and loses (TopK
+// E=384 K=1 T=128 4.83 -> 7.71), so by default the spread kernel runs only
+// with a permuting thread per local expert (spread_by_default).
 //
-// Since the CTA-0 kernel runs in clusters of 16 for the DeepSeek policies
-// at E >= 128 (session 20), it beats the spread kernel until its 15
-// routing CTAs take more than 8 tokens each: measured (session 21 run 1,
-// H200, DeepSeekV3 and MiniMax2, E 128/160/256, K 1/4/8, T 64..128, the
-// CTA-0 kernel against the spread kernel, best of 3; geometric means of
-// 18 points a T): 0.95 at T=64, 0.92 at 72, 0.93 at 80, 0.96 at 96 (0.88-
-// 1.04), 0.98 at 112 (0.92-1.09), 1.08 at 127 and 128 (up to 1.29: 9
-// tokens a CTA). DeepSeekV3 E=256 K=8: T=64 5.42 -> 5.54 us (one of the
-// three points of T=64 the spread kernel wins), T=72 6.24 -> 5.71, T=96
+// In clusters of 16 (the DeepSeek policies at E >= 128) the CTA-0 kernel
+// beats the spread kernel until its 15 routing CTAs take more than 8 tokens
+// each: measured on an H200 (DeepSeekV3 and MiniMax2, E 128/160/256, K 1/4/8,
+// T 64..128, the CTA-0 kernel against the spread kernel, best of 3; geometric
+// means of 18 points a T): 0.95 at T=64, 0.92 at 72, 0.93 at 80, 0.96 at 96
+// (0.88-1.04), 0.98 at 112 (0.92-1.09), 1.08 at 127 and 128 (up to 1.29: 9
+// tokens a CTA). DeepSeekV3 E=256 K=8: T=64 5.42 -> 5.54 us (one of the three
+// points of T=64 the spread kernel wins), T=72 6.24 -> 5.71, T=96
 // 6.33 -> 5.90; E=128 K=1 T=64 4.18 -> 3.79. From 8 * 15 + 1 = 121 the
-// geometric mean over those 126 points is 1.004x the best (from 64:
-// 1.044x). Where
-// the device does not run those clusters of 16 (`cluster_ctas` 8), the
-// CTA-0 kernel's 7 routing CTAs take 10 tokens each at T=64: there the
-// spread kernel keeps T = 64.
+// geometric mean over those 126 points is 1.004x the best (from 64: 1.044x).
+// Where the device does not run those clusters of 16 (`cluster_ctas` 8), the
+// CTA-0 kernel's 7 routing CTAs take 10 tokens each at T=64: there the spread
+// kernel keeps T = 64.
 inline constexpr int kSpreadFromTokensDeepSeek = 64;  // E >= 128, clusters of 8
 inline constexpr int kSpreadFromTokensDeepSeekLarge =
     8 * (kClusterMaxCtasNonPortable - 1) + 1;  // E >= 128, clusters of 16
@@ -219,11 +214,11 @@ UNIMOE_HD int slots_for_experts(int num_experts) {
 // CTAs as ceil(T / min_tokens) and `max_ctas` allow, the tokens spread
 // evenly (T=5 at a minimum of 4: 3 and 2, not 4 and 1), and as the table
 // allows; the permuting threads are a thread a local expert where the
-// kernel's bound (fused_threads) leaves room, at least a warp; DeepSeek's keys of the CTA's tokens (a thread a
-// key where there is room) fit the work area. ctas = 0: the spread kernel
-// does not serve the call (one CTA would take every token, or a CTA would
-// take more tokens than a mask holds, or the keys do not fit, or no warp is
-// left to permute).
+// kernel's bound (fused_threads) leaves room, at least a warp; DeepSeek's
+// keys of the CTA's tokens (a thread a key where there is room) fit the work
+// area. ctas = 0: the spread kernel does not serve the call (one CTA would
+// take every token, or a CTA would take more tokens than a mask holds, or the
+// keys do not fit, or no warp is left to permute).
 struct SpreadShape {
   int ctas;
   int tokens_per_cta;
