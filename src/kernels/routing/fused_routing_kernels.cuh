@@ -123,8 +123,8 @@ __device__ void stage_deepseek_keys(const RoutingKernelParams& r, int begin, int
       static_cast<const LogitT*>(r.logits) + static_cast<size_t>(begin) * num_experts;
   const int n = (end - begin) * num_experts;
   // x % E by exact_quotient: two integer divisions here stood between the
-  // kernel's start and its first load (session 12 run 4, Nsight Compute:
-  // about 20 dependent instructions each).
+  // kernel's start and its first load (Nsight Compute: about 20 dependent
+  // instructions each).
   const auto mod_experts = [&](int x) {
     return x - exact_quotient(x, r.inv_num_experts) * num_experts;
   };
@@ -187,12 +187,11 @@ __device__ __forceinline__ bool weights_beside_permute(const RoutingKernelParams
          (!deepseek || r.num_tokens * r.num_experts <= kWorkWords);
 }
 
-// Decode calls (weights_beside_permute): warp t < T chooses token t's
-// experts and stages them; after one barrier it weighs them while the other
-// warps build the permutation, which needs only the experts. The weights
-// (fp64 exp, sums and divisions: about 1200 of a one-token call's cycles,
-// measured with clock64 stamps in session 8) then no longer run before the
-// permutation.
+// Decode calls (weights_beside_permute): warp t < T chooses token t's experts
+// and stages them; after one barrier it weighs them while the other warps
+// build the permutation, which needs only the experts. The weights (fp64 exp,
+// sums and divisions: about 1200 of a one-token call's cycles, measured with
+// clock64 stamps) then do not run before the permutation.
 template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold, bool kWide>
 __device__ void route_then_permute(const RoutingKernelParams& r, const BlockPermuteParams& p,
                                    BlockShared& s, int lane, int warp) {
@@ -267,27 +266,27 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
 }
 
 // The overlapped cluster kernel's handoff of the staged rows to CTA 0, in
-// place of a cluster barrier (whose arrive, a release, waited on a
-// GPU-scope memory barrier in every routing thread): CTA 0 expects the
-// rows' bytes on an mbarrier in its shared memory, the routing lanes store
-// them there asynchronously (st.async, or red.async where two tokens share
-// a word), and CTA 0's threads wait for the mbarrier's phase.
+// place of a cluster barrier (whose arrive, a release, waited on a GPU-scope
+// memory barrier in every routing thread): CTA 0 expects the rows' bytes on
+// an mbarrier in its shared memory, the routing lanes store them there
+// asynchronously (st.async, or red.async where two tokens share a word), and
+// CTA 0's threads wait for the mbarrier's phase.
 // Opening (every thread of every CTA, before pdl_begin): CTA 0's thread 0
 // initializes the mbarrier and arrives on it expecting the bytes; at odd K
-// CTA 0 zeroes the staged words (two tokens' rows can share one, which
-// both then or into); every thread arrives at the cluster barrier, CTA 0's
-// with release. A routing CTA waits at that barrier before its first
-// store; CTA 0 waits at it too, then on the mbarrier.
-// Bytes: a 32-bit word a row pair at even K (one store a pair), a word a
-// row at odd K (an or a row).
-// Measured (session 31, H200, bench/results/h200-routing-ab-session31.txt,
-// against the cluster barrier, two builds in one call): the cluster
-// variant 0.95-0.96 at T = 5..16, 0.93-0.95 at 17..64 and 0.95-0.96 at
-// 65..256 by geometric mean (the policies without groups 0.978-0.98 at
-// T <= 4, DeepSeek 0.995-1.005 at T=1); Renormalize E=128 K=8 T=64 3.13
-// -> 2.92 us, T=48 2.96 -> 2.71; DeepSeekV3 E=256 K=8 T=64 3.88 -> 3.66.
-// The phase stamps before it put CTA 0 past the barrier 430-730 cycles
-// after the routing CTAs chose (h200-routing-phase-stamps-session31.txt).
+// CTA 0 zeroes the staged words (two tokens' rows can share one, which both
+// then or into); every thread arrives at the cluster barrier, CTA 0's with
+// release. A routing CTA waits at that barrier before its first store; CTA 0
+// waits at it too, then on the mbarrier.
+// Bytes: a 32-bit word a row pair at even K (one store a pair), a word a row
+// at odd K (an or a row).
+// Measured on an H200 (against the cluster barrier, two builds on the same
+// machine): the cluster variant 0.95-0.96 at T = 5..16, 0.93-0.95 at 17..64
+// and 0.95-0.96 at 65..256 by geometric mean (the policies without groups
+// 0.978-0.98 at T <= 4, DeepSeek 0.995-1.005 at T=1); Renormalize E=128 K=8
+// T=64 3.13 -> 2.92 us, T=48 2.96 -> 2.71; DeepSeekV3 E=256 K=8 T=64
+// 3.88 -> 3.66.
+// With the cluster barrier, the phase stamps put CTA 0 past it 430-730 cycles
+// after the routing CTAs chose (bench/results/h200/routing-phase-stamps.txt).
 __device__ __forceinline__ uint32_t handoff_bytes(int rows, int top_k) {
   return static_cast<uint32_t>((top_k & 1) ? rows * 4 : rows * 2);
 }
@@ -340,10 +339,10 @@ __device__ __forceinline__ void hand_off_rows(int top_k, int token, int lane, in
 //     whole (experts and weights) before the barrier, and CTA 0 then
 //     permutes: more CTAs route, each warp fewer tokens.
 // Every thread arrives once at the cluster barrier and waits once.
-// kDirectKeys (DeepSeek, taken
-// by the launcher where the overlapped way's routing CTAs would stage more
-// keys than they have threads, set_direct_keys): each routing warp computes
-// its token's keys itself instead of the block staging them in batches.
+// kDirectKeys (DeepSeek, taken by the launcher where the overlapped way's
+// routing CTAs would stage more keys than they have threads, the routing
+// plan's direct keys): each routing warp computes its token's keys itself
+// instead of the block staging them in batches.
 template <typename LogitT, int kPerLane, bool kDeepSeek, bool kThreshold, bool kWide = false,
           bool kDirectKeys = false>
 __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
@@ -362,8 +361,8 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int warps = blockDim.x / kWarpSize;
   // routing_shape::cluster_overlapped, written out: called, it changed the
-  // SASS of the E <= 32 kernels (session 10), and this form is the one
-  // measured on the H200. The CPU tests pin the header's form
+  // SASS of the E <= 32 kernels, and this form is the one measured on the
+  // H200. The CPU tests pin the header's form
   // (tests/cpu/test_routing_launch_shape.cpp).
   const int per_routing_cta = p.tokens_per_routing_cta;
   const bool overlapped = per_routing_cta <= warps &&
@@ -396,12 +395,12 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   }
   if (rank == 0) {
     // The token masks (CTA 0's work area, which no other CTA writes) are
-    // zeroed while the routing CTAs route; the barrier's release and
-    // acquire order the zeros before every thread's first use. Measured
-    // (session 22 run 4, H200, against zeroing them after the barrier):
-    // 0.975-0.99x where the masks serve (Renormalize E=128 K=8 T=9-64
-    // 3.11-3.79 -> 3.04-3.70 us, DeepSeekV3 E=256 K=8 T=64 5.67 -> 5.58),
-    // the cluster variant 0.977-0.991 by geometric mean at T = 17..64.
+    // zeroed while the routing CTAs route; the barrier's release and acquire
+    // order the zeros before every thread's first use. Measured on an H200
+    // (against zeroing them after the barrier): 0.975-0.99x where the masks
+    // serve (Renormalize E=128 K=8 T=9-64 3.11-3.79 -> 3.04-3.70 us,
+    // DeepSeekV3 E=256 K=8 T=64 5.67 -> 5.58), the cluster variant
+    // 0.977-0.991 by geometric mean at T = 17..64.
     constexpr bool kPair = kHoldsSortedPair<kDeepSeek, kThreshold>;
     const BlockPermutePath path = block_permute_path<kPair>(p);  // uniform
     const bool cleared = takes_token_masks(path);

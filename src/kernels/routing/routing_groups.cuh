@@ -31,8 +31,9 @@ __device__ inline uint32_t rank_groups(const RoutingKernelParams& p, int lane, f
   // The first lane of each group holds its score and ranks the group: the
   // groups with a larger score, or an equal one and a lower index, come
   // first; the first topk_group are kept. One pass of independent shuffles
-  // rather than topk_group dependent rounds of warp_argmax (measured, session
-  // 8: the group stage took about 1270 cycles of a one-token DeepSeek call).
+  // rather than topk_group dependent rounds of warp_argmax (measured on an
+  // H200: the group stage took about 1270 cycles of a one-token DeepSeek
+  // call).
   const bool leader = group < p.n_group && sub == 0;
   const uint32_t group_key = order_key(nan_to_neg_inf(first + second));  // +inf + -inf
   int rank = 0;
@@ -73,10 +74,10 @@ __device__ inline uint32_t kept_groups(const RoutingKernelParams& p, int lane, c
 }
 
 // kept_groups where each group is a run of whole lanes (runs of slots and
-// experts_per_group = lanes_per_group * kPerLane, as E = 256, n_group = 8
-// at 8 slots): a lane's own keys are its share of its group, so no shared
-// memory is read (session 9 run 6: the split kernel's stores and reads of
-// the keys there were 80% excess wavefronts at DeepSeekV3 E=256 T=16384).
+// experts_per_group = lanes_per_group * kPerLane, as E = 256, n_group = 8 at
+// 8 slots): a lane's own keys are its share of its group, so no shared memory
+// is read (measured on an H200: the split kernel's stores and reads of the
+// keys there were 80% excess wavefronts at DeepSeekV3 E=256 T=16384).
 template <int kPerLane>
 __device__ inline uint32_t kept_groups_of_runs(const RoutingKernelParams& p, int lane,
                                                const float (&c)[kPerLane]) {

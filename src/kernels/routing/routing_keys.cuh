@@ -148,10 +148,10 @@ __device__ __forceinline__ float approx_score(float x) {
 //     over kPerLane times the lines.
 //   - strided: lane l holds l, l + 32, l + 64, ...: each load instruction of
 //     the warp reads 32 consecutive values.
-// Measured (session 9 run 3, against the strided layout everywhere): runs
-// with single loads cost up to 11% at E = 256 for Renormalize and TopK in
-// the cluster variant at T > 8, and gained 3-9% for DeepSeek at T <= 8. So
-// the split kernel and the DeepSeek fused kernels use runs, the other fused
+// Measured on an H200 (against the strided layout everywhere): runs with
+// single loads cost up to 11% at E = 256 for Renormalize and TopK in the
+// cluster variant at T > 8, and gained 3-9% for DeepSeek at T <= 8. So the
+// split kernel and the DeepSeek fused kernels use runs, the other fused
 // kernels strided slots.
 template <int kPerLane, bool kRuns>
 struct Slots {

@@ -21,9 +21,9 @@
 //      least K kept keys reach t and the K best are among the candidates,
 //      the kept keys >= t (ties at t included). -inf where no value
 //      qualifies: then every kept key is a candidate.
-//   4. the candidates (about ten at E=256 K=8 on the sweep's logits, in a
-//      host simulation: docs/notes.md, session 14) go to
-//      shared memory as (key, ~expert) pairs, the order of the reference
+//   4. the candidates (about ten at E=256 K=8 on the sweep's logits, as a
+//      host simulation counts them) go to shared memory as (key, ~expert)
+//      pairs, the order of the reference
 //      (larger key, then lower expert, is larger); each one's rank is the
 //      count of larger pairs, and ranks below K name the chosen. More than
 //      kListMax candidates (ties, infinities) take K rounds of an octet
@@ -35,10 +35,9 @@
 //      the scan sums (count_block_rows), and the chain drops a launch.
 // The keys cost what they cost the warp kernel; the selection costs a few
 // hundred thread instructions a token instead of K warp-wide rounds. ncu at
-// DeepSeekV3 E=256 K=8 T=16384 (session 14): 8.65M warp instructions (run
-// 8; run 4's build 9.32M: 350 a token up to the keys' last store, 181 in
-// the groups, threshold and selection, 33 in the weights) against the warp
-// kernel's 19.3M (run 1).
+// DeepSeekV3 E=256 K=8 T=16384: 8.65M warp instructions (an earlier build
+// 9.32M: 350 a token up to the keys' last store, 181 in the groups, threshold
+// and selection, 33 in the weights) against the warp kernel's 19.3M.
 //
 // The filter mode (routing_shape::octets_filter: the largest T, 16-byte
 // aligned logits) takes steps 1-3 with filter keys first:
@@ -53,9 +52,9 @@
 //   - the candidates' exact keys (their logits loaded again, spread over
 //     the octet) fill the list, so the ranks, ids and weights are the
 //     exact mode's.
-// Session 15 (ncu, T=16384, kernel alone): DeepSeekV3 E=256 K=8 16.2 ->
-// 14.2 us (8.65M -> 6.39M warp instructions), MiniMax2 15.7 -> 12.5. Filter
-// keys without the staging ran slower than the exact mode (run 5: 17.4 us,
+// Measured with ncu on an H200 (T=16384, kernel alone): DeepSeekV3 E=256 K=8
+// 16.2 -> 14.2 us (8.65M -> 6.39M warp instructions), MiniMax2 15.7 -> 12.5.
+// Filter keys without the staging ran slower than the exact mode (17.4 us,
 // the lanes' own-run loads waiting on the load/store queues).
 #pragma once
 
@@ -79,11 +78,11 @@ struct OctetCounts {
   int blocks = 1;
 };
 
-// The block's barrier for count_block_rows, which warps past the tokens
-// reach from their own call site (they leave early, as without kCount):
-// barrier.sync without .aligned (which __syncthreads is) allows that.
-// (Run 3's form, the routing inside an `if` so that every warp met the
-// same __syncthreads, measured the same; session 18 runs 3-4.)
+// The block's barrier for count_block_rows, which warps past the tokens reach
+// from their own call site (they leave early, as without kCount):
+// barrier.sync without .aligned (which __syncthreads is) allows that. (The
+// routing inside an `if`, so that every warp meets the same __syncthreads,
+// measured the same.)
 __device__ __forceinline__ void count_barrier() {
   asm volatile("barrier.sync 1, %0;" ::"n"(kThreads) : "memory");
 }
@@ -125,14 +124,14 @@ __global__ void __launch_bounds__(kThreads)
   const int slot = threadIdx.x / kOctetLanes;  // the block's token
   const int base = sub * kPerLane;              // the lane's first expert
 
-  // Before the wait: the bias's loads (the bias is no output of the
-  // previous grid) and the row's address. Right after it the row's first
-  // loads go out (RowStart), and only then is the bias stored and the
-  // block's barrier met, so that the bias's latency and the row's overlap
-  // (session 24 run 3, DeepSeekV3 E=256 K=8 T=16384 20.35 -> 19.80 us; with
-  // the address formed after the wait, as the compiler otherwise places
-  // it, 20.03). The bias (0 where absent) is stored NaN as -inf: then
-  // c = s + bias is never NaN, as deepseek_key's c, and needs no test a key.
+  // Before the wait: the bias's loads (the bias is no output of the previous
+  // grid) and the row's address. Right after it the row's first loads go out
+  // (RowStart), and only then is the bias stored and the block's barrier met,
+  // so that the bias's latency and the row's overlap (measured on an H200,
+  // DeepSeekV3 E=256 K=8 T=16384 20.35 -> 19.80 us; with the address formed
+  // after the wait, as the compiler otherwise places it, 20.03). The bias (0
+  // where absent) is stored NaN as -inf: then c = s + bias is never NaN, as
+  // deepseek_key's c, and needs no test a key.
   constexpr int kBiasPerThread = (kOctetLanes * kPerLane + kThreads - 1) / kThreads;
   float bias_values[kBiasPerThread];
 #pragma unroll
@@ -244,8 +243,8 @@ __global__ void __launch_bounds__(kThreads)
   // exact mode, where any token of the warp has more than 8 candidates, a
   // lane ranks its entries sub and sub + 8 in one pass (rank_two_entries);
   // the entries past those, one a pass. (In the filter kernels the one pass
-  // made DeepSeekV3 1.02-1.05 slower at K=4 and at T=8192 K=8, even in
-  // calls where it did not run: session 24 runs 6-7.)
+  // made DeepSeekV3 1.02-1.05 slower at K=4 and at T=8192 K=8, even in calls
+  // where it did not run, measured on an H200.)
   int first_entry = sub;
   if constexpr (!kFilter) {
     if (__any_sync(kFullMask, listed && sub + kOctetLanes < total)) {  // uniform

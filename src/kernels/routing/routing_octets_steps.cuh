@@ -46,16 +46,15 @@ __device__ __forceinline__ uint64_t octet_max(uint64_t v, unsigned mask) {
   return v;
 }
 
-// Filter keys (approx_score) against the exact ones: a key's two forms
-// differ by at most kApproxScoreError in the score plus the roundings of
-// adding the bias (half an ulp of the key each: 2^-23 |c| in all), a group
-// score's by its two keys' and the rounding of their sum. The margins are
-// twice those bounds: the kept groups (where a filter score is within the
-// margins of another group's, the warp takes the exact keys) and the
-// candidates (within key_margin of the threshold, whose own key has an
-// error too). Wider margins cost exact passes: session 15 run 4, with
-// margins 20 times these bounds, DeepSeekV3 (8 groups) ran 1.08-1.26x
-// slower than with exact keys alone.
+// Filter keys (approx_score) against the exact ones: a key's two forms differ
+// by at most kApproxScoreError in the score plus the roundings of adding the
+// bias (half an ulp of the key each: 2^-23 |c| in all), a group score's by
+// its two keys' and the rounding of their sum. The margins are twice those
+// bounds: the kept groups (where a filter score is within the margins of
+// another group's, the warp takes the exact keys) and the candidates (within
+// key_margin of the threshold, whose own key has an error too). Wider margins
+// cost exact passes: with margins 20 times these bounds, DeepSeekV3 (8
+// groups) ran 1.08-1.26x slower than with exact keys alone.
 __device__ __forceinline__ float group_margin(float first, float second) {
   return 4.0f * kApproxScoreError + 0x1p-21f * (fabsf(first) + fabsf(second));
 }
@@ -162,14 +161,14 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* global) {
                : "memory");
 }
 
-// The token's row (16-byte aligned) into its octet's run slots by
-// cp.async: piece q of the row (16 bytes) goes to run q / kPieces, and lane
-// `sub` copies pieces sub, sub + 8, ..., so that each step of an octet
-// reads 128 contiguous bytes, all in flight at once. (Each lane reading its
-// own run from global memory touched a different 128-byte line a lane,
-// four round trips in a row: session 15 run 6, ncu, the loads waited on
-// the load/store queues.) Every lane of the warp calls it: the copies
-// (stage_row_copies), then the wait (stage_row_wait).
+// The token's row (16-byte aligned) into its octet's run slots by cp.async:
+// piece q of the row (16 bytes) goes to run q / kPieces, and lane `sub`
+// copies pieces sub, sub + 8, ..., so that each step of an octet reads 128
+// contiguous bytes, all in flight at once. (Each lane reading its own run
+// from global memory touched a different 128-byte line a lane, four round
+// trips in a row: ncu showed the loads waiting on the load/store queues.)
+// Every lane of the warp calls it: the copies (stage_row_copies), then the
+// wait (stage_row_wait).
 template <typename LogitT, int kPerLane>
 __device__ __forceinline__ void stage_row_copies(const LogitT* row, float* token_slots, int sub) {
   using S = RunSlots<LogitT, kPerLane>;

@@ -100,15 +100,14 @@ __device__ __forceinline__ Chosen take_heads(uint64_t (&run)[kN], int top_k, int
   return c;
 }
 
-// Each lane sorts its slots once (sort_descending on (key, slot), the
-// lower slot first among equal keys); then take_heads.
-// Counted from the SASS (not profiled): about 150 instructions to sort 8
-// slots, then about 30 a round against the tree's 45, so fewer in all from
-// K = 4 at 8 slots. Measured only together with the runs layout (session 9
-// run 2, the split kernel against strided slots and the tree): Renormalize
-// E=128 K=8 T=16384 23.75 -> 23.08 us. Profiled (session 13 run 3,
-// DeepSeekV3 E=256 K=8 T=16384): the sort 240 instructions a token, the
-// rounds 32 each, half of them the winner's shift.
+// Each lane sorts its slots once (sort_descending on (key, slot), the lower
+// slot first among equal keys); then take_heads. Counted from the SASS (not
+// profiled): about 150 instructions to sort 8 slots, then about 30 a round
+// against the tree's 45, so fewer in all from K = 4 at 8 slots. Measured on
+// an H200 only together with the runs layout (the split kernel against
+// strided slots and the tree): Renormalize E=128 K=8 T=16384 23.75 -> 23.08
+// us. Profiled (DeepSeekV3 E=256 K=8 T=16384): the sort 240 instructions a
+// token, the rounds 32 each, half of them the winner's shift.
 template <int kPerLane>
 __device__ __forceinline__ Chosen rounds_by_sorted_runs(const uint32_t (&key)[kPerLane], int top_k,
                                                         Slots<kPerLane, true> slots) {

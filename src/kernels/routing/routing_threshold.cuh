@@ -44,12 +44,12 @@ __device__ __forceinline__ uint32_t share_lane_best(const uint32_t (&key)[kPerLa
 }
 
 // The K best of the warp's keys in a fixed number of steps rather than K
-// dependent rounds, for the decode kernels (session 17 run 2, each token
-// chosen twice in one launch, the second time from a warm instruction
-// cache: choosing took about 2,100 cycles at Renormalize E=128 K=8, 2,500
-// at E=256, both with the logits' load, and 3,500 at DeepSeekV3 E=256;
-// this way cut the first by about 280 only; its gain grows with the slots
-// a lane and with K: routing_shape::threshold_serves):
+// dependent rounds, for the decode kernels (measured on an H200, each token
+// chosen twice in one launch, the second time from a warm instruction cache:
+// choosing took about 2,100 cycles at Renormalize E=128 K=8, 2,500 at E=256,
+// both with the logits' load, and 3,500 at DeepSeekV3 E=256; this way cut the
+// first by about 280 only; its gain grows with the slots a lane and with K:
+// routing_shape::threshold_serves):
 //   1. t: the K-th largest of the lanes' best keys (each lane counts the
 //      lanes whose best is >= its own, t the largest best with a count of
 //      at least K). K lanes hold a key >= t, so the K best keys are >= t;
@@ -171,13 +171,13 @@ __device__ __forceinline__ Chosen rank_candidates(const uint32_t (&key)[kPerLane
 }
 
 // rounds_by_threshold's threshold, its list ranked by rank_candidates: the
-// form of the policies without groups at routing_shape::kRankedSlots
-// strided slots a lane (E = 65..128), where rounds_by_threshold's own list
-// and ranks were no faster than the rounds (session 17: its fixed steps
-// cost about what they saved at 4 slots). The lanes'
-// bests are counted with four independent sums. Returns false, as
-// rounds_by_threshold does, where fewer than K lanes hold a key or more
-// than kWarpSize keys reach the threshold. area: rank_candidates' 48 pairs.
+// form of the policies without groups at routing_shape::kRankedSlots strided
+// slots a lane (E = 65..128), where rounds_by_threshold's own list and ranks
+// were no faster than the rounds (its fixed steps cost about what they saved
+// at 4 slots). The lanes' bests are counted with four independent sums.
+// Returns false, as rounds_by_threshold does, where fewer than K lanes hold a
+// key or more than kWarpSize keys reach the threshold. area: rank_candidates'
+// 48 pairs.
 template <int kPerLane, bool kRuns>
 __device__ __forceinline__ bool rounds_by_ranked_threshold(const uint32_t (&key)[kPerLane],
                                                            int top_k, Slots<kPerLane, kRuns> slots,
@@ -221,10 +221,10 @@ __device__ __forceinline__ bool threshold_serves(const RoutingKernelParams& p) {
 // rounds_by_threshold's area, 32 pairs in `keys` (rank_candidates' 48): a
 // warp's kPerLane * 32 words of group keys, or a token's E > 128 staged
 // DeepSeek keys, 16-byte aligned up (the kernels take it at
-// kThresholdMinSlots slots a lane, or kRankedSlots: 128 words).
-// Aligned by pointer arithmetic on `keys`, not through an integer: an
-// integer cast loses the shared state space, and the list's loads and
-// stores became generic ones (session 19, the wide choice's first form).
+// kThresholdMinSlots slots a lane, or kRankedSlots: 128 words). Aligned by
+// pointer arithmetic on `keys`, not through an integer: an integer cast loses
+// the shared state space, and the list's loads and stores become generic
+// ones.
 __device__ __forceinline__ uint64_t* threshold_area(float* keys) {
   const int words_past = static_cast<int>((reinterpret_cast<uintptr_t>(keys) >> 2) & 3u);
   return reinterpret_cast<uint64_t*>(keys + ((4 - words_past) & 3));
