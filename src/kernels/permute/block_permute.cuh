@@ -19,11 +19,10 @@ namespace unimoe::fused_detail {
 // Phases 2-4 over s.expert[0, rows); every thread of the block calls it.
 // kSortedPair: the kernel holds permute_sorted_pair. Holding it cost the
 // threshold kernels of the policies without groups (E > 128, K >= 8) their
-// other paths: measured (session 21 run 7, H200, b97274d against 2285753,
-// best of 3), Renormalize/TopK/Default E=512 K=8 1.06-1.12x at T = 12..128,
-// E=256 K=8 1.03-1.06x (0.97 at T = 6..8 where it ran); every other
-// kernel within 0.99-1.02 beyond 64 rows. So those kernels leave it out
-// (fused_routing_kernels.cuh, kHoldsSortedPair).
+// other paths: measured on an H200 (best of 3), Renormalize/TopK/Default
+// E=512 K=8 1.06-1.12x at T = 12..128, E=256 K=8 1.03-1.06x (0.97 at T = 6..8
+// where it ran); every other kernel within 0.99-1.02 beyond 64 rows. So those
+// kernels leave it out (fused_routing_kernels.cuh, kHoldsSortedPair).
 //
 // masks_cleared: the caller took clear_token_masks already (and a barrier
 // since), where the masks serve.
@@ -49,19 +48,18 @@ __device__ inline void permute_block(const BlockPermuteParams& p, BlockShared& s
 
 // The path permute_block_on_path takes, chosen by CTA 0 of the overlapped
 // cluster kernel before its cluster barrier, while the routing CTAs route:
-// after the barrier the choice is one register. permute_block's checks
-// there (as before session 28) loaded the parameters again and divided
-// (token_masks_fit's exact_quotient) on the permutation's chain.
-// Measured (session 28 run 9, H200, scripts/routing_ab.sh -r 2 over the
-// 1,344-point decode grid, against c6dbc3e's checks after the barrier):
-// the cluster variant 0.972-0.995 by geometric mean where the token masks
-// serve (T = 12..96 at K = 8, T = 24..96 at K < 8; DeepSeekV3 E=256 K=8
-// T=64 4.87 -> 4.74 us, T=16 3.75 -> 3.62; Renormalize E=128 K=8 T=32
-// 3.07 -> 2.98), 1.000-1.008 at T <= 8 (the fused block, whose code
-// changed only in register names, read 0.999-1.004 in that run) and
-// 0.998-0.999 at T = 128. permute_block keeps its own checks for the
-// fused kernels and the cluster kernel's other way, whose code this
-// session did not change (and did not measure in this form).
+// after the barrier the choice is one register. permute_block's checks, made
+// there instead, load the parameters again and divide (token_masks_fit's
+// exact_quotient) on the permutation's chain.
+// Measured on an H200 (scripts/routing_ab.sh -r 2 over the 1,344-point decode
+// grid, against the checks after the barrier): the cluster variant
+// 0.972-0.995 by geometric mean where the token masks serve (T = 12..96 at
+// K = 8, T = 24..96 at K < 8; DeepSeekV3 E=256 K=8 T=64 4.87 -> 4.74 us, T=16
+// 3.75 -> 3.62; Renormalize E=128 K=8 T=32 3.07 -> 2.98), 1.000-1.008 at
+// T <= 8 (the fused block, whose code differed only in register names, read
+// 0.999-1.004 in the same measurement) and 0.998-0.999 at T = 128.
+// permute_block keeps its own checks for the fused kernels and the cluster
+// kernel's other way (not measured in this form).
 enum class BlockPermutePath : int {
   kPiece,
   kSortedPair,

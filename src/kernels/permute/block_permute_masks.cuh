@@ -117,19 +117,18 @@ __device__ __forceinline__ bool token_masks_fit(const BlockPermuteParams& p) {
          p.num_local * mask_words(exact_quotient(p.rows, p.inv_top_k)) <= kWorkWords;
 }
 
-// Phases 2-4 by token masks: bit t of expert e's mask is set when token t
-// has a row at e. An expert's count is its mask's popcount, and a row's rank
+// Phases 2-4 by token masks: bit t of expert e's mask is set when token t has
+// a row at e. An expert's count is its mask's popcount, and a row's rank
 // among its expert's rows (in increasing expanded index, which for distinct
 // ids is increasing token) is the popcount of the bits below its token. A
 // scan of each expert's count and tiles gives every offset and tile base
 // (lay_out_one_size, or lay_out_packed for several tile sizes or runs of
 // experts a thread). Three barriers (five with the packed layout) and no
-// serial pass over the rows: the rows of decode batches (T * K of
-// 65..4096; 33..64 take permute_sorted_pair) place in one step. Each step
-// is a chain of dependent instructions (a row
-// or an expert a thread), and it is their latency, not the issue rate, that
-// sets its time: 500-1000 cycles a step at DeepSeekV3 T=16-64 (session 11
-// stamps), whether 8 or 32 warps run it (session 11 run 4).
+// serial pass over the rows: the rows of decode batches (T * K of 65..4096;
+// 33..64 take permute_sorted_pair) place in one step. Each step is a chain of
+// dependent instructions (a row or an expert a thread), and it is their
+// latency, not the issue rate, that sets its time: 500-1000 cycles a step at
+// DeepSeekV3 T=16-64 (phase stamps on an H200), whether 8 or 32 warps run it.
 // Its first step, zeroing the masks: CTA 0 of the cluster kernel takes it
 // before its cluster barrier (`cleared`), while the routing CTAs route.
 __device__ __forceinline__ void clear_token_masks(const BlockPermuteParams& p, BlockShared& s) {
@@ -139,19 +138,18 @@ __device__ __forceinline__ void clear_token_masks(const BlockPermuteParams& p, B
 }
 
 // The layout where one tile size is asked for and every local expert has a
-// thread of its own (thread e owns expert e): each owner thread's count
-// and tiles pack into 32 bits (count low, tiles high: both at most the
-// rows, under 2^16), the owner warps scan them, and after one barrier each
-// owner warp's lanes sum the warp totals below it by shuffles. Two barriers
-// in all (the block scan of the packed 64-bit sums takes three, then one
-// for the layout), and only the owner warps run the scan and the layout.
-// Measured (session 27, H200): in one block from rows staged in shared
-// memory (bench/probes/permute_floor.cu, run 10), 512 rows 2,340-2,510
-// cycles against the packed layout's 3,690-3,820 and 128 rows 1,880-2,260
-// against 3,020-3,570; in the routing calls where the masks serve (run 10,
-// A/B against the packed layout), the cluster variant 0.91-0.94x
-// (Renormalize E=128 K=8 T=64 3.68 -> 3.39 us, DeepSeekV3 E=256 K=8 T=64
-// 5.52 -> 5.16).
+// thread of its own (thread e owns expert e): each owner thread's count and
+// tiles pack into 32 bits (count low, tiles high: both at most the rows,
+// under 2^16), the owner warps scan them, and after one barrier each owner
+// warp's lanes sum the warp totals below it by shuffles. Two barriers in all
+// (the block scan of the packed 64-bit sums takes three, then one for the
+// layout), and only the owner warps run the scan and the layout.
+// Measured on an H200: in one block from rows staged in shared memory
+// (bench/probes/permute_floor.cu), 512 rows 2,340-2,510 cycles against the
+// packed layout's 3,690-3,820 and 128 rows 1,880-2,260 against 3,020-3,570;
+// in the routing calls where the masks serve (A/B against the packed layout),
+// the cluster variant 0.91-0.94x (Renormalize E=128 K=8 T=64 3.68 -> 3.39 us,
+// DeepSeekV3 E=256 K=8 T=64 5.52 -> 5.16).
 __device__ __forceinline__ bool lays_out_one_size(const BlockPermuteParams& p) {
   return p.num_tile_sizes == 1 && p.num_local <= static_cast<int>(blockDim.x);
 }
@@ -286,33 +284,33 @@ __device__ inline void permute_by_token_masks(const BlockPermuteParams& p, Block
   step_stamp(s, 7, tid == threads - 1);
 }
 
-// Whether the token masks' constant form serves p (K = 8, T <= 64, one
-// tile size, a thread an expert): permute_by_token_masks<8, 1> to T = 32,
-// <8, 2> from 33. The constants make row / K a shift and unroll the mask
-// loops. Only CTA 0 of the overlapped cluster kernel holds the constant
-// forms (block_permute_path): at K = 8 and T = 9..64 the rule takes the
-// cluster variant at every point of the full sweep, which is faster there
-// than the fused block at every point.
-// Measured (session 28, H200, scripts/routing_ab.sh -r 3 over the
-// 1,344-point decode grid against the run-time form alone; runs 4-5):
+// Whether the token masks' constant form serves p (K = 8, T <= 64, one tile
+// size, a thread an expert): permute_by_token_masks<8, 1> to T = 32, <8, 2>
+// from 33. The constants make row / K a shift and unroll the mask loops. Only
+// CTA 0 of the overlapped cluster kernel holds the constant forms
+// (block_permute_path): at K = 8 and T = 9..64 the rule takes the cluster
+// variant at every point of the full sweep, which is faster there than the
+// fused block at every point.
+// Measured on an H200 (scripts/routing_ab.sh -r 3 over the 1,344-point decode
+// grid, against the run-time form alone):
 //   - the cluster variant at K = 8, by geometric mean, 0.987-0.995 at
 //     T = 12..32 and 0.974-0.976 at T = 48..64 (Renormalize E=128 T=64
 //     3.38-3.39 -> 3.26-3.28 us, DeepSeekV3 E=256 T=64 4.95-5.03 ->
 //     4.89-4.95);
 //   - with the choice made after the cluster barrier (permute_block's
-//     checks, as then), holding the forms cost the kernel's other calls
-//     1.004-1.017 at T = 24..64 with K < 8 and 1.012-1.021 at T = 96.
-//     block_permute_path took most of that back (run 9, below: chained,
-//     0.992-1.006 at T = 24..96 with K < 8).
+//     checks), holding the forms cost the kernel's other calls 1.004-1.017 at
+//     T = 24..64 with K < 8 and 1.012-1.021 at T = 96; block_permute_path
+//     takes most of that back (0.992-1.006 at T = 24..96 with K < 8:
+//     block_permute.cuh).
 // In one block, from rows staged in shared memory
-// (bench/probes/permute_floor.cu, session 28 runs 1-2, E=128 K=8 T=64):
-// through permute_block 2,110-2,280 cycles against the run-time form's
-// 2,410-2,590 (session 27 run 15); the same form called in a kernel of its
-// own 1,780-1,980; the probe's copy of the algorithm 1,500-1,850. So the
-// constants took about 300 of the probe's 800-900-cycle margin. Most of
-// the rest was the choice of path: permute_block's checks run about 50
-// more instructions a warp (parameter loads, token_masks_fit's division)
-// before the first row moves (Nsight Compute, run 8).
+// (bench/probes/permute_floor.cu, E=128 K=8 T=64): through permute_block
+// 2,110-2,280 cycles against the run-time form's 2,410-2,590; the same form
+// called in a kernel of its own 1,780-1,980; the probe's copy of the
+// algorithm 1,500-1,850. So the constants take about 300 of the probe's
+// 800-900-cycle margin. Most of the rest is the choice of path:
+// permute_block's checks run about 50 more instructions a warp (parameter
+// loads, token_masks_fit's division) before the first row moves (Nsight
+// Compute).
 constexpr int kConstantTopK = 8;
 
 __device__ __forceinline__ bool takes_constant_masks(const BlockPermuteParams& p) {

@@ -26,22 +26,22 @@ __device__ __forceinline__ bool sorted_pair_fits(const BlockPermuteParams& p) {
   return p.sorted_pair && p.rows <= 2 * kWarpSize;
 }
 
-// Phases 2-4 for 33..64 rows, as permute_sorted_piece does up to 32 with
-// two keys a lane: the first warp sorts the rows by (local expert, row), row
+// Phases 2-4 for 33..64 rows, as permute_sorted_piece does up to 32 with two
+// keys a lane: the first warp sorts the rows by (local expert, row), row
 // j * 32 + l's key in lane l's register j, by a bitonic network over the 64
-// (shuffles, and one exchange within each lane where the stride is 32);
-// lane l then holds permuted positions l and 32 + l, places their rows and,
-// where a run of one expert starts, writes its tiles (a scan over both
-// registers' lanes). The sorted experts go to the work area, and after one
-// barrier the other warps (a block has at least 4) find each expert's
-// offset and count by binary search. No barrier before the rows place,
-// against the token masks' four: measured (session 21 run 4, H200, 144
-// decode points of 33..64 rows, DeepSeekV3/Renormalize/TopK, E 64..1024,
-// K 1..8, against the token masks in the same build), the cluster variant
-// 0.77-0.94x (0.90 by geometric mean), the single block 0.92; Renormalize
-// E=128 K=8 T=5..8 3.06-3.08 -> 2.83-2.84 us, DeepSeekV3 E=256 K=8
-// 3.75-3.78 -> 3.44-3.50. (Four warps sorting 32 rows each, then merged by
-// binary searches past a barrier, lost to the masks: 1.01-1.02x, run 3.)
+// (shuffles, and one exchange within each lane where the stride is 32); lane
+// l then holds permuted positions l and 32 + l, places their rows and, where
+// a run of one expert starts, writes its tiles (a scan over both registers'
+// lanes). The sorted experts go to the work area, and after one barrier the
+// other warps (a block has at least 4) find each expert's offset and count by
+// binary search. No barrier before the rows place, against the token masks'
+// four: measured on an H200 (144 decode points of 33..64 rows,
+// DeepSeekV3/Renormalize/TopK, E 64..1024, K 1..8, against the token masks in
+// the same build), the cluster variant 0.77-0.94x (0.90 by geometric mean),
+// the single block 0.92; Renormalize E=128 K=8 T=5..8 3.06-3.08 -> 2.83-2.84
+// us, DeepSeekV3 E=256 K=8 3.75-3.78 -> 3.44-3.50. (Four warps sorting 32
+// rows each, then merged by binary searches past a barrier, lost to the
+// masks: 1.01-1.02x.)
 __device__ inline void permute_sorted_pair(const BlockPermuteParams& p, BlockShared& s) {
   const int tid = threadIdx.x, lane = tid % kWarpSize;
   const int num_local = p.num_local, rows = p.rows;

@@ -1,7 +1,12 @@
+// The permute chain's launchers: its scratch size, the count table a routing
+// kernel may fill (permute_counts) and launch_permute. Its kernels live in
+// permute_count_scan.cuh and permute_scatter.cuh, its chunk layout in
+// permute_layout.cuh.
+//
 // Sort/permute: topk_ids -> expert counts and offsets, the two row maps and
 // the tile schedules (contract: permute.cuh). Fixed launches for a given T
-// (three, or two up to kCountScanRows expanded rows), so the chain captures once
-// in a CUDA graph:
+// (three, or two up to kCountScanRows expanded rows), so the chain captures
+// once in a CUDA graph:
 //   1. count:   each block counts one chunk of expanded rows per expert
 //               (left out where the octet routing kernel counted them:
 //               `counted`, PermuteCounts; the scan then sums its table);
@@ -14,21 +19,21 @@
 //               and places every row at its stable rank (rows of an expert
 //               in increasing expanded index), and writes its share of the
 //               tile schedules.
-// Measured on the H200 (session 9 run 1, ncu, T = 16384, K = 8, E = 256):
-// a one-block scan of the 128 x 256 counts took 11.5 us of the chain's 23,
-// the count kernel 3.2 and the scatter 8.3. Session 15 (runs 1-3, ncu, the
-// kernels serialized, DeepSeekV3 E=256 K=8 T=16384): count 2.7, scan 3.0,
-// scatter 9.0 -> 7.4 once each kernel's loads are all in flight at once,
-// one vote a piece instead of two, and one scan for the offsets and the
-// first tile schedule.
-// Session 23 (globaltimer and clock64 stamps, a one-off build, DeepSeekV3
-// E=256 K=8 T=16384): the scatter took 5.4 us, 2,770 cycles of them in the
-// votes of pass 1; the calls the octet kernel counted now rank by token
-// masks before the scatter's wait (permute_scatter_kernel<true>).
+// Measured with ncu on an H200 (T = 16384, K = 8, E = 256): a one-block scan
+// of the 128 x 256 counts takes 11.5 us of such a chain's 23 (the count
+// kernel 3.2, the scatter 8.3), hence a scan block per 32 experts.
+// With the kernels serialized (DeepSeekV3 E=256 K=8 T=16384): count 2.7, scan
+// 3.0, scatter 7.4 us with each kernel's loads all in flight at once, one
+// vote a piece instead of two and one scan for the offsets and the first tile
+// schedule (9.0 without).
+// Globaltimer and clock64 stamps (DeepSeekV3 E=256 K=8 T=16384) put the
+// votes' scatter at 5.4 us, 2,770 cycles of them in the votes of pass 1; so
+// the calls the octet kernel counted rank by token masks before the scatter's
+// wait (permute_scatter_kernel<true>).
 // Expanded rows are split into chunks of whole warp pieces, and each chunk
 // into one contiguous span per warp, so that ranks come from warp votes (or
-// token masks) and per-warp counters in shared memory: no global atomics,
-// the same result on every run.
+// token masks) and per-warp counters in shared memory: no global atomics, the
+// same result on every run.
 #include <algorithm>
 
 #include "core/exact_quotient.h"

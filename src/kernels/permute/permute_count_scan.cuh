@@ -16,8 +16,8 @@ namespace {
 // registers before any is counted. (A loop that loaded and counted each row
 // in turn kept one load in flight a thread: the ids come through a generic
 // pointer that may alias the shared counters, so no load moved above the
-// previous row's atomic. Session 15 run 1, ncu: four load round trips in a
-// row, the kernel's main stall.)
+// previous row's atomic. ncu: four load round trips in a row, the kernel's
+// main stall.)
 constexpr int kCountRowsPerThread = kMaxChunkRows / kCountThreads;
 static_assert(kMaxChunkRows % kCountThreads == 0, "a chunk is whole rows for every count thread");
 
@@ -178,13 +178,13 @@ __global__ void __launch_bounds__(kScanThreads)
 }
 
 // Calls of at most kCountScanRows expanded rows: count and scan in one
-// launch. The block that owns 32 experts reads every expanded row, counts
-// its experts' rows per chunk in shared memory, and scans them; the bases go
-// to global memory. One launch fewer where the chain's fixed cost weighs
-// most. Measured (session 9 run 3, split chain, K = 8, E = 128 and 256): 0.4
-// to 0.7 us faster up to T = 256 (2048 rows), but 1.0-1.1 us slower at T =
-// 1024 (8192 rows), where E / 32 blocks read all the ids while the count
-// kernel spreads them over 32 blocks.
+// launch. The block that owns 32 experts reads every expanded row, counts its
+// experts' rows per chunk in shared memory, and scans them; the bases go to
+// global memory. One launch fewer where the chain's fixed cost weighs most.
+// Measured on an H200 (split chain, K = 8, E = 128 and 256): 0.4 to 0.7 us
+// faster up to T = 256 (2048 rows), but 1.0-1.1 us slower at T = 1024 (8192
+// rows), where E / 32 blocks read all the ids while the count kernel spreads
+// them over 32 blocks.
 constexpr int kCountScanRows = 2048;
 constexpr int kSmallChunks = kCountScanRows / kSmallChunkRows;
 static_assert(kCountScanRows <= kSmallRows && kCountScanRows % kSmallChunkRows == 0,

@@ -24,21 +24,20 @@ constexpr int kScanThreads = kScanWarps * kWarpSize;
 constexpr int kScanBatch = 8;  // chunks a scan thread loads at once
 constexpr int kExpertsPerScatterThread = kMaxLocalExperts / kScatterThreads;
 // Chunk sizes: enough chunks to fill the GPU (about kTargetChunks), each
-// within [kMinChunkRows, kMaxChunkRows] so that the scatter kernel can stage a
-// chunk's experts in shared memory. Up to kSmallRows expanded rows the
-// chunks are kSmallChunkRows long (at most 64 chunks). Measured on the H200
-// (session 7 run 6, one call, the layer's permute stage, 256-row chunks
-// against 1024): 4096 rows (T=512, K=8) 10.2 -> 7.4 us on qwen3-30b-a3b,
-// 11.4 -> 8.5 on dsv3-tp8; 8192 rows (mixtral-8x7b T=4096) 10.4 -> 7.7;
-// 16384 rows (gpt-oss-120b T=4096) 13.7 -> 12.5. At 32768 rows (T=4096,
-// K=8) 128 chunks of 256 lost, 12.9 -> 15.9 on qwen3-30b-a3b: the scan's
-// share grows with chunks x experts. Session 18 (runs 10-12, the split
-// chain at K = 4, 8, E 128..384, against 1024-row chunks): a 512-row
-// minimum, so that 20480 to 98304 rows cut 40 to 128 chunks instead of 20
-// to 96, 0.956 (geometric mean over 60 points; 0.90-0.96 at 24576-65536
-// rows, e.g. DeepSeekV3 E=256 K=8 T=4096 14.55 -> 13.74 us), none slower
-// than 1.006; but more than about 128 chunks lost again (256 chunks of 512
-// rows at T*K = 131072 1.01-1.04, 86 of 1536 1.02-1.06).
+// within [kMinChunkRows, kMaxChunkRows] so that the scatter kernel can stage
+// a chunk's experts in shared memory. Up to kSmallRows expanded rows the
+// chunks are kSmallChunkRows long (at most 64 chunks). Measured on an H200
+// (one call, the layer's permute stage, 256-row chunks against 1024): 4096
+// rows (T=512, K=8) 10.2 -> 7.4 us on qwen3-30b-a3b, 11.4 -> 8.5 on dsv3-tp8;
+// 8192 rows (mixtral-8x7b T=4096) 10.4 -> 7.7; 16384 rows (gpt-oss-120b
+// T=4096) 13.7 -> 12.5. At 32768 rows (T=4096, K=8) 128 chunks of 256 lost,
+// 12.9 -> 15.9 on qwen3-30b-a3b: the scan's share grows with chunks x
+// experts. In the split chain (K = 4, 8, E 128..384, against 1024-row
+// chunks), a 512-row minimum, so that 20480 to 98304 rows cut 40 to 128
+// chunks instead of 20 to 96, 0.956 (geometric mean over 60 points; 0.90-0.96
+// at 24576-65536 rows, e.g. DeepSeekV3 E=256 K=8 T=4096 14.55 -> 13.74 us),
+// none slower than 1.006; but more than about 128 chunks lost again (256
+// chunks of 512 rows at T*K = 131072 1.01-1.04, 86 of 1536 1.02-1.06).
 constexpr int kSmallRows = 16384;
 constexpr int kSmallChunkRows = 256;
 constexpr int kMinChunkRows = 512;

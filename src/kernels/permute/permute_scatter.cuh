@@ -99,22 +99,22 @@ __device__ void write_tiles(const ScatterParams& p, const int* s_offset, int* s_
   }
 }
 
-// The chunk's local experts are staged in shared memory first (every load
-// in flight before the first is used), with the experts' totals and this
-// chunk's base rows; the totals are scanned into expert offsets. Warp w then
-// handles the w-th contiguous span of the chunk, 32 rows a piece, in order:
-// pass 1 ranks each row among its warp's earlier rows of the same expert (a
-// per-warp counter a expert, and the rank among the piece's lanes of that
-// expert, from one __match_any_sync), and packs the rank beside the expert;
-// a scan over warps turns the counters into each warp's first row within
-// the chunk's rows of that expert; pass 2 places each row at the chunk's
-// first row of its expert plus its warp's base plus its rank: no vote and
-// no order between the rows. A block past the rows (T = 0 launches one)
-// writes only its share of the offsets and schedules.
-// Session 15 run 1 (ncu, T=16384, the former kernel): the ids loaded one
-// round trip at a time (a loop that stored each to shared memory before
-// the next load), and each piece's vote stalled its warp twice (a vote in
-// each pass, each after the previous piece's counter update).
+// The chunk's local experts are staged in shared memory first (every load in
+// flight before the first is used), with the experts' totals and this chunk's
+// base rows; the totals are scanned into expert offsets. Warp w then handles
+// the w-th contiguous span of the chunk, 32 rows a piece, in order: pass 1
+// ranks each row among its warp's earlier rows of the same expert (a per-warp
+// counter a expert, and the rank among the piece's lanes of that expert, from
+// one __match_any_sync), and packs the rank beside the expert; a scan over
+// warps turns the counters into each warp's first row within the chunk's rows
+// of that expert; pass 2 places each row at the chunk's first row of its
+// expert plus its warp's base plus its rank: no vote and no order between the
+// rows. A block past the rows (T = 0 launches one) writes only its share of
+// the offsets and schedules.
+// Why: where each id was stored to shared memory before the next load, ncu
+// (T=16384) showed the ids loading one round trip at a time; and with a vote
+// in each pass, each after the previous piece's counter update, each piece
+// stalled its warp twice.
 constexpr int kScatterRowsPerThread = kMaxChunkRows / kScatterThreads;
 constexpr int kPiecesAtOnce = 4;  // votes a warp issues before it waits on the first
 
@@ -207,22 +207,22 @@ __device__ __forceinline__ void warp_bases(const ScatterParams& p,
   }
 }
 
-// kMasks (the calls the octet kernel counted, launch_permute's `counted`:
-// a token's K experts are distinct, and a warp's span is 2 to 16 whole
-// tokens, 2 * K rows a block of its chunk, octet_count_blocks): pass 1
-// ranks the rows by token masks instead of votes. Bit t of s_cursor[w][e],
-// read as 16 bits, says that token t of warp w's span has a row at e (an
-// atomicOr on the 32-bit word of two experts' masks); a row's rank is the
-// popcount of the bits below its token's, and the warp's count of e the
-// popcount of the mask. With nothing but the ids to read, pass 1 and the
-// warp bases run before the wait, and the scan triggers this kernel even
-// where its CTAs do not all find a free SM (scan_triggers_scatter).
-// Measured (H200, DeepSeekV3/MiniMax2 E 128..384, K 4 and 8, T 2048..16384,
-// against the votes in the same build): session 23 run 3, the masks after
-// the wait, 0.97-0.98x at T=16384 K=8 (DeepSeekV3 E=256 21.34 -> 20.86 us);
-// run 4, before it and triggered, 0.957 by geometric mean over 72 points,
-// 0.88-0.96 at T = 4096-16384 (DeepSeekV3 E=256 K=8 T=4096 13.96 -> 12.59,
-// T=16384 22.24 -> 20.70).
+// kMasks (the calls the octet kernel counted, launch_permute's `counted`: a
+// token's K experts are distinct, and a warp's span is 2 to 16 whole tokens,
+// 2 * K rows a block of its chunk, octet_count_blocks): pass 1 ranks the rows
+// by token masks instead of votes. Bit t of s_cursor[w][e], read as 16 bits,
+// says that token t of warp w's span has a row at e (an atomicOr on the
+// 32-bit word of two experts' masks); a row's rank is the popcount of the
+// bits below its token's, and the warp's count of e the popcount of the mask.
+// With nothing but the ids to read, pass 1 and the warp bases run before the
+// wait, and the scan triggers this kernel even where its CTAs do not all find
+// a free SM (scan_triggers_scatter).
+// Measured on an H200 (DeepSeekV3/MiniMax2 E 128..384, K 4 and 8, T
+// 2048..16384, against the votes in the same build): the masks after the
+// wait, 0.97-0.98x at T=16384 K=8 (DeepSeekV3 E=256 21.34 -> 20.86 us);
+// before it and triggered, 0.957 by geometric mean over 72 points, 0.88-0.96
+// at T = 4096-16384 (DeepSeekV3 E=256 K=8 T=4096 13.96 -> 12.59, T=16384
+// 22.24 -> 20.70).
 template <bool kMasks>
 __global__ void __launch_bounds__(kScatterThreads) permute_scatter_kernel(ScatterParams p) {
   // Counts (kMasks: masks), then warp bases.
