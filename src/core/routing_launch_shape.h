@@ -1,10 +1,16 @@
-// The launch shape of the fused and cluster routing kernels
-// (kernels/fused_routing.cu): threads a block, routing CTAs a cluster, and
-// which way the cluster kernel routes. Host and device (UNIMOE_HD), no CUDA
-// headers: the launcher and the kernel call these, and
-// tests/cpu/test_routing_launch_shape.cpp pins the bounds that the GPU tests
-// are written against (a GPU test that compares outputs cannot tell which
-// way served it).
+// The launch-shape rules of the routing kernels, host and device
+// (UNIMOE_HD), no CUDA headers; this header includes the three parts below.
+//
+// The launchers and the kernels call these rules, and the CPU tests
+// (tests/cpu/test_routing_*.cpp) pin the bounds that the GPU tests are
+// written against (a GPU test that compares outputs cannot tell which way
+// served it). By family:
+//   - core/routing_shape_fused.h: the fused block, cluster and spread
+//     kernels (kernels/routing/fused_routing.cu);
+//   - core/routing_shape_split.h: the split chain (weights in batches,
+//     sorted runs, the octet kernel);
+//   - core/routing_shape_choice.h: the decode kernels' choices (threshold,
+//     fixed, wide) and the cluster defaults that depend on them.
 #pragma once
 
 #include "core/host_device.h"

@@ -1,6 +1,7 @@
 // Which choice the decode kernels take: threshold and ranked threshold, the
 // fixed DeepSeek-V3 choice, the wide choice; and the cluster defaults that
-// depend on them. Host and device (UNIMOE_HD). Part of core/routing_launch_shape.h.
+// depend on them. Host and device (UNIMOE_HD). Part of
+// core/routing_launch_shape.h.
 #pragma once
 
 #include "core/host_device.h"

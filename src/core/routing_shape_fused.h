@@ -130,7 +130,7 @@ inline LaunchShape launch_shape(int per_lane, int num_tokens, int num_local, int
   return c;
 }
 
-// The spread cluster kernel (kernels/spread_routing_kernel.cuh,
+// The spread cluster kernel (kernels/routing/spread_routing_kernel.cuh,
 // spread_routing_permute_kernel): every CTA of a cluster routes a
 // contiguous run of tokens, a warp a token, and places its own rows; no CTA
 // permutes the others' rows. Each token of a CTA is a bit of one 32-bit

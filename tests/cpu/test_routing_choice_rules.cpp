@@ -8,10 +8,9 @@
 namespace unimoe::routing_shape {
 namespace {
 
-// The decode kernels' threshold selection where the A/Bs of session 17
-// measured it faster: E > 128, K >= 8, and 1.5 K lanes holding candidates;
-// and its ranked form at 4 strided slots (E = 65..128), K >= 8, where
-// session 30's A/B measured it faster.
+// The decode kernels' threshold selection where A/B timing measured it
+// faster: E > 128, K >= 8, and 1.5 K lanes holding candidates; and its ranked
+// form at 4 strided slots (E = 65..128), K >= 8.
 TEST(RoutingLaunchShape, ThresholdServesWhereItWasMeasuredToWin) {
   // Strided slots (the policies without groups): every lane.
   const auto strided = [](int e, int k) {

@@ -1,11 +1,13 @@
 // The fused, cluster and spread routing kernels' launch shape
 // (src/core/routing_shape_fused.h): threads a block, routing CTAs a
-// cluster, the cluster kernel's way, the spread kernel's shape. The GPU
-// tests compare outputs only, so they cannot tell which way served a call;
-// these pin the shapes they are written against
+// cluster, the cluster kernel's way, the spread kernel's shape.
+//
+// The GPU tests compare outputs only, so they cannot tell which way served a
+// call; these pin the shapes they are written against
 // (tests/gpu/test_fused_routing_gpu.cu: TokenMaskPathAtItsBound,
 // ClusterWaysAtTheirBound). The split chain's rules:
-// test_routing_split_rules.cpp; the decode choices: test_routing_choice_rules.cpp.
+// test_routing_split_rules.cpp; the decode choices:
+// test_routing_choice_rules.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -44,8 +46,7 @@ TEST(RoutingLaunchShape, ClusterSpreadsTokensOverAtMostSevenRoutingCtas) {
   for (int t : {1, 4}) EXPECT_EQ(cluster_routing_ctas(1024, t, kOtherMin), 1) << t;
   EXPECT_EQ(cluster_routing_ctas(1024, 3, kDeepSeekMin), 2);
   EXPECT_EQ(cluster_routing_ctas(1024, 5, kOtherMin), 2);
-  // DeepSeek T = 16: 3 tokens a CTA over 6 CTAs (the phase stamps' 7-CTA
-  // cluster of session 10).
+  // DeepSeek T = 16: 3 tokens a CTA over 6 CTAs (a 7-CTA cluster).
   EXPECT_EQ(cluster_routing_ctas(1024, 16, kDeepSeekMin), 6);
   for (int t : {64, 256, 4096}) {
     EXPECT_EQ(cluster_routing_ctas(1024, t, kDeepSeekMin), kClusterMaxCtas - 1) << t;
@@ -220,11 +221,10 @@ TEST(RoutingLaunchShape, SpreadCoversTheTokensWithinItsBounds) {
   EXPECT_EQ(spread_shape(32, 8, 1024, 1024, false, 2, 16).ctas, 4);
 }
 
-// The spread kernel's measured defaults (session 16 runs 8-9, session 21
-// run 1): for the DeepSeek policies at E >= 128 from T=121 where the CTA-0
-// kernel runs in clusters of 16 (more than 8 tokens each of its 15 routing
-// CTAs), from T=64 in clusters of 8; else from 128; K <= 8; a permuting
-// thread per local expert.
+// The spread kernel's measured defaults: for the DeepSeek policies at
+// E >= 128 from T=121 where the CTA-0 kernel runs in clusters of 16 (more
+// than 8 tokens each of its 15 routing CTAs), from T=64 in clusters of 8;
+// else from 128; K <= 8; a permuting thread per local expert.
 TEST(RoutingLaunchShape, SpreadByDefaultWhereItWasMeasuredToWin) {
   auto by_default = [](int t, int e, int k, bool deepseek,
                        int cluster_ctas = kClusterMaxCtasNonPortable) {

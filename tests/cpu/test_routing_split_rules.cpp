@@ -123,10 +123,10 @@ TEST(RoutingLaunchShape, OctetCountBlocksAreWholeBlocksOfAChunk) {
     }
 }
 
-// The octet kernel's filter mode (session 15 run 7): with groups from 8192
-// tokens at E = 256 and 384, never at E = 64 and 128; with one group from
-// 4096 at E >= 256, 8192 at E = 128, never at E = 64. Never before the
-// octet kernel itself takes the call. `forced` replaces the bound.
+// The octet kernel's filter mode, as measured: with groups from 8192 tokens
+// at E = 256 and 384, never at E = 64 and 128; with one group from 4096 at
+// E >= 256, 8192 at E = 128, never at E = 64. Never before the octet kernel
+// itself takes the call. `forced` replaces the bound.
 TEST(RoutingLaunchShape, OctetFilterModeFromItsMeasuredBounds) {
   EXPECT_EQ(octet_filter_from_tokens(384, true), 8192);
   EXPECT_EQ(octet_filter_from_tokens(256, true), 8192);
