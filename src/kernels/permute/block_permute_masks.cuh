@@ -1,6 +1,6 @@
 // Phases 2-4 of the fused routing kernels by per-expert token masks
-// (permute_by_token_masks): the packed per-expert sums, the mask helpers, the
-// two layouts (one tile size, packed) and the constant-K forms. Part of
+// (permute_by_token_masks): the packed per-expert sums, the mask functions,
+// the two layouts (one tile size, packed) and the constant-K forms. Part of
 // block_permute.cuh.
 #pragma once
 
