@@ -4,14 +4,13 @@
 //   - DeepSeekV3 E=256, 8 groups of 32, 4 kept, K=8 (four forms over the
 //     same rows): library, choose_decode with r.fixed_choice 0 (the group
 //     stage and rounds_by_threshold) from keys the block staged; fixed, the
-//     same call with r.fixed_choice 1 (src/kernels/routing_fixed.cuh);
+//     same call with r.fixed_choice 1 (src/kernels/routing/routing_fixed.cuh);
 //     lib-direct and fixed-direct, both from the logits, each warp
 //     computing its token's keys (the cluster kernel's direct-keys twin);
 //   - Renormalize E=128 (4 strided slots), K = 4, 6, 8: choose_decode of
 //     the rounds' kernels against that of the threshold kernels
 //     (rounds_by_ranked_threshold where threshold_serves, K >= 6; the
-//     rounds at K = 4). Session 29 measured this form as the probe's own
-//     rounds_by_threshold_fast, before it moved into the library.
+//     rounds at K = 4).
 // Each block's W warps choose a token each, twice (the second pass finds
 // its code in the SM's caches and the logits in L1); lane 0 reads clock64
 // around each pass. The probe prints the median of each pass and the 90th
@@ -23,7 +22,8 @@
 // Build (from the repository root) and run on a GPU:
 //   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Isrc -Iinclude \
 //     bench/probes/choice_floor.cu -o /tmp/choice_floor && /tmp/choice_floor [blocks]
-// Results: bench/results/h200-choice-floor-session29.txt.
+// Its H200 figures are quoted where the library cites them
+// (core/routing_shape_choice.h).
 #include <cuda_runtime.h>
 
 #include <algorithm>

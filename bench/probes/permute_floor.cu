@@ -3,29 +3,27 @@
 // the whole permutation and tile schedule written, at the decode shapes
 // where CTA 0 of the cluster kernel takes the token masks (T * K of
 // 65..512). Five forms over the same staged rows:
-//   - one size: permute_block_on_path (src/kernels/block_permute.cuh) as
-//     CTA 0 of the cluster kernel calls it, its path chosen before the
-//     timed region (K = 8 up to T = 64 takes a constant form of the token
-//     masks), the masks cleared first (as CTA 0 clears them before its
-//     cluster barrier), one tile size (16, as the routing sweep asks and
-//     the layer asks one): lay_out_one_size;
+//   - one size: permute_block_on_path
+//     (src/kernels/permute/block_permute.cuh) as CTA 0 of the cluster kernel
+//     calls it, its path chosen before the timed region (K = 8 up to T = 64
+//     takes a constant form of the token masks), the masks cleared first (as
+//     CTA 0 clears them before its cluster barrier), one tile size (16, as
+//     the routing sweep asks and the layer asks one): lay_out_one_size;
 //   - three sizes: the same with tile sizes 16, 64 and 128: lay_out_packed,
-//     the token masks' only layout before session 27;
+//     the token masks' layout for several tile sizes;
 //   - fixed: the one-size algorithm in a kernel of its own with E, K, T,
 //     the tile size and the block size known at compile time, for the
 //     floor of the algorithm;
 //   - K,words fixed: the same kernel with only K and the mask words
 //     (T / 32) as template constants;
 //   - masks direct: the library's permute_by_token_masks with K and the
-//     mask words as constants, called in a kernel of its own (session 28).
-// (Before run 15 the fixed form was a kernel apart, with its own shared
-// arrays and the warp totals summed by a loop: commit 8ac11e2.)
+//     mask words as constants, called in a kernel of its own.
 // Each launch is one block that runs the form twice (the second pass finds
 // its code in the SM's caches); thread 0 reads clock64 after the staging
-// barrier and after the form's last barrier. The probe prints the median
-// over the launches of each pass and checks that the forms' counts,
-// offsets, rows and first tile schedule agree. Results:
-// bench/results/h200-permute-floor-session27.txt (sessions 27 and 28).
+// barrier and after the form's last barrier. The probe prints the median over
+// the launches of each pass and checks that the forms' counts, offsets, rows
+// and first tile schedule agree. Its H200 figures are quoted where the
+// library cites them (kernels/permute/block_permute_masks.cuh).
 //
 // Build (from the repository root) and run on a GPU:
 //   nvcc -O3 -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -Isrc -Iinclude \

@@ -225,11 +225,11 @@ TEST(Permute, RejectsBadArguments) {
   EXPECT_THROW(make_tiles(p, -16), std::invalid_argument);
 }
 
-// The scan lets the votes' scatter launch early only where every scatter
-// CTA finds an SM the scan leaves free (session 18 run 5, H200, 132 SMs):
+// The scan lets the votes' scatter launch early only where every scatter CTA
+// finds an SM the scan leaves free (an H200 has 132 SMs):
 // T=16384 K=8 (128 chunks) with E_local = 128 (4 scan CTAs) yes, 256 or 384
-// (8, 12) no; K=4 there (64 chunks) yes. The masks' scatter, which ranks
-// its rows before its wait, always (session 23 run 4).
+// (8, 12) no; K=4 there (64 chunks) yes. The masks' scatter, which ranks its
+// rows before its wait, always.
 TEST(PermuteShape, ScanTriggersTheScatterWhereEveryCtaFindsAFreeSm) {
   using permute_shape::scan_triggers_scatter;
   EXPECT_TRUE(scan_triggers_scatter(128, 4, 132, false));

@@ -1,12 +1,12 @@
 // A handoff to one CTA of a thread-block cluster through an mbarrier in its
 // shared memory (PTX: mbarrier, barrier.cluster, mapa), in place of a
 // cluster barrier that every thread of every CTA arrives at and waits on.
+//
 // Two forms:
 //   - arrivals (steps 1-4 below): the launch floor probe's handoff forms
-//     (launch_floor.cu). In the cluster routing kernel, one arrival a
-//     routing CTA in place of its cluster barrier measured 1-7% slower on
-//     the H200 at T = 2..64 (session 26,
-//     bench/results/h200-routing-ab-session26.txt): a remote arrival with
+//     (tools/bench/support/launch_floor.cu). In the cluster routing kernel,
+//     one arrival a routing CTA in place of its cluster barrier measured 1-7%
+//     slower on an H200 at T = 2..64: a remote arrival with
 //     release semantics waits on a memory barrier, as the cluster barrier's
 //     release does.
 //   - transactions: the receiver arrives once on its own mbarrier
@@ -14,8 +14,8 @@
 //     into its shared memory asynchronously (store_async_remote,
 //     or_async_remote), each store completing its bytes, with no fence;
 //     the receiver waits as in step 4. The cluster routing kernel's
-//     overlapped way hands its staged rows to CTA 0 so (session 31,
-//     open_row_handoff in fused_routing_kernels.cuh).
+//     overlapped way hands its staged rows to CTA 0 so (open_row_handoff in
+//     fused_routing_kernels.cuh).
 //
 //   1. The receiving CTA's thread initializes the mbarrier with the number
 //      of arrivals it waits for (handoff_init), then every thread of every

@@ -70,11 +70,11 @@ __device__ __forceinline__ void for_each_piece(const BlockShared& s, int span_be
   }
 }
 
-// Rows of s.expert[0, rows) (rows <= 32) with a local expert below e[n],
-// and with e[n], for each of kN experts: 8 rows a 16-byte load (the same
-// address across the warp: a broadcast), each row's compares independent
-// of the others' (session 11 run 5: against a 2-byte load and a dependent
-// add a row, 3-6% faster at T = 1..16).
+// Rows of s.expert[0, rows) (rows <= 32) with a local expert below e[n], and
+// with e[n], for each of kN experts: 8 rows a 16-byte load (the same address
+// across the warp: a broadcast), each row's compares independent of the
+// others' (measured on an H200: against a 2-byte load and a dependent add a
+// row, 3-6% faster at T = 1..16).
 struct RowsBelow {
   int below;
   int equal;
@@ -178,7 +178,7 @@ __device__ inline void permute_counted_piece(const BlockPermuteParams& p, const 
     const int tiles = first_of_expert ? exact_quotient(count - 1, p.inv_tile_m[t]) + 1 : 0;
     // This expert's first tile: the tiles of the lower experts. Lanes from
     // `rows` on hold no row, so only the first `rows`, rounded up to 8, are
-    // read (measured, session 8: the loop over all 32 lanes took about 1000
+    // read (measured on an H200: the loop over all 32 lanes took about 1000
     // of a one-token call's 4000-9000 cycles).
     int base = 0, num_tiles = 0;
     const int lanes_read = (rows + 7) & ~7;
@@ -312,15 +312,14 @@ __device__ inline void permute_sorted_piece(const BlockPermuteParams& p, BlockSh
   if (first_searcher == 0) offsets_and_counts();
 }
 
-// Phases 2-4 for at most 32 rows (decode), by the threads from
-// `first_thread` on (a multiple of 32; the warps below may be busy with
-// something else): up to 16 rows each thread counts the rows at and below
-// its experts (a pass over the rows: no barrier), beyond, one warp sorts
-// the rows and the others search the sorted experts (one barrier). Measured
-// (session 11 runs 5-7): the sort's fixed cost (about 850 cycles) loses to
-// counting at 8 rows (T=1 K=8: 1.04-1.12x slower) and wins where few
-// threads count 24-32 rows (Renormalize E=128 K=8 T=3: 3593 -> 3012
-// cycles).
+// Phases 2-4 for at most 32 rows (decode), by the threads from `first_thread`
+// on (a multiple of 32; the warps below may be busy with something else): up
+// to 16 rows each thread counts the rows at and below its experts (a pass
+// over the rows: no barrier), beyond, one warp sorts the rows and the others
+// search the sorted experts (one barrier). Measured on an H200: the sort's
+// fixed cost (about 850 cycles) loses to counting at 8 rows (T=1 K=8:
+// 1.04-1.12x slower) and wins where few threads count 24-32 rows (Renormalize
+// E=128 K=8 T=3: 3593 -> 3012 cycles).
 constexpr int kCountedPieceMaxRows = 16;
 
 __device__ __forceinline__ void permute_piece(const BlockPermuteParams& p, BlockShared& s,

@@ -46,11 +46,10 @@ struct BlockPermuteParams {
   // one is one more line for warm_params to touch in every kernel).
   uint8_t wide_parts;
   // Its floor rank, routing_shape::wide_floor_rank, from the host (the next
-  // padding byte): a division on the device sat ahead of the first key
-  // load (session 20).
+  // padding byte): a division on the device sat ahead of the first key load.
   uint8_t wide_floor_rank;
   // Whether 33..64 rows take permute_sorted_pair (block_permute.cuh), from
-  // the host (set_sorted_pair): the last padding byte.
+  // the host (the routing plan's sorted pair): the last padding byte.
   bool sorted_pair;
   int local_offset;
   int num_local;
@@ -180,15 +179,15 @@ __device__ __forceinline__ void print_stamps(S&, const char*, const RoutingKerne
                                              int) {}
 #endif
 
-// Reads a word of every 32 bytes of a __grid_constant__ parameter struct
-// and returns their XOR. The kernels call it before pdl_begin, where the
-// block waits for the previous kernel anyway, and use the result there
+// Reads a word of every 32 bytes of a __grid_constant__ parameter struct and
+// returns their XOR. The kernels call it before pdl_begin, where the block
+// waits for the previous kernel anyway, and use the result there
 // (warm_params), so that the SM's constant cache holds every line of the
 // parameters before the critical path reads them: otherwise each field
-// misses, one at a time, where the code first needs it (measured, session
-// 11: run twice in one launch, the second run of the body was 300-600
-// cycles faster than the first once the parameters were read from the
-// constant bank rather than from a local copy made before pdl_begin).
+// misses, one at a time, where the code first needs it (measured on an H200:
+// run twice in one launch, the second run of the body was 300-600 cycles
+// faster than the first once the parameters were read from the constant bank
+// rather than from a local copy made before pdl_begin).
 template <typename P>
 __device__ __forceinline__ uint32_t touch_params(const P& params) {
   const uint32_t* words = reinterpret_cast<const uint32_t*>(&params);

@@ -1,10 +1,10 @@
 // The wide choice: the DeepSeek policies' decode selection spread over the
 // warps of a block, E / 32 warps (parts) a token and a thread an expert,
-// instead of one warp a token (docs/routing.md, "The wide choice"). A
-// warp's choice is a chain of dependent instructions (about 3,500 cycles at
-// DeepSeekV3 E=256 K=8, session 17), and the decode kernels leave most of
-// their warps idle while it runs; here each warp takes a short chain over
-// its 32 experts and two block barriers join them:
+// instead of one warp a token (docs/routing.md, "The wide choice"). A warp's
+// choice is a chain of dependent instructions (about 3,500 cycles at
+// DeepSeekV3 E=256 K=8), and the decode kernels leave most of their warps
+// idle while it runs; here each warp takes a short chain over its 32 experts
+// and two block barriers join them:
 //   1. part w (experts 32w .. 32w + 31, a group where n_group > 1) finds,
 //      by rounds of a max-reduce over its lanes' keys, its two best keys
 //      (the group score, first + second) and its m-th best, its floor,
@@ -22,13 +22,12 @@
 // Pairs are unique, so the ranks below K are exactly the K best in the
 // reference's order, bit for bit the warp's choice, whatever the ties: no
 // list bound, no fallback. The keys come staged (stage_deepseek_keys); the
-// plan (seat, floor rank, area) is made before they are, ahead of the
-// first key load, so it holds no division: the floor rank comes from the
-// host and the seat from a few compares (session 20; run 9's device-side
-// division and reciprocal took about 60 instructions there).
-// By default only where it was measured faster (fused_routing.cuh,
-// wide_choice; routing_shape::wide_by_default: E <= 256, K >= 8).
-// `steps` (development stamps, docs/routing.md "Phase stamps"; null
+// plan (seat, floor rank, area) is made before they are, ahead of the first
+// key load, so it holds no division: the floor rank comes from the host and
+// the seat from a few compares (a device-side division and reciprocal took
+// about 60 instructions there). By default only where it was measured faster
+// (fused_routing.cuh, wide_choice; routing_shape::wide_by_default: E <= 256,
+// K >= 8). `steps` (development stamps, docs/routing.md "Phase stamps"; null
 // otherwise): thread 0 records clock64 after each phase in steps[4..6].
 #pragma once
 
@@ -52,8 +51,8 @@ struct WideSeat {
 
 // No division: the helper's token is the count of whole runs of parts - 1
 // helpers before it (at most kWideMaxTokensBlock tokens a block), a few
-// compares, so that the plan adds no reciprocal or integer division ahead
-// of the block's first key load (session 20).
+// compares, so that the plan adds no reciprocal or integer division ahead of
+// the block's first key load.
 __device__ __forceinline__ WideSeat wide_seat(int warp, int first_lead, int tokens, int parts) {
   if (warp >= first_lead && warp < first_lead + tokens) return WideSeat{warp - first_lead, 0, true};
   const int helper = warp < first_lead ? warp : warp - tokens;
@@ -66,11 +65,11 @@ __device__ __forceinline__ WideSeat wide_seat(int warp, int first_lead, int toke
 
 // The choice's shared memory for `tokens` tokens of `parts` parts, carved
 // from the block's work area right after the tokens' staged keys (`keys`,
-// 16-byte aligned; pointer arithmetic only, so that the compiler keeps
-// these accesses in the shared state space: through an integer cast they
-// became generic loads, session 19 run 3): each token's candidate list
-// (up to E pairs, 16-byte aligned: the ranks read two pairs a load), its
-// K slots and list length, and each part's group score and floor.
+// 16-byte aligned; pointer arithmetic only, so that the compiler keeps these
+// accesses in the shared state space: through an integer cast they become
+// generic loads): each token's candidate list (up to E pairs, 16-byte
+// aligned: the ranks read two pairs a load), its K slots and list length, and
+// each part's group score and floor.
 struct WideArea {
   uint64_t* lists;   // [token][E]
   uint64_t* slots;   // [token][kMaxTopK]
