@@ -4,7 +4,7 @@
 // + launch_permute) write, and the two checks: every output against the CPU
 // reference (ids exact, weights within 1e-6 relative, counts, offsets, row
 // maps and tiles exact) and the fused outputs against the split ones bit for
-// bit. The cluster variant (launch_cluster_routing_permute) is held to the
+// bit. The cluster variant (its plan's kernels) is held to the
 // split launches too.
 #pragma once
 

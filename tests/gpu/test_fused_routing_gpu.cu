@@ -8,8 +8,8 @@
 // T 0..512, E 8..1024, grouped DeepSeekV3 with bias, an EP range with
 // off-rank rows, one hot expert, precomputed ids, the largest inputs, three
 // tile sizes at once, a CUDA graph replayed with new logits, and the layer
-// under UNIMOE_ROUTING_VARIANT=fused and =cluster. The cluster variant
-// (launch_cluster_routing_permute) runs on every case of check_fused_and_split
+// with routing_variant "fused" and "cluster". The cluster variant (the
+// plan's cluster kinds) runs on every case of check_fused_and_split
 // and in the graph test, held to the split launches bit for bit.
 #include <gtest/gtest.h>
 
@@ -543,7 +543,7 @@ bool direct_keys_serve(const Problem& pr) {
 }
 
 // The cluster kernel's routing CTAs computing DeepSeek's keys a warp a
-// token (set_direct_keys), where the block would stage them in batches:
+// token (the plan's direct_keys_kernel), where the block would stage them in batches:
 // DeepSeekV3 E=256 (8 groups, 4 kept) and E=160 (8 groups of 20, not whole
 // lanes), MiniMax2 E=256 (one group), K = 8 and 6, T = 61..120 (clusters of
 // 16: 5..8 tokens a routing CTA), random, near-tie and adversarial rows

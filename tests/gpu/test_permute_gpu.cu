@@ -386,7 +386,7 @@ TEST(PermuteGpu, GraphReplayOfRoutingAndPermute) {
 }
 
 // The split chain where the octet routing kernel also counts the permute's
-// rows (routing_writes_counts: each block a byte of its chunk's words,
+// rows (the plan's routing_counts_rows: each block a byte of its chunk's words,
 // octet_count_blocks blocks a chunk) and the count kernel is left out:
 // ids, weights and every permute output against the reference, scratch
 // and outputs poisoned (so the table's unused bytes are garbage). 8, 6, 4

@@ -103,7 +103,7 @@ void launch_permute(const PermuteParams& params, const RoutingPlan& plan, Kernel
                        permute_counts(params).table != nullptr),
           "counted: only calls of more than " + std::to_string(kCountScanRows) +
               " expanded rows whose chunks are whole octet blocks, with 8-byte aligned scratch "
-              "(routing_writes_counts)");
+              "(the plan's routing_counts_rows)");
   // The token masks (only in the calls the octet kernel counted) and the
   // scan's early trigger, as the plan says.
   require(!plan.scatter_masks || counted, "the plan's scatter masks need the octet kernel's counts");

@@ -58,7 +58,7 @@ inline int max_tiles(int rows, int num_local, int tile_m) {
 std::size_t permute_scratch_bytes(int num_tokens, int top_k, int num_local);
 
 // The count kernel's work, for a routing kernel that counts the rows
-// itself (routing_writes_counts, routing.cuh): the expanded rows are cut
+// itself (the routing plan's routing_counts_rows): the expanded rows are cut
 // into num_chunks chunks of chunk_rows (the last may be short), each chunk
 // into n = routing_shape::octet_count_blocks(K, chunk_rows) runs (at most
 // 8), and run j < n of chunk c writes byte j of table[c * num_local + e]:

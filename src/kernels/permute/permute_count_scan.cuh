@@ -51,8 +51,8 @@ __global__ void __launch_bounds__(kCountThreads)
 // idle SMs and load their chunk's ids while the scan runs; the scatter
 // waits for the scan's totals and bases. kTrigger: where
 // permute_shape::scan_triggers_scatter says (every scatter CTA finds a
-// free SM), unless UNIMOE_PERMUTE_TRIGGER is "0" (read once; for A/B
-// timing).
+// free SM), as the routing plan says (scan_triggers_scatter; off with the
+// development override permute_trigger=0, for A/B timing).
 template <bool kTrigger>
 __device__ __forceinline__ void scan_triggers_scatter() {
   if constexpr (kTrigger) pdl_launch_dependents();

@@ -30,7 +30,7 @@
 //      argmax over the candidates instead.
 //   5. weights: lane k < K weighs the k-th expert with chosen_weight, on
 //      lanes k of its octet as the warp kernel does on lanes k of its warp;
-//   6. (kCount, where routing_writes_counts) the permute's count kernel's
+//   6. (kCount, where the plan's routing_counts_rows) the permute's count kernel's
 //      work: each block counts its rows per local expert into a byte table
 //      the scan sums (count_block_rows), and the chain drops a launch.
 // The keys cost what they cost the warp kernel; the selection costs a few
