@@ -4,8 +4,8 @@
 //
 // The GPU tests compare outputs only, so they cannot tell which way served a
 // call; these pin the shapes they are written against
-// (tests/gpu/test_fused_routing_gpu.cu: TokenMaskPathAtItsBound,
-// ClusterWaysAtTheirBound). The split chain's rules:
+// (tests/gpu/test_fused_permute_paths_gpu.cu: TokenMaskPathAtItsBound;
+// tests/gpu/test_cluster_routing_gpu.cu: ClusterWaysAtTheirBound). The split chain's rules:
 // test_routing_split_rules.cpp; the decode choices:
 // test_routing_choice_rules.cpp.
 #include <gtest/gtest.h>
