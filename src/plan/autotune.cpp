@@ -45,6 +45,18 @@ std::vector<AutotuneTarget> autotune_targets(const AutotuneOptions& o, int max_t
   return targets;
 }
 
+double reference_tolerance(QuantVariant quant) {
+  switch (quant) {
+    case QuantVariant::BF16: return kTuningTolerance;
+    case QuantVariant::FP8PerTensor:
+    case QuantVariant::FP8Block128:
+    case QuantVariant::MXFP4:
+    case QuantVariant::NVFP4: break;
+  }
+  // No GPU kernels yet: the layer refuses these configs before any check.
+  return kTuningTolerance;
+}
+
 DeviceLogits device_logits(const std::vector<float>& logits, LogitsType type) {
   DeviceLogits d;
   if (type == LogitsType::F32) {

@@ -16,6 +16,12 @@ namespace unimoe {
 // measured errors are 2e-3..5e-3).
 inline constexpr double kTuningTolerance = 1e-2;
 
+// The largest relative L2 error against the CPU reference that a GPU
+// forward of `quant` may show (the benchmark fails a point above it; the
+// tuner rejects a candidate): kTuningTolerance for BF16, the only variant
+// with GPU kernels so far (docs/benchmarking.md, "Correctness").
+double reference_tolerance(QuantVariant quant);
+
 // Input sets (fresh x and logits each) in one timed graph, so that a
 // candidate is not timed on one set's experts held in L2.
 inline constexpr int kAutotuneInputSets = 4;

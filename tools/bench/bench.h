@@ -41,7 +41,9 @@ struct Point {
   double time_us = 0;
   FloorEstimate floor;
   std::vector<std::pair<std::string, double>> stage_us;
-  double rel_err = -1;        // vs the CPU reference (-1: not checked)
+  double rel_err = -1;        // vs the CPU reference (-1: not checked; NaN: broken output)
+  double error_bound = -1;    // the quant variant's bound (reference_tolerance); -1: not checked
+  bool failed = false;        // checked and over the bound (or NaN): the run exits non-zero
   std::map<std::string, double> peers_us;  // peer name -> time
   std::string choice;                      // the tuned winner (autotune / cache)
   std::string plan;                        // what served the call (GPU): path, tactics, routing

@@ -121,12 +121,15 @@ void run_preset(const Options& opt, const std::string& name, const std::string& 
     for (int s = 0; s < rotate; ++s) {
       InputSet& in = sets[s];
       in.x = std::make_unique<DeviceMem>(std::size_t(t) * h * 2);
-      in.logits = std::make_unique<DeviceMem>(std::size_t(t) * c.routing.num_experts * 4);
+      // The logits in the config's type (bf16 rounded to nearest even), as
+      // the autotuner uploads them (device_logits, plan/autotune.h).
+      const DeviceLogits logits =
+          device_logits(make_logits(c, t, seeds.x ^ (t + 1000 * s), opt.routing), c.routing.logits_type);
+      in.logits = std::make_unique<DeviceMem>(logits.bytes.size());
       in.out = std::make_unique<DeviceMem>(std::size_t(t) * h * 2);
       launch_fill_bf16(in.x->as<uint16_t>(), std::size_t(t) * h, seeds.x + s, kXScale, stream);
-      const std::vector<float> logits = make_logits(c, t, seeds.x ^ (t + 1000 * s), opt.routing);
-      UNIMOE_CUDA_CHECK(cudaMemcpyAsync(in.logits->p, logits.data(), logits.size() * 4,
-                                        cudaMemcpyHostToDevice, stream));
+      UNIMOE_CUDA_CHECK(cudaMemcpy(in.logits->p, logits.bytes.data(), logits.bytes.size(),
+                                   cudaMemcpyHostToDevice));
       UNIMOE_CUDA_CHECK(cudaMemsetAsync(in.out->p, 0xff, std::size_t(t) * h * 2, stream));
       in.args.num_tokens = t;
       in.args.x = in.x->p;
@@ -152,7 +155,10 @@ void run_preset(const Options& opt, const std::string& name, const std::string& 
     const int check = std::min(t, opt.check_tokens);
     std::vector<float> want;
     if (check > 0) {
-      const std::vector<float> logits = make_logits(c, t, seeds.x ^ (t + 1000 * 0), opt.routing);
+      // The reference routes on the values the device read.
+      const std::vector<float> logits =
+          device_logits(make_logits(c, t, seeds.x ^ (t + 1000 * 0), opt.routing), c.routing.logits_type)
+              .values;
       const ref::Routing routing = ref::route(c.routing, logits.data(), check,
                                               c.routing.has_bias ? host_routing_bias.data() : nullptr);
       const std::vector<float> x = host_x(c, check, seeds);
@@ -184,7 +190,11 @@ void run_preset(const Options& opt, const std::string& name, const std::string& 
       layer.autotune(ao);
       p.choice = internals.tuned_choice(token_bucket(t))->to_string();
     }
-    if (check > 0) p.rel_err = error_of_set0();
+    if (check > 0) {
+      p.rel_err = error_of_set0();
+      p.error_bound = reference_tolerance(c.experts.quant);
+      p.failed = !(p.rel_err <= p.error_bound);  // NaN fails too
+    }
     p.plan = layer.describe(t);
     p.time_us = time_layer();
     // Stage s's time: the chain of stages 0..s minus the chain of stages

@@ -53,7 +53,11 @@ void print_table(const RunResult& r) {
       std::snprintf(tbps, sizeof tbps, "%.3f", p.floor.bytes / (p.time_us * 1e6));
       std::snprintf(tflops, sizeof tflops, "%.1f", p.floor.flops / (p.time_us * 1e6));
     }
-    if (p.rel_err >= 0) std::snprintf(err, sizeof err, "%.2e", p.rel_err);
+    if (p.failed) {
+      std::snprintf(err, sizeof err, "FAILED");
+    } else if (p.rel_err >= 0) {
+      std::snprintf(err, sizeof err, "%.2e", p.rel_err);
+    }
     std::printf("%-16s %-13s %6d %6.0f %10.1f %10.1f %7s %7s %8s %9s  %s\n", p.preset.c_str(),
                 p.backend.c_str(), p.tokens, p.active_experts, p.time_us, p.floor.floor_us, ratio,
                 tbps, tflops, err, stages.c_str());
@@ -121,7 +125,14 @@ void write_json(const Options& opt, const RunResult& r) {
       row["TBps"] = p.floor.bytes / (p.time_us * 1e6);
       row["TFLOPs"] = p.floor.flops / (p.time_us * 1e6);
     }
-    if (p.rel_err >= 0) row["rel_err"] = p.rel_err;
+    if (p.error_bound >= 0) {
+      // NaN is no JSON number: a broken output is written as null.
+      row["rel_err"] = std::isnan(p.rel_err) ? nlohmann::json(nullptr) : nlohmann::json(p.rel_err);
+      row["error_bound"] = p.error_bound;
+      row["failed"] = p.failed;
+    } else if (p.rel_err >= 0) {
+      row["rel_err"] = p.rel_err;
+    }
     for (const auto& [name, us] : p.stage_us) row["stages_us"][name] = us;
     for (const auto& [name, us] : p.peers_us) row["peers_us"][name] = us;
     if (!p.choice.empty()) row["tuned_choice"] = p.choice;
@@ -263,6 +274,15 @@ int main(int argc, char** argv) {
     add_anchor_peers(opt, result);
     print_table(result);
     write_json(opt, result);
+    const long failed = std::count_if(result.points.begin(), result.points.end(),
+                                      [](const Point& p) { return p.failed; });
+    if (failed > 0) {
+      std::fprintf(stderr,
+                   "unimoe-bench: FAILED: %ld point(s) over their error bound against the CPU "
+                   "reference (rel_err column; docs/benchmarking.md, \"Correctness\")\n",
+                   failed);
+      return 1;
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "unimoe-bench: %s\n", e.what());
     return 1;
