@@ -21,10 +21,11 @@ constexpr bool fused_routing_fits(int num_tokens, int top_k, int num_local) {
 }
 
 // Lanes of a warp that hold one expert group: the largest power of two with
-// n_group * lanes <= 32.
+// n_group * lanes <= 32 (n_group 1..32; the kernels' params and the plan
+// both take it from here).
 constexpr int lanes_per_group_log2(int n_group) {
   int log2 = 5;
-  while ((1 << log2) * n_group > 32) --log2;
+  while (log2 > 0 && (1 << log2) * n_group > 32) --log2;
   return log2;
 }
 

@@ -131,6 +131,20 @@ TEST(RoutingPlan, SplitChainAtLargeT) {
   EXPECT_FALSE(q.routing_counts_rows);
 }
 
+TEST(RoutingLimits, LanesPerGroupAndKeptHalves) {
+  for (int n_group = 1; n_group <= 32; ++n_group) {
+    const int lanes = 1 << routing_limits::lanes_per_group_log2(n_group);
+    EXPECT_LE(lanes * n_group, 32) << n_group;      // the groups fit one warp
+    EXPECT_GT(2 * lanes * n_group, 32) << n_group;  // and take the most lanes that do
+  }
+  // DeepSeek-V3: 8 groups of 32 experts, 4 lanes a group of 8 slots, 4 kept:
+  // 16 lanes, half the warp.
+  EXPECT_TRUE(routing_limits::compacts_kept_lanes(8, 4, 32, 8));
+  EXPECT_FALSE(routing_limits::compacts_kept_lanes(8, 5, 32, 8));  // 20 lanes
+  EXPECT_FALSE(routing_limits::compacts_kept_lanes(1, 1, 256, 8));  // no groups
+  EXPECT_FALSE(routing_limits::compacts_kept_lanes(8, 4, 32, 1));   // odd slots
+}
+
 TEST(RoutingPlan, PrintsWhatLaunches) {
   const std::string s = plan(preset("qwen3-30b-a3b"), 8).to_string();
   EXPECT_EQ(s.rfind("routing=cluster kernel=", 0), 0u) << s;

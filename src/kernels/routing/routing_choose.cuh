@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/routing_launch_shape.h"
+#include "core/routing_limits.h"
 #include "kernels/routing/routing_groups.cuh"
 #include "kernels/routing/routing_keys.cuh"
 #include "kernels/routing/routing_rounds.cuh"
@@ -16,12 +17,11 @@
 
 namespace unimoe::routing_detail {
 
-// Whether rounds_by_kept_halves serves a call (host and device): each group
-// a run of whole lanes of kPerLane slots, and the kept groups' lanes at
-// most half the warp.
-__host__ __device__ inline bool compacts_kept_lanes(const RoutingKernelParams& p, int per_lane) {
-  return p.n_group > 1 && p.experts_per_group == p.lanes_per_group * per_lane &&
-         per_lane % 2 == 0 && (p.topk_group << p.lanes_per_group_log2) <= kWarpSize / 2;
+// Whether rounds_by_kept_halves serves a call (host side: the plan takes
+// the kept halves by the same rule, routing_limits::compacts_kept_lanes).
+inline bool compacts_kept_lanes(const RoutingKernelParams& p, int per_lane) {
+  return routing_limits::compacts_kept_lanes(p.n_group, p.topk_group, p.experts_per_group,
+                                             per_lane);
 }
 
 // Where the split routing kernel sorts the runs (rounds_by_sorted_runs or

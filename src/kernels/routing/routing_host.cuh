@@ -10,6 +10,7 @@
 #include "core/exact_quotient.h"
 #include "core/group_index.h"
 #include "core/routing_launch_shape.h"
+#include "core/routing_limits.h"
 #include "kernels/routing/routing.cuh"
 #include "kernels/routing/routing_keys.cuh"
 
@@ -79,12 +80,8 @@ inline RoutingKernelParams make_routing_kernel_params(const RoutingParams& param
   p.policy = c.policy;
   p.n_group = n_group;
   p.topk_group = n_group > 1 ? c.topk_group : 1;
-  p.lanes_per_group = kWarpSize;
-  p.lanes_per_group_log2 = 5;
-  while (p.lanes_per_group * n_group > kWarpSize) {
-    p.lanes_per_group /= 2;
-    --p.lanes_per_group_log2;
-  }
+  p.lanes_per_group_log2 = routing_limits::lanes_per_group_log2(n_group);
+  p.lanes_per_group = 1 << p.lanes_per_group_log2;
   p.experts_per_group = c.num_experts / n_group;
   p.inv_experts_per_group = inverse_group_size(p.experts_per_group);
   p.inv_num_experts = inverse_of(c.num_experts);
