@@ -124,10 +124,11 @@ __device__ __forceinline__ uint32_t order_key_fast(float v) {
 
 // The K best of total <= 32 candidates (bits, at their places from
 // list_places) into lanes 0..K-1, best first: the list by predicated
-// stores (a lane's other slots go to one of 16 spare pairs past it),
-// padded to 32 pairs, and each candidate's rank (the count of larger
-// pairs: a larger key, or an equal key and a lower expert) from a fixed run
-// of 16-byte loads with independent counts. area: 48 pairs of the warp's
+// stores (a lane stores only its listed slots, each at its own place, so no
+// two lanes write one address and racecheck stays a working gate), padded
+// to 32 pairs, and each candidate's rank (the count of larger pairs: a
+// larger key, or an equal key and a lower expert) from a fixed run of
+// 16-byte loads with independent counts. area: 32 pairs of the warp's
 // shared memory, 16-byte aligned, free to overwrite once every lane holds
 // its keys. Every lane calls it.
 template <int kPerLane, bool kRuns>
@@ -139,7 +140,7 @@ __device__ __forceinline__ Chosen rank_candidates(const uint32_t (&key)[kPerLane
 #pragma unroll
   for (int j = 0; j < kPerLane; ++j) {
     const bool in = (bits >> j) & 1u;
-    area[in ? place : kWarpSize + lane % 16] = key_expert_pair(key[j], slots.expert(j));
+    if (in) area[place] = key_expert_pair(key[j], slots.expert(j));
     place += in;
   }
   if (lane >= total) area[lane] = 0;  // below every pair: 32 in all
@@ -177,7 +178,7 @@ __device__ __forceinline__ Chosen rank_candidates(const uint32_t (&key)[kPerLane
 // at 4 slots). The lanes' bests are counted with four independent sums.
 // Returns false, as rounds_by_threshold does, where fewer than K lanes hold a
 // key or more than kWarpSize keys reach the threshold. area: rank_candidates'
-// 48 pairs.
+// 32 pairs.
 template <int kPerLane, bool kRuns>
 __device__ __forceinline__ bool rounds_by_ranked_threshold(const uint32_t (&key)[kPerLane],
                                                            int top_k, Slots<kPerLane, kRuns> slots,
@@ -218,7 +219,7 @@ __device__ __forceinline__ bool threshold_serves(const RoutingKernelParams& p) {
                                          p.experts_per_group);
 }
 
-// rounds_by_threshold's area, 32 pairs in `keys` (rank_candidates' 48): a
+// rounds_by_threshold's and rank_candidates' area, 32 pairs in `keys`: a
 // warp's kPerLane * 32 words of group keys, or a token's E > 128 staged
 // DeepSeek keys, 16-byte aligned up (the kernels take it at
 // kThresholdMinSlots slots a lane, or kRankedSlots: 128 words). Aligned by
