@@ -131,12 +131,12 @@ TuningChoice tune_bucket(AutotuneRun& run, const AutotuneTarget& target,
   std::vector<float> set0_logits;  // as the device reads them
   for (int s = 0; s < kAutotuneInputSets; ++s) {
     InputSet& in = sets[s];
-    const DeviceLogits logits = device_logits(
-        ref::make_logits(c, t, run.seeds.x ^ (t + 1000 * s), run.options.routing), c.routing.logits_type);
+    const ref::SyntheticInputs synthetic = ref::synthetic_inputs(c, t, run.seeds, s, run.options.routing);
+    const ref::DeviceLogits& logits = synthetic.logits;
     in.x = std::make_unique<DeviceMem>(t * h * 2);
     in.logits = std::make_unique<DeviceMem>(logits.bytes.size());
     in.out = std::make_unique<DeviceMem>(t * h * 2);
-    launch_fill_bf16(in.x->as<uint16_t>(), t * h, run.seeds.x + s, ref::kXScale, stream);
+    launch_fill_bf16(in.x->as<uint16_t>(), t * h, synthetic.x_seed, ref::kXScale, stream);
     // From pageable memory: returns once `logits` is no longer needed.
     UNIMOE_CUDA_CHECK(cudaMemcpyAsync(in.logits->p, logits.bytes.data(), logits.bytes.size(),
                                       cudaMemcpyHostToDevice, stream));

@@ -57,24 +57,6 @@ double reference_tolerance(QuantVariant quant) {
   return kTuningTolerance;
 }
 
-DeviceLogits device_logits(const std::vector<float>& logits, LogitsType type) {
-  DeviceLogits d;
-  if (type == LogitsType::F32) {
-    d.values = logits;
-    d.bytes.resize(logits.size() * sizeof(float));
-    std::memcpy(d.bytes.data(), logits.data(), d.bytes.size());
-    return d;
-  }
-  d.values.resize(logits.size());
-  d.bytes.resize(logits.size() * sizeof(uint16_t));
-  for (std::size_t i = 0; i < logits.size(); ++i) {
-    const uint16_t bits = ref::f32_to_bf16(logits[i]);
-    std::memcpy(d.bytes.data() + i * sizeof(uint16_t), &bits, sizeof(bits));
-    d.values[i] = ref::bf16_to_f32(bits);
-  }
-  return d;
-}
-
 double relative_l2_error(const std::vector<uint16_t>& got_bits, const std::vector<float>& want) {
   if (got_bits.size() != want.size()) return INFINITY;
   double num = 0, den = 0;

@@ -1,7 +1,7 @@
 // The host half of MoELayer::autotune (src/layer/autotune.cu): the checked
-// options, the token buckets to tune with the T each is timed at, the logits
-// as the device reads them, and the metric of the reference check. Pure host
-// code, tested on the CPU (tests/cpu/test_autotune.cpp).
+// options, the token buckets to tune with the T each is timed at, and the
+// metric of the reference check (the inputs are ref::synthetic_inputs).
+// Pure host code, tested on the CPU (tests/cpu/test_autotune.cpp).
 #pragma once
 
 #include <cstdint>
@@ -44,15 +44,6 @@ void check_autotune_options(const AutotuneOptions& options, int max_tokens);
 // it; empty tokens: every bucket of token_buckets(max_tokens), each run at
 // min(bucket, max_tokens).
 std::vector<AutotuneTarget> autotune_targets(const AutotuneOptions& options, int max_tokens);
-
-// Logits [T, E] as uploaded for `type`: the bytes for the device (fp32, or
-// bf16 rounded to nearest even) and the values the device reads, which the
-// reference must route on.
-struct DeviceLogits {
-  std::vector<uint8_t> bytes;
-  std::vector<float> values;
-};
-DeviceLogits device_logits(const std::vector<float>& logits, LogitsType type);
 
 // Relative L2 error of bf16 output bits against the fp32 reference (same
 // length): sqrt(sum (got - want)^2 / sum want^2); infinite for a NaN, a

@@ -1,6 +1,8 @@
 #include "ref/synthetic.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/hash_random.h"
 
@@ -35,10 +37,51 @@ std::vector<float> make_logits(const MoEConfig& c, int num_tokens, uint64_t seed
   return logits;
 }
 
-std::vector<float> host_x(const MoEConfig& c, int num_tokens, const Seeds& s) {
+DeviceLogits device_logits(const std::vector<float>& logits, LogitsType type) {
+  DeviceLogits d;
+  if (type == LogitsType::F32) {
+    d.values = logits;
+    d.bytes.resize(logits.size() * sizeof(float));
+    std::memcpy(d.bytes.data(), logits.data(), d.bytes.size());
+    return d;
+  }
+  d.values.resize(logits.size());
+  d.bytes.resize(logits.size() * sizeof(uint16_t));
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    const uint16_t bits = f32_to_bf16(logits[i]);
+    std::memcpy(d.bytes.data() + i * sizeof(uint16_t), &bits, sizeof(bits));
+    d.values[i] = bf16_to_f32(bits);
+  }
+  return d;
+}
+
+SyntheticInputs synthetic_inputs(const MoEConfig& c, int num_tokens, const Seeds& s, int set,
+                                 const std::string& routing) {
+  SyntheticInputs in;
+  in.x_seed = s.x + static_cast<uint64_t>(set);
+  const uint64_t logits_seed = s.x ^ static_cast<uint64_t>(num_tokens + 1000 * set);
+  in.logits = device_logits(make_logits(c, num_tokens, logits_seed, routing), c.routing.logits_type);
+  return in;
+}
+
+std::vector<float> host_x(const MoEConfig& c, int num_tokens, uint64_t x_seed) {
   std::vector<float> x(static_cast<std::size_t>(num_tokens) * c.experts.hidden);
-  fill_bf16(x, 0, s.x, kXScale);
+  fill_bf16(x, 0, x_seed, kXScale);
   return x;
+}
+
+std::vector<float> host_x_rows(const MoEConfig& c, const std::vector<int>& rows, uint64_t x_seed) {
+  const std::size_t h = c.experts.hidden;
+  std::vector<float> x(rows.size() * h), row(h);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    fill_bf16(row, rows[i] * h, x_seed, kXScale);
+    std::copy(row.begin(), row.end(), x.begin() + i * h);
+  }
+  return x;
+}
+
+std::vector<float> host_x(const MoEConfig& c, int num_tokens, const Seeds& s) {
+  return host_x(c, num_tokens, s.x);
 }
 
 std::vector<float> host_bias(const MoEConfig& c, const Seeds& s) {
@@ -48,26 +91,27 @@ std::vector<float> host_bias(const MoEConfig& c, const Seeds& s) {
 }
 
 ref::ExpertView HostWeights::view(int e) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = cache_.find(e);
-  if (it == cache_.end()) {
-    const std::size_t h = c_.experts.hidden, i = c_.experts.intermediate, n1 = c_.gemm1_cols();
-    Expert x;
-    x.w13.resize(n1 * h);
-    x.w2.resize(h * i);
-    fill_bf16(x.w13, e * n1 * h, s_.w13, w13_scale(c_));
-    fill_bf16(x.w2, e * h * i, s_.w2, w2_scale(c_));
-    if (c_.experts.has_bias) {
-      x.b13.resize(n1);
-      x.b2.resize(h);
-      for (std::size_t j = 0; j < n1; ++j) x.b13[j] = kBiasScale * hash_uniform(s_.b13, e * n1 + j);
-      for (std::size_t j = 0; j < h; ++j) x.b2[j] = kBiasScale * hash_uniform(s_.b2, e * h + j);
-    }
-    it = cache_.emplace(e, std::move(x)).first;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = cache_.find(e); it != cache_.end()) return it->second.view();
   }
-  const Expert& x = it->second;
-  return {x.w13.data(), x.w2.data(), x.b13.empty() ? nullptr : x.b13.data(),
-          x.b2.empty() ? nullptr : x.b2.data()};
+  // Generated outside the lock, so that the reference's threads build
+  // different experts at once; a rare second build of one expert is dropped.
+  const std::size_t h = c_.experts.hidden, i = c_.experts.intermediate, n1 = c_.gemm1_cols();
+  Expert x;
+  x.w13.resize(n1 * h);
+  x.w2.resize(h * i);
+  fill_bf16(x.w13, e * n1 * h, s_.w13, w13_scale(c_));
+  fill_bf16(x.w2, e * h * i, s_.w2, w2_scale(c_));
+  if (c_.experts.has_bias) {
+    x.b13.resize(n1);
+    x.b2.resize(h);
+    for (std::size_t j = 0; j < n1; ++j) x.b13[j] = kBiasScale * hash_uniform(s_.b13, e * n1 + j);
+    for (std::size_t j = 0; j < h; ++j) x.b2[j] = kBiasScale * hash_uniform(s_.b2, e * h + j);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  // unordered_map keeps its elements in place: the view stays valid.
+  return cache_.emplace(e, std::move(x)).first->second.view();
 }
 
 }  // namespace unimoe::ref

@@ -36,8 +36,34 @@ inline constexpr float kXScale = 1.0f;
 std::vector<float> make_logits(const MoEConfig& c, int num_tokens, uint64_t seed,
                                const std::string& routing);
 
-// Host copies of x rows [0, num_tokens) as bf16-rounded floats.
+// Logits [T, E] as uploaded for `type`: the bytes for the device (fp32, or
+// bf16 rounded to nearest even) and the values the device reads, which the
+// reference must route on.
+struct DeviceLogits {
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;
+};
+DeviceLogits device_logits(const std::vector<float>& logits, LogitsType type);
+
+// Input set `set` (0, 1, ...) of a call of T tokens: what the benchmark's
+// GPU and CPU runs and the autotuner feed the layer, built here once so that
+// they cannot drift apart. x is filled on the device by
+// launch_fill_bf16(x, T * H, x_seed, kXScale) (kernels/common/fill.cuh) and
+// regenerated on the host by host_x(c, rows, x_seed); the logits come in the
+// config's logits type, with the values the device reads.
+struct SyntheticInputs {
+  uint64_t x_seed = 0;
+  DeviceLogits logits;
+};
+SyntheticInputs synthetic_inputs(const MoEConfig& c, int num_tokens, const Seeds& s, int set,
+                                 const std::string& routing);
+
+// Host copies of x rows [0, num_tokens) as bf16-rounded floats: of the fill
+// with seed x_seed, or (Seeds) of input set 0.
+std::vector<float> host_x(const MoEConfig& c, int num_tokens, uint64_t x_seed);
 std::vector<float> host_x(const MoEConfig& c, int num_tokens, const Seeds& s);
+// Rows `rows` of that fill with seed x_seed, in the order given.
+std::vector<float> host_x_rows(const MoEConfig& c, const std::vector<int>& rows, uint64_t x_seed);
 std::vector<float> host_bias(const MoEConfig& c, const Seeds& s);
 
 // A WeightSource regenerating (and caching) each hit expert's weights.
@@ -52,6 +78,10 @@ class HostWeights {
  private:
   struct Expert {
     std::vector<float> w13, w2, b13, b2;
+    ref::ExpertView view() const {
+      return {w13.data(), w2.data(), b13.empty() ? nullptr : b13.data(),
+              b2.empty() ? nullptr : b2.data()};
+    }
   };
   MoEConfig c_;
   Seeds s_;

@@ -14,6 +14,7 @@
 #include "plan/autotune.h"
 #include "plan/tuning.h"
 #include "ref/ref.h"
+#include "ref/synthetic.h"
 
 namespace unimoe {
 namespace {
@@ -76,17 +77,17 @@ TEST(AutotuneTargets, CheckTheOptionsFirst) {
   EXPECT_EQ(error_of([&] { autotune_targets(o, 8); }).field(), "autotune.routing");
 }
 
-TEST(DeviceLogits, F32IsTheBytesOfTheValues) {
+TEST(SyntheticInputs, F32LogitsAreTheBytesOfTheValues) {
   const std::vector<float> logits = {1.0f, -0.3f, 1e-8f, 3.14159f};
-  const DeviceLogits d = device_logits(logits, LogitsType::F32);
+  const ref::DeviceLogits d = ref::device_logits(logits, LogitsType::F32);
   EXPECT_EQ(d.values, logits);
   ASSERT_EQ(d.bytes.size(), logits.size() * 4);
   EXPECT_EQ(std::memcmp(d.bytes.data(), logits.data(), d.bytes.size()), 0);
 }
 
-TEST(DeviceLogits, Bf16BytesAndValuesAgree) {
+TEST(SyntheticInputs, Bf16LogitBytesAndValuesAgree) {
   const std::vector<float> logits = {1.0f, -0.3f, 1.00390625f, 3.14159f, -1e30f, 0.0f};
-  const DeviceLogits d = device_logits(logits, LogitsType::BF16);
+  const ref::DeviceLogits d = ref::device_logits(logits, LogitsType::BF16);
   ASSERT_EQ(d.bytes.size(), logits.size() * 2);
   ASSERT_EQ(d.values.size(), logits.size());
   for (std::size_t i = 0; i < logits.size(); ++i) {
@@ -98,6 +99,32 @@ TEST(DeviceLogits, Bf16BytesAndValuesAgree) {
   // 1 + 2^-8 is a tie between two bf16 values: to even, 1.0.
   EXPECT_EQ(d.values[2], 1.0f);
   EXPECT_NE(d.values[3], logits[3]) << "pi is not a bf16 value";
+}
+
+// The benchmark's GPU and CPU runs and the autotuner take their inputs from
+// synthetic_inputs: set s's logits in the config's type, x by seed.
+TEST(SyntheticInputs, SetsDifferAndFollowTheConfigsLogitsType) {
+  MoEConfig c;
+  c.routing.num_experts = 16;
+  c.routing.top_k = 2;
+  c.experts.hidden = 64;
+  c.experts.intermediate = 32;
+  const ref::Seeds seeds = ref::seeds_for(7);
+  const ref::SyntheticInputs a = ref::synthetic_inputs(c, 5, seeds, 0, "uniform");
+  const ref::SyntheticInputs b = ref::synthetic_inputs(c, 5, seeds, 1, "uniform");
+  EXPECT_EQ(a.x_seed, seeds.x);
+  EXPECT_NE(a.x_seed, b.x_seed);
+  EXPECT_EQ(ref::host_x(c, 5, a.x_seed), ref::host_x(c, 5, seeds));
+  ASSERT_EQ(a.logits.values.size(), 5u * 16);
+  EXPECT_NE(a.logits.values, b.logits.values);
+  EXPECT_EQ(a.logits.bytes.size(), 5u * 16 * 4);
+  // The same call gives the same inputs.
+  EXPECT_EQ(ref::synthetic_inputs(c, 5, seeds, 1, "uniform").logits.values, b.logits.values);
+  c.routing.logits_type = LogitsType::BF16;
+  const ref::SyntheticInputs h = ref::synthetic_inputs(c, 5, seeds, 0, "uniform");
+  ASSERT_EQ(h.logits.bytes.size(), 5u * 16 * 2);
+  for (std::size_t i = 0; i < h.logits.values.size(); ++i)
+    EXPECT_EQ(h.logits.values[i], ref::round_bf16(a.logits.values[i])) << i;
 }
 
 TEST(RelativeL2Error, MatchesTheFormula) {

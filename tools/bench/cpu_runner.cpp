@@ -46,6 +46,7 @@ RunResult run_cpu_reference(const Options& opt, const std::string& why) {
   for (const std::string& name : opt.presets) {
     MoEConfig c = find_preset(name).config;
     c.experts.quant = opt.quant;
+    if (!opt.logits_type.empty()) c.routing.logits_type = parse_logits_type(opt.logits_type);
     const int mult = std::max(hidden_multiple(opt.quant), intermediate_multiple(opt.quant));
     c.experts.hidden = reduce(c.experts.hidden, kMaxHidden, mult);
     c.experts.intermediate = reduce(c.experts.intermediate, kMaxIntermediate, mult);
@@ -55,8 +56,11 @@ RunResult run_cpu_reference(const Options& opt, const std::string& why) {
     const std::vector<float> bias = host_bias(c, seeds);
     for (int t : opt.tokens) {
       if (t > kMaxTokens) continue;
-      const std::vector<float> logits = make_logits(c, t, seeds.x ^ t, opt.routing);
-      const std::vector<float> x = host_x(c, t, seeds);
+      // Input set 0 of the GPU run and the autotuner, logits as the config's
+      // type gives them.
+      const SyntheticInputs in = synthetic_inputs(c, t, seeds, 0, opt.routing);
+      const std::vector<float>& logits = in.logits.values;
+      const std::vector<float> x = host_x(c, t, in.x_seed);
       ref::Routing routing;
       ref::Permutation perm;
       std::vector<float> out;

@@ -91,6 +91,7 @@ void run_preset(const Options& opt, const std::string& name, const std::string& 
                 bool autotune, cudaStream_t stream, RunResult& result) {
   MoEConfig c = find_preset(name).config;
   c.experts.quant = opt.quant;
+  if (!opt.logits_type.empty()) c.routing.logits_type = parse_logits_type(opt.logits_type);
   c.options.backend = backend;
   const int max_t = *std::max_element(opt.tokens.begin(), opt.tokens.end());
   c.options.routing_variant = opt.routing_variant;
@@ -118,16 +119,18 @@ void run_preset(const Options& opt, const std::string& name, const std::string& 
 
   for (int t : opt.tokens) {
     std::vector<InputSet> sets(rotate);
+    SyntheticInputs set0;  // the set checked against the reference
     for (int s = 0; s < rotate; ++s) {
       InputSet& in = sets[s];
       in.x = std::make_unique<DeviceMem>(std::size_t(t) * h * 2);
-      // The logits in the config's type (bf16 rounded to nearest even), as
-      // the autotuner uploads them (device_logits, plan/autotune.h).
-      const DeviceLogits logits =
-          device_logits(make_logits(c, t, seeds.x ^ (t + 1000 * s), opt.routing), c.routing.logits_type);
+      // The autotuner's and the CPU run's inputs: the logits in the
+      // config's type (bf16 rounded to nearest even).
+      if (s == 0) set0 = synthetic_inputs(c, t, seeds, s, opt.routing);
+      const SyntheticInputs synthetic = s == 0 ? set0 : synthetic_inputs(c, t, seeds, s, opt.routing);
+      const DeviceLogits& logits = synthetic.logits;
       in.logits = std::make_unique<DeviceMem>(logits.bytes.size());
       in.out = std::make_unique<DeviceMem>(std::size_t(t) * h * 2);
-      launch_fill_bf16(in.x->as<uint16_t>(), std::size_t(t) * h, seeds.x + s, kXScale, stream);
+      launch_fill_bf16(in.x->as<uint16_t>(), std::size_t(t) * h, synthetic.x_seed, kXScale, stream);
       UNIMOE_CUDA_CHECK(cudaMemcpy(in.logits->p, logits.bytes.data(), logits.bytes.size(),
                                    cudaMemcpyHostToDevice));
       UNIMOE_CUDA_CHECK(cudaMemsetAsync(in.out->p, 0xff, std::size_t(t) * h * 2, stream));
@@ -156,12 +159,9 @@ void run_preset(const Options& opt, const std::string& name, const std::string& 
     std::vector<float> want;
     if (check > 0) {
       // The reference routes on the values the device read.
-      const std::vector<float> logits =
-          device_logits(make_logits(c, t, seeds.x ^ (t + 1000 * 0), opt.routing), c.routing.logits_type)
-              .values;
-      const ref::Routing routing = ref::route(c.routing, logits.data(), check,
+      const ref::Routing routing = ref::route(c.routing, set0.logits.values.data(), check,
                                               c.routing.has_bias ? host_routing_bias.data() : nullptr);
-      const std::vector<float> x = host_x(c, check, seeds);
+      const std::vector<float> x = host_x(c, check, set0.x_seed);
       want = ref::moe_forward(c, host_weights.source(), x.data(), routing);
     }
     std::vector<ForwardArgs> set_args;
