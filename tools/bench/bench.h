@@ -1,6 +1,7 @@
 // unimoe-bench: shared types of the command-line tool.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -18,6 +19,7 @@ struct Options {
   std::vector<int> tokens;
   std::vector<std::string> backends = {"auto"};
   QuantVariant quant = QuantVariant::BF16;
+  std::string logits_type;   // "F32" or "BF16" for every preset ("" = each preset's own)
   std::string routing = "uniform";  // uniform | skewed
   int iters = 50;
   int rotate = 0;            // input sets rotated through; 0: enough to exceed L2
@@ -111,5 +113,19 @@ struct LaunchFloorOptions {
 };
 // Returns the exit status (2: no GPU, 1: a probe did not run, 0: done).
 int run_launch_floor(const LaunchFloorOptions& opt);
+
+// --fuzz: random valid layers and calls against the CPU reference
+// (fuzz.cpp; the cases: support/fuzz_cases.h).
+struct FuzzOptions {
+  int cases = 10000;
+  uint64_t seed = 1;
+  std::string only_case;  // --fuzz-case SEED:LAYER:CALL: that case alone
+  bool force_cpu = false;  // the planning slice even where a GPU exists
+  int progress_every = 100;  // layers between progress lines (0: none)
+  std::string json_path = "out/fuzz.json";
+};
+// Returns the exit status (1: a case failed, 0: all passed). Without a GPU
+// (or with force_cpu) runs the planning slice and says so.
+int run_fuzz(const FuzzOptions& opt);
 
 }  // namespace unimoe::bench

@@ -159,6 +159,8 @@ int main(int argc, char** argv) {
   app.add_option("--backend", backend_list, "experts backends, comma-separated: auto, mma, cutlass, stream")
       ->capture_default_str();
   app.add_option("--quant", quant, "BF16, FP8PerTensor, FP8Block128, MXFP4, NVFP4")->capture_default_str();
+  app.add_option("--logits", opt.logits_type, "router logits type for every preset: F32 or BF16 (default: the preset's)")
+      ->check(CLI::IsMember({"F32", "BF16"}));
   app.add_option("--routing", opt.routing, "routing distribution of the logits")
       ->check(CLI::IsMember({"uniform", "skewed"}))->capture_default_str();
   app.add_option("--iters", opt.iters, "timed graph replays per point")->check(CLI::PositiveNumber)->capture_default_str();
@@ -211,12 +213,29 @@ int main(int argc, char** argv) {
                  "auto, split, fused or cluster (BackendOptions::routing_variant)")
       ->check(CLI::IsMember({"auto", "split", "fused", "cluster"}))
       ->capture_default_str();
+  FuzzOptions fuzz;
+  int fuzz_cases = 0;
+  app.add_option("--fuzz", fuzz_cases,
+                 "instead of the layer: N random valid layer calls (every policy, shape, backend, "
+                 "routing variant, T including 0 and max_tokens, adversarial logits, hostile "
+                 "precomputed routing) checked against the CPU reference; without a GPU (or "
+                 "with --cpu) the planning slice of the same cases")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--seed", fuzz.seed, "fuzz: the run's seed")->capture_default_str();
+  app.add_option("--fuzz-case", fuzz.only_case,
+                 "fuzz: rerun one case, SEED:LAYER:CALL as a failure prints it");
   CLI11_PARSE(app, argc, argv);
   try {
     opt.dev = DevOverrides::from_environment();
     for (const std::string& d : dev_list) opt.dev.set(d);
     if (evict_icache && !routing_sweep)
       throw Error("evict-icache", "--evict-icache applies to --routing-sweep only");
+    if (fuzz_cases > 0 || !fuzz.only_case.empty()) {
+      if (fuzz_cases > 0) fuzz.cases = fuzz_cases;
+      fuzz.force_cpu = opt.force_cpu;
+      if (app.count("--json") > 0) fuzz.json_path = opt.json_path;
+      return run_fuzz(fuzz);
+    }
     if (launch_floor) {
       LaunchFloorOptions lo;
       lo.iters = opt.iters;

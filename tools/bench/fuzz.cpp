@@ -1,0 +1,367 @@
+// unimoe-bench --fuzz: random valid layers and calls (support/fuzz_cases.h)
+// run on the GPU through the public API and checked against the CPU
+// reference. Per call:
+//   - the checked tokens' output rows equal the reference's (relative L2
+//     within the quant variant's bound; non-finite exactly where the
+//     reference is non-finite);
+//   - every row of the call is finite, except the token a hostile call gave
+//     a NaN weight;
+//   - rows T..max_tokens of the poisoned output are untouched;
+//   - a CUDA-graph replay of the call gives the eager output bit for bit.
+// A failure prints one line with the case id that --fuzz-case reruns.
+// Without a GPU it runs the planning slice (run_fuzz_planning) and says so.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <nlohmann/json.hpp>
+
+#include "bench.h"
+#include "json_file.h"
+#include "support/fuzz_cases.h"
+
+#if defined(UNIMOE_WITH_CUDA)
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <memory>
+
+#include "core/hash_random.h"
+#include "kernels/common/common.cuh"
+#include "kernels/common/fill.cuh"
+#include "layer/graph_timing.h"
+#include "layer/layer_access.h"
+#include "layer/moe_layer.h"
+#include "plan/autotune.h"
+#include "ref/ref.h"
+#include "ref/synthetic.h"
+
+#endif
+
+namespace unimoe::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+constexpr std::size_t kWorstKept = 10;
+
+struct Failure {
+  std::string id, what, describe;
+};
+
+void report(const FuzzOptions& opt, uint64_t seed, const std::string& mode, const std::string& device, int cases,
+            const std::vector<Failure>& failures, double seconds,
+            const std::map<std::string, std::map<std::string, int>>& coverage,
+            const std::set<std::pair<double, std::string>>& worst) {
+  nlohmann::json doc;
+  doc["tool"] = "unimoe-bench --fuzz";
+  doc["version"] = kVersion;
+  doc["mode"] = mode;
+  doc["device"] = device;
+  doc["seed"] = seed;
+  doc["cases"] = cases;
+  doc["seconds"] = seconds;
+  doc["failures"] = nlohmann::json::array();
+  for (const Failure& f : failures)
+    doc["failures"].push_back({{"case", f.id}, {"what", f.what}, {"config", f.describe}});
+  doc["coverage"] = coverage;
+  doc["largest_errors"] = nlohmann::json::array();
+  for (auto it = worst.rbegin(); it != worst.rend(); ++it)
+    doc["largest_errors"].push_back({{"case", it->second}, {"rel_err", it->first}});
+  write_json_file(doc, opt.json_path);
+  if (!coverage.empty()) std::printf("coverage (calls):\n");
+  for (const auto& [dimension, counts] : coverage) {
+    std::printf("  %-14s", dimension.c_str());
+    for (const auto& [value, n] : counts) std::printf(" %s=%d", value.c_str(), n);
+    std::printf("\n");
+  }
+  if (!worst.empty())
+    std::printf("largest checked error: %.3e (case %s)\n", worst.rbegin()->first, worst.rbegin()->second.c_str());
+  std::printf("fuzz %s on %s: %d cases, %zu failed, %.1f s (seed %llu); wrote %s\n", mode.c_str(),
+              device.c_str(), cases, failures.size(), seconds,
+              static_cast<unsigned long long>(seed), opt.json_path.c_str());
+}
+
+// The cases to run: every call of layers 0.. up to opt.cases, or one case.
+struct CaseRange {
+  int first_layer = 0, layers = 0, only_call = -1;
+};
+CaseRange case_range(const FuzzOptions& opt, uint64_t& seed) {
+  CaseRange r;
+  seed = opt.seed;
+  if (!opt.only_case.empty()) {
+    parse_case_id(opt.only_case, seed, r.first_layer, r.only_call);
+    r.layers = 1;
+  } else {
+    r.layers = (opt.cases + kFuzzCallsPerLayer - 1) / kFuzzCallsPerLayer;
+  }
+  return r;
+}
+
+int run_planning_slice(const FuzzOptions& opt, const std::string& why) {
+  const auto t0 = Clock::now();
+  uint64_t seed;
+  const CaseRange r = case_range(opt, seed);
+  std::printf("NOTE: no GPU (%s): ran the planning slice only (validation, plans, reference routing)\n",
+              why.c_str());
+  const FuzzPlanSummary s = run_fuzz_planning(seed, r.first_layer, r.layers);
+  std::vector<Failure> failures;
+  for (const FuzzPlanFailure& f : s.failures) {
+    failures.push_back({f.id, f.what, ""});
+    std::printf("FAILED %s: %s\n  reproduce: unimoe-bench --fuzz-case %s\n", f.id.c_str(), f.what.c_str(),
+                f.id.c_str());
+  }
+  report(opt, seed, "planning", "cpu", s.cases, failures, seconds_since(t0), {}, {});
+  return failures.empty() ? 0 : 1;
+}
+
+#if defined(UNIMOE_WITH_CUDA)
+
+// "routing=cluster kernel=block ctas=1 ..." -> "routing=cluster kernel=block".
+std::string first_words(const std::string& s, int n) {
+  std::size_t end = 0;
+  for (int i = 0; i < n && end != std::string::npos; ++i) end = s.find(' ', end + (i > 0));
+  return s.substr(0, end);
+}
+
+bool finite_bf16(uint16_t bits) { return (bits & 0x7f80u) != 0x7f80u; }
+constexpr uint16_t kPoison = 0xffff;  // the bytes 0xff: a NaN
+
+// The reference check of the checked tokens' rows: non-finite exactly where
+// the reference is, relative L2 over the rest within `bound`. Empty: passed.
+std::string compare_rows(const std::vector<uint16_t>& got, const std::vector<float>& want, double bound,
+                         double* err_out) {
+  std::vector<uint16_t> got_finite;
+  std::vector<float> want_finite;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const bool want_ok = std::isfinite(want[i]), got_ok = finite_bf16(got[i]);
+    if (want_ok != got_ok)
+      return "element " + std::to_string(i) + " is " + (got_ok ? "finite" : "not finite") +
+             " on the GPU, the reference's is " + (want_ok ? "finite" : "not");
+    if (want_ok) {
+      got_finite.push_back(got[i]);
+      want_finite.push_back(want[i]);
+    }
+  }
+  const double err = relative_l2_error(got_finite, want_finite);
+  *err_out = err;
+  if (err <= bound) return "";
+  return "relative L2 error " + std::to_string(err) + " over the bound " + std::to_string(bound);
+}
+
+// One fuzzed layer on the device: weights filled once, buffers for max_tokens.
+class FuzzRig {
+ public:
+  FuzzRig(const FuzzLayer& layer, cudaStream_t stream)
+      : layer_(layer), c_(layer.config), seeds_(ref::seeds_for(layer.seed)), host_(c_, seeds_),
+        stream_(stream) {
+    const std::size_t e = c_.local_experts(), h = c_.experts.hidden, i = c_.experts.intermediate;
+    const std::size_t n1 = c_.gemm1_cols(), m = layer.max_tokens, k = c_.routing.top_k;
+    const std::size_t experts = c_.routing.num_experts;
+    w13_ = std::make_unique<DeviceMem>(e * n1 * h * 2);
+    w2_ = std::make_unique<DeviceMem>(e * h * i * 2);
+    b13_ = std::make_unique<DeviceMem>(e * n1 * 4);
+    b2_ = std::make_unique<DeviceMem>(e * h * 4);
+    bias_ = std::make_unique<DeviceMem>(experts * 4);
+    x_ = std::make_unique<DeviceMem>(m * h * 2);
+    logits_ = std::make_unique<DeviceMem>(m * experts * 4);
+    ids_ = std::make_unique<DeviceMem>(m * k * 4);
+    weights_ = std::make_unique<DeviceMem>(m * k * 4);
+    out_ = std::make_unique<DeviceMem>(m * h * 2);
+    replay_ = std::make_unique<DeviceMem>(m * h * 2);
+    launch_fill_bf16(w13_->as<uint16_t>(), e * n1 * h, seeds_.w13, ref::w13_scale(c_), stream);
+    launch_fill_bf16(w2_->as<uint16_t>(), e * h * i, seeds_.w2, ref::w2_scale(c_), stream);
+    launch_fill_f32(b13_->as<float>(), e * n1, seeds_.b13, ref::kBiasScale, stream);
+    launch_fill_f32(b2_->as<float>(), e * h, seeds_.b2, ref::kBiasScale, stream);
+    host_bias_ = ref::host_bias(c_, seeds_);
+    UNIMOE_CUDA_CHECK(cudaMemcpyAsync(bias_->p, host_bias_.data(), experts * 4, cudaMemcpyHostToDevice, stream));
+    layer_ptr_ = MoELayer::create(c_, layer.max_tokens);
+    ExpertWeights w{w13_->p, w2_->p, nullptr, nullptr};
+    if (c_.experts.has_bias) w = {w13_->p, w2_->p, b13_->as<float>(), b2_->as<float>()};
+    layer_ptr_->set_weights(w);
+  }
+
+  MoELayer& layer() { return *layer_ptr_; }
+
+  // Runs one call; returns "" when every check passes, else what failed.
+  // err: the checked rows' relative L2 error (-1 where none was checked).
+  std::string run(const FuzzCall& call, std::map<std::string, std::map<std::string, int>>& coverage,
+                  double* err) {
+    const int t = call.num_tokens, h = c_.experts.hidden, k = c_.routing.top_k;
+    const std::size_t m = layer_.max_tokens;
+    const uint64_t x_seed = hash64(call.seed ^ 0x78);
+    const bool precomputed = call.routing != FuzzRouting::Logits;
+    launch_fill_bf16(x_->as<uint16_t>(), std::size_t(t) * h, x_seed, ref::kXScale, stream_);
+    const ref::DeviceLogits logits = ref::device_logits(fuzz_logits(layer_, call), c_.routing.logits_type);
+    FuzzPrecomputed pre;
+    if (precomputed) pre = fuzz_precomputed(layer_, call);
+    // Pageable copies: the host vectors may go once these return.
+    UNIMOE_CUDA_CHECK(cudaMemcpyAsync(logits_->p, logits.bytes.data(), logits.bytes.size(),
+                                      cudaMemcpyHostToDevice, stream_));
+    if (precomputed && t > 0) {
+      UNIMOE_CUDA_CHECK(cudaMemcpyAsync(ids_->p, pre.ids.data(), pre.ids.size() * 4, cudaMemcpyHostToDevice, stream_));
+      UNIMOE_CUDA_CHECK(cudaMemcpyAsync(weights_->p, pre.weights.data(), pre.weights.size() * 4,
+                                        cudaMemcpyHostToDevice, stream_));
+    }
+    UNIMOE_CUDA_CHECK(cudaMemsetAsync(out_->p, 0xff, m * h * 2, stream_));
+    UNIMOE_CUDA_CHECK(cudaMemsetAsync(replay_->p, 0xff, m * h * 2, stream_));
+    ForwardArgs a;
+    a.num_tokens = t;
+    a.x = x_->p;
+    a.logits = logits_->p;  // ignored where ids and weights are given
+    a.routing_bias = c_.routing.has_bias ? bias_->as<float>() : nullptr;
+    if (precomputed) {
+      a.topk_ids = ids_->as<int32_t>();
+      a.topk_weights = weights_->as<float>();
+    }
+    a.out = out_->p;
+    layer_ptr_->forward(a, stream_);
+    ForwardArgs b = a;
+    b.out = replay_->p;
+    cudaGraphExec_t g = capture(stream_, [&] { layer_ptr_->forward(b, stream_); });
+    UNIMOE_CUDA_CHECK(cudaGraphLaunch(g, stream_));
+    UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    cudaGraphExecDestroy(g);
+
+    const LayerPlan plan = layer_access::impl(*layer_ptr_).plan_for(t, precomputed);
+    coverage["path"][path_name(plan.path)]++;
+    coverage["routing_kernel"][first_words(plan.routing.to_string(), 2)]++;
+    coverage["policy"][to_string(c_.routing.policy)]++;
+    coverage["logits"][to_string(call.logits)]++;
+    coverage["routing"][to_string(call.routing)]++;
+    coverage["activation"][to_string(c_.experts.activation)]++;
+    coverage["T"][t == 0 ? "0" : t == 1 ? "1" : t == layer_.max_tokens ? "max" : t % 2 ? "odd" : "even"]++;
+
+    std::vector<uint16_t> out(m * h), replay(m * h);
+    UNIMOE_CUDA_CHECK(cudaMemcpy(out.data(), out_->p, out.size() * 2, cudaMemcpyDeviceToHost));
+    UNIMOE_CUDA_CHECK(cudaMemcpy(replay.data(), replay_->p, replay.size() * 2, cudaMemcpyDeviceToHost));
+    const std::size_t used = std::size_t(t) * h;
+    for (std::size_t i = used; i < out.size(); ++i)
+      if (out[i] != kPoison || replay[i] != kPoison)
+        return "wrote row " + std::to_string(i / h) + " past T = " + std::to_string(t);
+    if (std::memcmp(out.data(), replay.data(), used * 2) != 0) return "graph replay differs from the eager forward";
+    for (std::size_t i = 0; i < used; ++i)
+      if (!finite_bf16(out[i]) && static_cast<int>(i / h) != pre.nan_token)
+        return "row " + std::to_string(i / h) + " not finite";
+
+    const std::vector<int> check = fuzz_check_tokens(layer_, call);
+    if (check.empty()) return "";
+    ref::Routing routing;
+    routing.num_tokens = static_cast<int>(check.size());
+    routing.top_k = k;
+    if (precomputed) {
+      for (int token : check) {
+        routing.ids.insert(routing.ids.end(), pre.ids.begin() + std::size_t(token) * k,
+                           pre.ids.begin() + std::size_t(token + 1) * k);
+        routing.weights.insert(routing.weights.end(), pre.weights.begin() + std::size_t(token) * k,
+                               pre.weights.begin() + std::size_t(token + 1) * k);
+      }
+    } else {
+      const int e = c_.routing.num_experts;
+      std::vector<float> rows;
+      for (int token : check)
+        rows.insert(rows.end(), logits.values.begin() + std::size_t(token) * e,
+                    logits.values.begin() + std::size_t(token + 1) * e);
+      routing = ref::route(c_.routing, rows.data(), routing.num_tokens,
+                           c_.routing.has_bias ? host_bias_.data() : nullptr);
+    }
+    const std::vector<float> x = ref::host_x_rows(c_, check, x_seed);
+    const std::vector<float> want = ref::moe_forward(c_, host_.source(), x.data(), routing);
+    std::vector<uint16_t> got;
+    for (int token : check)
+      got.insert(got.end(), out.begin() + std::size_t(token) * h, out.begin() + std::size_t(token + 1) * h);
+    return compare_rows(got, want, fuzz_error_bound(c_.experts.quant), err);
+  }
+
+ private:
+  const FuzzLayer& layer_;
+  const MoEConfig& c_;
+  ref::Seeds seeds_;
+  ref::HostWeights host_;
+  cudaStream_t stream_;
+  std::vector<float> host_bias_;
+  std::unique_ptr<DeviceMem> w13_, w2_, b13_, b2_, bias_, x_, logits_, ids_, weights_, out_, replay_;
+  std::unique_ptr<MoELayer> layer_ptr_;
+};
+
+int run_gpu_fuzz(const FuzzOptions& opt) {
+  const auto t0 = Clock::now();
+  uint64_t seed;
+  const CaseRange r = case_range(opt, seed);
+  cudaDeviceProp prop{};
+  UNIMOE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  cudaStream_t stream;
+  UNIMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::vector<Failure> failures;
+  std::map<std::string, std::map<std::string, int>> coverage;
+  std::set<std::pair<double, std::string>> worst;  // the largest errors checked
+  int cases = 0;
+  for (int l = r.first_layer; l < r.first_layer + r.layers; ++l) {
+    const FuzzLayer layer = fuzz_layer(seed, l);
+    std::unique_ptr<FuzzRig> rig;
+    auto fail = [&](int call, const std::string& what) {
+      Failure f{case_id(seed, l, call), what, describe(layer, fuzz_call(layer, call))};
+      std::printf("FAILED %s: %s\n  reproduce: unimoe-bench --fuzz-case %s\n  case: %s\n", f.id.c_str(),
+                  f.what.c_str(), f.id.c_str(), f.describe.c_str());
+      std::fflush(stdout);
+      failures.push_back(f);
+    };
+    try {
+      rig = std::make_unique<FuzzRig>(layer, stream);
+    } catch (const std::exception& e) {
+      fail(0, std::string("layer creation failed: ") + e.what());
+      continue;
+    }
+    for (int call = 0; call < kFuzzCallsPerLayer; ++call) {
+      if (r.only_call >= 0 && call != r.only_call) continue;
+      if (r.only_call < 0 && cases >= opt.cases) break;
+      ++cases;
+      std::string what;
+      double err = -1;
+      try {
+        what = rig->run(fuzz_call(layer, call), coverage, &err);
+      } catch (const std::exception& e) {
+        what = std::string("threw: ") + e.what();
+      }
+      if (err >= 0) {
+        worst.insert({err, case_id(seed, l, call)});
+        if (worst.size() > kWorstKept) worst.erase(worst.begin());
+      }
+      if (what.empty()) continue;
+      fail(call, what);
+      // A device fault leaves the context unusable: stop with what we have.
+      if (cudaDeviceSynchronize() != cudaSuccess) {
+        std::printf("the device faulted; stopping\n");
+        report(opt, seed, "gpu", prop.name, cases, failures, seconds_since(t0), coverage, worst);
+        return 1;
+      }
+    }
+    if (opt.progress_every > 0 && (l + 1) % opt.progress_every == 0)
+      std::fprintf(stderr, "  %d cases, %zu failed, %.0f s\n", cases, failures.size(), seconds_since(t0));
+  }
+  cudaStreamDestroy(stream);
+  report(opt, seed, "gpu", prop.name, cases, failures, seconds_since(t0), coverage, worst);
+  return failures.empty() ? 0 : 1;
+}
+
+#endif
+
+}  // namespace
+
+int run_fuzz(const FuzzOptions& opt) {
+  std::string why = "--cpu given";
+  if (!opt.force_cpu && gpu_available(&why)) {
+#if defined(UNIMOE_WITH_CUDA)
+    return run_gpu_fuzz(opt);
+#endif
+  }
+  return run_planning_slice(opt, why);
+}
+
+}  // namespace unimoe::bench
