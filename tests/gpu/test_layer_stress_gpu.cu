@@ -233,7 +233,8 @@ TEST(StressGpu, CreateForwardDestroyDoesNotLeak) {
 
 // ------------------------------------------------------ two at a time ----
 
-// Two configs unlike each other in every respect a plan reads.
+// Two configs unlike each other: policy, logits type, sizes, activation,
+// expert biases, backend and routing variant.
 MoEConfig first_config() {
   MoEConfig c;
   c.routing = {RoutingPolicy::Renormalize, 64, 6};
