@@ -137,7 +137,7 @@ std::vector<Cycle> random_cycles(int n, uint64_t seed) {
   return cycles;
 }
 
-// ------------------------------------------------------------- helpers ----
+// ---------------------------------------------------- buffers, cycles ----
 
 struct Stream {
   cudaStream_t s = nullptr;
