@@ -189,6 +189,24 @@ struct AutotuneOptions {
 // ----------------------------------------------------------------- layer ----
 // forward() never synchronizes with the host and allocates nothing, so it can
 // be captured once in a CUDA graph and replayed for any routing outcome.
+//
+// Threads and streams (docs/design.md, "Threads and streams"). The library
+// keeps no mutable state outside its layers, so:
+// - different layers may be created, used and destroyed from different
+//   threads at once, and may forward at the same time on different streams;
+// - a layer has one workspace, which every forward (and every replay of a
+//   graph captured from it) writes: its forwards must run one after another,
+//   on one stream or on streams the caller orders, and its methods must not
+//   be called from several threads at once;
+// - set_weights, autotune and use_tuning_cache must not overlap a forward of
+//   the layer in flight; destroy the layer, and free the weights and inputs
+//   it reads, only once its forwards have completed;
+// - a layer lives on the device current at create(): call it with that
+//   device current, on that device's streams;
+// - create(), the destructor, autotune and use_tuning_cache may allocate or
+//   free device memory, which CUDA refuses while any thread captures a graph
+//   in cudaStreamCaptureModeGlobal: capture in cudaStreamCaptureModeThreadLocal
+//   where other threads make or destroy layers meanwhile.
 class MoELayer {
  public:
   virtual ~MoELayer() = default;
