@@ -143,7 +143,8 @@ int intermediate_multiple(QuantVariant q);
 // rank. BF16 layout: w13 [E_local, gemm1_cols, H] with the gate rows first then
 // the up rows (interleaved checkpoints are reordered by the caller for now);
 // w2 [E_local, H, I]. Biases (has_bias) are fp32: b13 [E_local, gemm1_cols],
-// b2 [E_local, H].
+// b2 [E_local, H]. A NaN or inf in one expert's weights reaches only the
+// tokens routed to that expert (docs/design.md, "Inputs outside the usual range").
 struct ExpertWeights {
   const void* w13 = nullptr;
   const void* w2 = nullptr;
@@ -151,13 +152,18 @@ struct ExpertWeights {
   const float* b2 = nullptr;
 };
 
-// One call's inputs and output, all device memory.
+// One call's inputs and output, all device memory. Any values are safe: no
+// input makes the layer read out of bounds or touch another token's output
+// (docs/design.md, "Inputs outside the usual range").
 struct ForwardArgs {
   int num_tokens = 0;                 // T, at most the layer's max_tokens
-  const void* x = nullptr;            // [T, H] bf16
-  const void* logits = nullptr;       // [T, E] fp32 or bf16 (RoutingConfig::logits_type)
+  const void* x = nullptr;            // [T, H] bf16; a NaN spoils only its token's output
+  const void* logits = nullptr;       // [T, E] fp32 or bf16 (RoutingConfig::logits_type); NaN counts as -inf
   const float* routing_bias = nullptr;  // [E] fp32, when RoutingConfig::has_bias
-  // Precomputed routing: when both are set, logits are ignored.
+  // Precomputed routing: when both are set, logits are ignored. An id
+  // outside [0, E) contributes nothing (like another rank's expert); a
+  // repeated id adds its expert once per entry; weights are used as given,
+  // so a NaN or inf weight makes that token's output non-finite.
   const int32_t* topk_ids = nullptr;        // [T, K]
   const float* topk_weights = nullptr;      // [T, K]
   void* out = nullptr;                // [T, H] bf16

@@ -35,7 +35,8 @@ Routing route(const RoutingConfig& config, const float* logits, int num_tokens,
 // Rows of expert e (local index) are permuted rows [offsets[e], offsets[e+1]),
 // in increasing expanded index (a stable sort). Rows routed to experts outside
 // [local_offset, local_offset + num_local) are off this rank:
-// expanded_to_permuted = -1 and they appear in no expert.
+// expanded_to_permuted = -1 and they appear in no expert. Any int32 id is
+// taken: -1, ids >= E and INT_MIN are off rank like another rank's experts.
 struct Permutation {
   std::vector<int32_t> expert_counts;         // [E_local]
   std::vector<int32_t> expert_offsets;        // [E_local + 1], exclusive scan of counts
@@ -122,9 +123,13 @@ struct ExpertView {
 using WeightSource = std::function<ExpertView(int local_expert)>;
 
 // out [T, H] (fp32, not rounded) = sum over k of weight * expert(x) for the
-// rows routed to this rank; rows off rank contribute nothing. x [T, H] is
-// taken as given (the caller passes bf16 values); each GEMM input is rounded
-// by quantize_activation for config.experts.quant. threads = 0: all cores.
+// rows routed to this rank; rows off rank contribute nothing, and so does an
+// id outside [0, E) (docs/design.md, "Inputs outside the usual range"). A
+// token's repeated id adds that expert's output once per entry, each with its
+// own weight; weights are used as given, so a NaN or inf weight on a row that
+// contributes makes that token's output non-finite. x [T, H] is taken as
+// given (the caller passes bf16 values); each GEMM input is rounded by
+// quantize_activation for config.experts.quant. threads = 0: all cores.
 std::vector<float> moe_forward(const MoEConfig& config, const WeightSource& weights,
                                const float* x, const Routing& routing, int threads = 0);
 

@@ -364,11 +364,6 @@ TEST(MoeForward, RejectsBadArguments) {
   bad.top_k = 3;
   EXPECT_THROW(moe_forward(config, experts.source(), x.data(), bad), std::invalid_argument);
   bad = routing;
-  bad.ids[3] = 4;  // E = 4
-  EXPECT_THROW(moe_forward(config, experts.source(), x.data(), bad), std::invalid_argument);
-  bad.ids[3] = -1;
-  EXPECT_THROW(moe_forward(config, experts.source(), x.data(), bad), std::invalid_argument);
-  bad = routing;
   bad.weights.pop_back();
   EXPECT_THROW(moe_forward(config, experts.source(), x.data(), bad), std::invalid_argument);
   bad = routing;

@@ -32,7 +32,12 @@ __global__ void __launch_bounds__(kFinalizeThreads) finalize_kernel(const Finali
   if (threadIdx.x < p.top_k) {
     rows[threadIdx.x] = p.expanded_to_permuted[expanded + threadIdx.x];
     weights[threadIdx.x] = p.topk_weights[expanded + threadIdx.x];
-    experts[threadIdx.x] = p.b2 ? p.topk_ids[expanded + threadIdx.x] - p.local_offset : 0;
+    // Read only where rows[k] >= 0, i.e. the permute found the id local; the
+    // unsigned difference keeps any other id (INT_MIN, say) from overflowing.
+    experts[threadIdx.x] =
+        p.b2 ? static_cast<int>(static_cast<unsigned>(p.topk_ids[expanded + threadIdx.x]) -
+                                static_cast<unsigned>(p.local_offset))
+             : 0;
   }
   __syncthreads();
   pdl_begin();  // y is the previous kernel's output

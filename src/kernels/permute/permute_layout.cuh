@@ -91,11 +91,14 @@ Layout layout(int num_tokens, int top_k, int num_local) {
 int max_chunks(int rows) { return permute_chunks::max_chunks(rows); }
 
 // Local expert of an expanded row, or -1 when it is routed off this rank.
+// Any int32 id is safe (-1, E and beyond, INT_MIN: off rank): the
+// difference is taken in unsigned arithmetic, where it cannot overflow, and
+// an id below local_offset wraps above num_local.
 __device__ __forceinline__ int local_expert(const int32_t* topk_ids, int row, int rows,
                                             int local_offset, int num_local) {
   if (row >= rows) return -1;
-  const int e = topk_ids[row] - local_offset;
-  return (e >= 0 && e < num_local) ? e : -1;
+  const unsigned e = static_cast<unsigned>(topk_ids[row]) - static_cast<unsigned>(local_offset);
+  return e < static_cast<unsigned>(num_local) ? static_cast<int>(e) : -1;
 }
 
 }  // namespace

@@ -205,9 +205,11 @@ __device__ __forceinline__ void warm_params(const RoutingKernelParams& r,
   if ((touch_params(r) ^ touch_params(p)) == 0x9e3779b9u) s.scan[kWarpSize] = 0;
 }
 
+// As permute_layout.cuh's local_expert: any int32 id is safe (unsigned
+// difference, no overflow); -1 off this rank.
 __device__ __forceinline__ int16_t local_expert(int id, const BlockPermuteParams& p) {
-  const int e = id - p.local_offset;
-  return static_cast<int16_t>(e >= 0 && e < p.num_local ? e : -1);
+  const unsigned e = static_cast<unsigned>(id) - static_cast<unsigned>(p.local_offset);
+  return static_cast<int16_t>(e < static_cast<unsigned>(p.num_local) ? static_cast<int>(e) : -1);
 }
 
 }  // namespace unimoe::fused_detail
