@@ -98,7 +98,7 @@ class HostileLayerRig {
   // Logits [T, E] as the config's logits type; returns the values the device
   // reads (bf16: rounded), which the reference routes on.
   std::vector<float> load_logits(const std::vector<float>& logits) {
-    const DeviceLogits d = device_logits(logits, c_.routing.logits_type);
+    const ref::DeviceLogits d = ref::device_logits(logits, c_.routing.logits_type);
     UNIMOE_CUDA_CHECK(cudaMemcpy(logits_.get(), d.bytes.data(), d.bytes.size(), cudaMemcpyHostToDevice));
     return d.values;
   }
