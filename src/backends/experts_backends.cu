@@ -109,6 +109,8 @@ class CutlassBackend final : public ExpertsBackend {
   void allocate_workspace() override {
     if (arena_) return;
     UNIMOE_CUDA_CHECK(cudaMalloc(&arena_, bytes_));
+    // Once: the GEMM's descriptors are read whole (sm90_grouped_gemm.cuh).
+    UNIMOE_CUDA_CHECK(cudaMemset(arena_, 0, bytes_));
     WorkspaceCarver real(static_cast<char*>(arena_));
     carve(real);
   }

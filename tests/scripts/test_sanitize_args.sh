@@ -29,7 +29,7 @@ tool=memcheck
 while [ \$# -gt 0 ]; do
   case \$1 in
     --tool) tool=\$2; shift 2 ;;
-    --leak-check) shift 2 ;;
+    --leak-check|--print-limit) shift 2 ;;
     *) break ;;
   esac
 done
@@ -76,7 +76,7 @@ want+="synccheck: 0 errors, 3 tests passed|initcheck: 0 errors, 3 tests passed|"
 for t in memcheck racecheck synccheck initcheck; do [ -s "$d/out/$t.log" ] || fail "no $t.log"; done
 grep -q "^--tool memcheck --leak-check full $d/build/unimoe_gpu_tests --gtest_filter=GpuSmoke" \
   "$d/sanitizer.log" || fail "memcheck call: $(cat "$d/sanitizer.log")"
-grep -q "^--tool racecheck $d/build/unimoe_gpu_tests --gtest_filter=PermuteGpu" "$d/sanitizer.log" ||
+grep -q "^--tool racecheck --print-limit 1000 $d/build/unimoe_gpu_tests --gtest_filter=PermuteGpu" "$d/sanitizer.log" ||
   fail "racecheck call: $(cat "$d/sanitizer.log")"
 
 # Findings, a missing summary, failed or skipped tests: exit 1, the tool named.

@@ -35,10 +35,15 @@ struct Sm90GroupedGemmParams {
   int n = 0;                                 // output columns, a multiple of 8
   int k = 0;                                 // reduction depth, a multiple of 8
   void* workspace = nullptr;                 // sm90_grouped_gemm_workspace_bytes(G, sm_count),
-                                             // 256-byte aligned (as cudaMalloc returns)
+                                             // 256-byte aligned (as cudaMalloc returns),
+                                             // zeroed once before its first use (below)
   int sm_count = 0;                          // SMs of the device (persistent grid size)
   Sm90GemmTactic tactic = Sm90GemmTactic::Cooperative128x128;
 };
+// The workspace is zeroed once (at allocation), not per call: the kernels
+// build their TMA descriptors in it, and CUTLASS's descriptor fence reads
+// each whole 128-byte descriptor, padding the kernels never write included
+// (compute-sanitizer's initcheck reports those reads on memory never set).
 
 // Device workspace for any tactic with this many groups and SMs: per-group
 // problem shapes, pointers and strides, and CUTLASS's per-SM TMA descriptors.

@@ -122,7 +122,11 @@ __device__ __forceinline__ void hand_off_rows(int top_k, int token, int lane, in
 //   - otherwise (large T), every CTA, CTA 0 too, routes a run of tokens
 //     whole (experts and weights) before the barrier, and CTA 0 then
 //     permutes: more CTAs route, each warp fewer tokens.
-// Every thread arrives once at the cluster barrier and waits once.
+// Every thread arrives at the cluster barrier and waits on it once, twice in
+// the whole way: first (arriving before the wait for the previous grid) so
+// that no CTA stores into CTA 0's shared memory before CTA 0 has started,
+// which compute-sanitizer's racecheck reports otherwise, then to publish
+// the rows.
 // kDirectKeys (DeepSeek, taken by the launcher where the overlapped way's
 // routing CTAs would stage more keys than they have threads, the routing
 // plan's direct keys): each routing warp computes its token's keys itself
@@ -151,13 +155,20 @@ __global__ void __launch_bounds__(fused_threads(kPerLane), 1)
   const int per_routing_cta = p.tokens_per_routing_cta;
   const bool overlapped = per_routing_cta <= warps &&
                           (!kDeepSeek || per_routing_cta * r.num_experts <= kWorkWords);  // uniform
-  // Before the wait for the previous grid: nothing of it is read.
-  if (overlapped) open_row_handoff(p, s, rank == 0);
+  // Before the wait for the previous grid: nothing of it is read. The whole
+  // way's first barrier phase opens here too: its CTAs store rows into CTA
+  // 0's shared memory, which they may do only once CTA 0 has started.
+  if (overlapped) {
+    open_row_handoff(p, s, rank == 0);
+  } else {
+    cluster_arrive_relaxed();
+  }
   pdl_begin();
   pdl_launch_dependents();
   phase_stamp(s, 1, threadIdx.x == 0);
   int16_t* staged = cluster.map_shared_rank(s.expert, 0);  // CTA 0's rows
   if (!overlapped) {
+    cluster_wait();  // every CTA, CTA 0 too, has started
     const int per_cta = p.tokens_per_cta;  // a contiguous run a CTA
     const int begin = min(rank * per_cta, r.num_tokens);
     const int end = min(begin + per_cta, r.num_tokens);

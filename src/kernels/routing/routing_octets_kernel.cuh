@@ -78,14 +78,12 @@ struct OctetCounts {
   int blocks = 1;
 };
 
-// The block's barrier for count_block_rows, which warps past the tokens reach
-// from their own call site (they leave early, as without kCount):
-// barrier.sync without .aligned (which __syncthreads is) allows that. (The
-// routing inside an `if`, so that every warp meets the same __syncthreads,
-// measured the same.)
-__device__ __forceinline__ void count_barrier() {
-  asm volatile("barrier.sync 1, %0;" ::"n"(kThreads) : "memory");
-}
+// The block's barrier for count_block_rows, which every warp meets at one
+// call site, the warps past the tokens too (their routing is skipped by an
+// `if`). A form where those warps left through a call site of their own,
+// with a barrier without .aligned, measured the same, but compute-sanitizer's
+// racecheck and synccheck ran the kernel wrongly in it.
+__device__ __forceinline__ void count_barrier() { __syncthreads(); }
 
 // The permute's count kernel's work (routing_shape::octet_count_blocks):
 // the block counts its rows per local expert in `area` (the keys' shared
@@ -164,136 +162,137 @@ __global__ void __launch_bounds__(kThreads)
     if (e < p.num_experts) s_bias[e / kPerLane][e % kPerLane] = nan_to_neg_inf(bias_values[i]);
   }
   __syncthreads();
-  // Whole warps past the tokens leave (with kCount after counting nothing:
-  // every thread meets count_block_rows' barriers).
+  // Whole warps past the tokens skip to the end (with kCount they count
+  // nothing there: every thread meets count_block_rows' barriers, at one
+  // call site).
   int* count_area = reinterpret_cast<int*>(&s_keys[0][0][0]);
-  if (!warp_routes) {
-    if constexpr (kCount) count_block_rows(counts, count_area, -1);
-    return;
-  }
-  float* keys = s_keys[slot][sub];
-  const float* lane_bias = s_bias[sub];
+  int counted = -1;  // the expert this thread's row counts (kCount), -1 none
+  if (warp_routes) {
+    float* keys = s_keys[slot][sub];
+    const float* lane_bias = s_bias[sub];
 
-  const auto octet_total = [&](Mask m, int& before) {
-    const int mine = popcount(m);
-    before = mine;  // inclusive prefix over the octet
-#pragma unroll
-    for (int d = 1; d < kOctetLanes; d *= 2) {
-      const int v = __shfl_up_sync(kFullMask, before, d, kOctetLanes);
-      if (sub >= d) before += v;
-    }
-    const int total = __shfl_sync(kFullMask, before, kOctetLanes - 1, kOctetLanes);
-    before -= mine;
-    return total;
-  };
-  // 1-3: in the filter mode with filter keys first, and the warp again
-  // with exact keys where any of its tokens needs them (rare on real
-  // logits: near-ties of groups, infinite thresholds, ties of many keys).
-  bool exact_needed = true, keys_exact = true;
-  Mask candidates = 0;
-  int before = 0, total = 0;
-  if constexpr (kFilter) {
-    candidates = octet_candidates<false, true, true, LogitT, kPerLane>(p, sub, row, lane_bias, keys,
-                                                                     start, exact_needed);
-    total = octet_total(candidates, before);
-    keys_exact = __any_sync(kFullMask, exact_needed || total > kListMax);  // uniform
-  }
-  if (keys_exact) {
-    // In the filter mode the keys have overwritten the staged row: staged
-    // again. In the exact mode this is the only pass, its first loads
-    // issued above.
-    candidates = octet_candidates<true, kFilter, !kFilter, LogitT, kPerLane>(p, sub, row, lane_bias,
-                                                                            keys, start, exact_needed);
-    total = octet_total(candidates, before);
-  }
-
-  // 4. The K best: ranked in shared memory by their exact keys, or K rounds
-  // where too many (exact keys only).
-  const bool listed = total <= kListMax;
-  if (listed) {
-    int at = before;
-    for (Mask m = candidates; m != 0; m &= m - 1) {
-      const int j = lowest_slot(m);
-      s_list[slot][at++] = keys_exact ? candidate_pair(keys[j], base + j) : uint64_t(base + j);
-    }
-  }
-  if (listed && !keys_exact) {
-    // The candidates' exact keys, spread over the octet (entry i on lane
-    // i % 8: at most kListMax / 8 rounded up a lane, their logits all
-    // loading first) rather than each lane its own (up to kPerLane, one
-    // after another).
-    constexpr int kPerSub = (kListMax + kOctetLanes - 1) / kOctetLanes;
-    __syncwarp();
-    int e[kPerSub];
-    float x[kPerSub];
-#pragma unroll
-    for (int q = 0; q < kPerSub; ++q) {
-      const int i = sub + q * kOctetLanes;
-      e[q] = i < total ? static_cast<int>(s_list[slot][i]) : -1;
-      x[q] = e[q] >= 0 ? load_logit_ro(row, e[q]) : 0.0f;
-    }
-#pragma unroll
-    for (int q = 0; q < kPerSub; ++q)
-      if (e[q] >= 0)
-        s_list[slot][sub + q * kOctetLanes] =
-            candidate_pair(deepseek_score(x[q]) + s_bias[e[q] / kPerLane][e[q] % kPerLane], e[q]);
-  }
-  __syncwarp();
-  // A pair's rank is the count of larger pairs in its token's list. In the
-  // exact mode, where any token of the warp has more than 8 candidates, a
-  // lane ranks its entries sub and sub + 8 in one pass (rank_two_entries);
-  // the entries past those, one a pass. (In the filter kernels the one pass
-  // made DeepSeekV3 1.02-1.05 slower at K=4 and at T=8192 K=8, even in calls
-  // where it did not run, measured on an H200.)
-  int first_entry = sub;
-  if constexpr (!kFilter) {
-    if (__any_sync(kFullMask, listed && sub + kOctetLanes < total)) {  // uniform
-      if (listed && sub < total) rank_two_entries(s_list[slot], total, sub, p.top_k, s_chosen[slot]);
-      first_entry = sub + 2 * kOctetLanes;
-    }
-  }
-  if (listed) {
-    for (int i = first_entry; i < total; i += kOctetLanes) {
-      const uint64_t v = s_list[slot][i];
-      int rank = 0, q = 0;
-      for (; q + 1 < total; q += 2) {  // two pairs a load
-        const ulonglong2 two = *reinterpret_cast<const ulonglong2*>(&s_list[slot][q]);
-        rank += (two.x > v) + (two.y > v);
+    const auto octet_total = [&](Mask m, int& before) {
+      const int mine = popcount(m);
+      before = mine;  // inclusive prefix over the octet
+  #pragma unroll
+      for (int d = 1; d < kOctetLanes; d *= 2) {
+        const int v = __shfl_up_sync(kFullMask, before, d, kOctetLanes);
+        if (sub >= d) before += v;
       }
-      if (q < total) rank += s_list[slot][q] > v;
-      if (rank < p.top_k) s_chosen[slot][rank] = expert_of_pair(v);
+      const int total = __shfl_sync(kFullMask, before, kOctetLanes - 1, kOctetLanes);
+      before -= mine;
+      return total;
+    };
+    // 1-3: in the filter mode with filter keys first, and the warp again
+    // with exact keys where any of its tokens needs them (rare on real
+    // logits: near-ties of groups, infinite thresholds, ties of many keys).
+    bool exact_needed = true, keys_exact = true;
+    Mask candidates = 0;
+    int before = 0, total = 0;
+    if constexpr (kFilter) {
+      candidates = octet_candidates<false, true, true, LogitT, kPerLane>(p, sub, row, lane_bias, keys,
+                                                                       start, exact_needed);
+      total = octet_total(candidates, before);
+      keys_exact = __any_sync(kFullMask, exact_needed || total > kListMax);  // uniform
     }
-  }
-  const unsigned rounds_lanes = __ballot_sync(kFullMask, !listed);
-  if (!listed) {  // whole octets
-    Mask left = candidates;
-    for (int k = 0; k < p.top_k; ++k) {
-      uint64_t best = 0;  // the lane's best left candidate (the lower slot on ties)
-      for (Mask m = left; m != 0; m &= m - 1) {
+    if (keys_exact) {
+      // In the filter mode the keys have overwritten the staged row: staged
+      // again. In the exact mode this is the only pass, its first loads
+      // issued above.
+      candidates = octet_candidates<true, kFilter, !kFilter, LogitT, kPerLane>(p, sub, row, lane_bias,
+                                                                              keys, start, exact_needed);
+      total = octet_total(candidates, before);
+    }
+
+    // 4. The K best: ranked in shared memory by their exact keys, or K rounds
+    // where too many (exact keys only).
+    const bool listed = total <= kListMax;
+    if (listed) {
+      int at = before;
+      for (Mask m = candidates; m != 0; m &= m - 1) {
         const int j = lowest_slot(m);
-        const uint64_t pair = candidate_pair(keys[j], base + j);
-        best = pair > best ? pair : best;
+        s_list[slot][at++] = keys_exact ? candidate_pair(keys[j], base + j) : uint64_t(base + j);
       }
-      best = octet_max(best, rounds_lanes);
-      const int winner = expert_of_pair(best);
-      if (sub == k) s_chosen[slot][k] = winner;
-      if (winner / kPerLane == sub) left &= ~(Mask{1} << (winner - base));
+    }
+    if (listed && !keys_exact) {
+      // The candidates' exact keys, spread over the octet (entry i on lane
+      // i % 8: at most kListMax / 8 rounded up a lane, their logits all
+      // loading first) rather than each lane its own (up to kPerLane, one
+      // after another).
+      constexpr int kPerSub = (kListMax + kOctetLanes - 1) / kOctetLanes;
+      __syncwarp();
+      int e[kPerSub];
+      float x[kPerSub];
+  #pragma unroll
+      for (int q = 0; q < kPerSub; ++q) {
+        const int i = sub + q * kOctetLanes;
+        e[q] = i < total ? static_cast<int>(s_list[slot][i]) : -1;
+        x[q] = e[q] >= 0 ? load_logit_ro(row, e[q]) : 0.0f;
+      }
+  #pragma unroll
+      for (int q = 0; q < kPerSub; ++q)
+        if (e[q] >= 0)
+          s_list[slot][sub + q * kOctetLanes] =
+              candidate_pair(deepseek_score(x[q]) + s_bias[e[q] / kPerLane][e[q] % kPerLane], e[q]);
+    }
+    __syncwarp();
+    // A pair's rank is the count of larger pairs in its token's list. In the
+    // exact mode, where any token of the warp has more than 8 candidates, a
+    // lane ranks its entries sub and sub + 8 in one pass (rank_two_entries);
+    // the entries past those, one a pass. (In the filter kernels the one pass
+    // made DeepSeekV3 1.02-1.05 slower at K=4 and at T=8192 K=8, even in calls
+    // where it did not run, measured on an H200.)
+    int first_entry = sub;
+    if constexpr (!kFilter) {
+      if (__any_sync(kFullMask, listed && sub + kOctetLanes < total)) {  // uniform
+        if (listed && sub < total) rank_two_entries(s_list[slot], total, sub, p.top_k, s_chosen[slot]);
+        first_entry = sub + 2 * kOctetLanes;
+      }
+    }
+    if (listed) {
+      for (int i = first_entry; i < total; i += kOctetLanes) {
+        const uint64_t v = s_list[slot][i];
+        int rank = 0, q = 0;
+        for (; q + 1 < total; q += 2) {  // two pairs a load
+          const ulonglong2 two = *reinterpret_cast<const ulonglong2*>(&s_list[slot][q]);
+          rank += (two.x > v) + (two.y > v);
+        }
+        if (q < total) rank += s_list[slot][q] > v;
+        if (rank < p.top_k) s_chosen[slot][rank] = expert_of_pair(v);
+      }
+    }
+    const unsigned rounds_lanes = __ballot_sync(kFullMask, !listed);
+    if (!listed) {  // whole octets
+      Mask left = candidates;
+      for (int k = 0; k < p.top_k; ++k) {
+        uint64_t best = 0;  // the lane's best left candidate (the lower slot on ties)
+        for (Mask m = left; m != 0; m &= m - 1) {
+          const int j = lowest_slot(m);
+          const uint64_t pair = candidate_pair(keys[j], base + j);
+          best = pair > best ? pair : best;
+        }
+        best = octet_max(best, rounds_lanes);
+        const int winner = expert_of_pair(best);
+        if (sub == k) s_chosen[slot][k] = winner;
+        if (winner / kPerLane == sub) left &= ~(Mask{1} << (winner - base));
+      }
+    }
+    __syncwarp();
+
+    // 5. Weights, lane k of the octet for the k-th expert.
+    const bool active = sub < p.top_k;
+    const int expert = active ? s_chosen[slot][sub] : 0;
+    const float logit = active ? nan_to_neg_inf(load_logit(row, expert)) : 0.0f;
+    const float weight =
+        static_cast<float>(chosen_weight<true>(p, RowSoftmax{0.0f, 0.0, 0}, logit, active));
+    if (live && active) {
+      const size_t out = static_cast<size_t>(token) * p.top_k + sub;
+      p.topk_ids[out] = expert;
+      p.topk_weights[out] = weight;
+      counted = expert;
     }
   }
-  __syncwarp();
-
-  // 5. Weights, lane k of the octet for the k-th expert.
-  const bool active = sub < p.top_k;
-  const int expert = active ? s_chosen[slot][sub] : 0;
-  const float logit = active ? nan_to_neg_inf(load_logit(row, expert)) : 0.0f;
-  const float weight =
-      static_cast<float>(chosen_weight<true>(p, RowSoftmax{0.0f, 0.0, 0}, logit, active));
-  if (live && active) {
-    const size_t out = static_cast<size_t>(token) * p.top_k + sub;
-    p.topk_ids[out] = expert;
-    p.topk_weights[out] = weight;
-  }
-  if constexpr (kCount) count_block_rows(counts, count_area, live && active ? expert : -1);
+  if constexpr (kCount) count_block_rows(counts, count_area, counted);
 }
 
 }  // namespace
