@@ -302,6 +302,12 @@ __global__ void __launch_bounds__(kScatterThreads) permute_scatter_kernel(Scatte
     }
     if (threadIdx.x == 0) p.expert_offsets[p.num_local] = s_offset[p.num_local];
   }
+  // s_first whole before pass 2 reads it. Without kMasks pass 1's barriers
+  // order it; with kMasks pass 1 ran before the wait, and without this
+  // barrier a warp could read an expert's s_first before its thread wrote
+  // it (compute-sanitizer's racecheck found the race; its slower schedule
+  // made rows land out of place).
+  if constexpr (kMasks) __syncthreads();
 
   if (has_rows) {
     // Pass 1 (votes; kMasks took it before the wait): each row's rank
