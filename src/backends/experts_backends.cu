@@ -109,7 +109,8 @@ class CutlassBackend final : public ExpertsBackend {
   void allocate_workspace() override {
     if (arena_) return;
     UNIMOE_CUDA_CHECK(cudaMalloc(&arena_, bytes_));
-    // Once: the GEMM's descriptors are read whole (sm90_grouped_gemm.cuh).
+    // Once: the GEMM's descriptors are read whole (sm90_grouped_gemm.cuh),
+    // and initcheck does not see its TMA stores (moe_layer.cu).
     UNIMOE_CUDA_CHECK(cudaMemset(arena_, 0, bytes_));
     WorkspaceCarver real(static_cast<char*>(arena_));
     carve(real);
