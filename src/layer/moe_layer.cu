@@ -78,24 +78,30 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens, const DevOve
   carve(dry);
   arena_bytes_ = dry.used();
   UNIMOE_CUDA_CHECK(cudaMalloc(&arena_, dry.used()));
-  // Zeroed once, so that no byte of the workspace is ever read unset:
-  // compute-sanitizer's initcheck does not see the CUTLASS GEMM's TMA
-  // stores as writes, and reported the finalize's reads of y (measured on
-  // an H100; the values were right). Forwards never clear it.
-  UNIMOE_CUDA_CHECK(cudaMemset(arena_, 0, dry.used()));
-  WorkspaceCarver real(static_cast<char*>(arena_));
-  carve(real);
-  // The backends options.backend allows: those without buffers of their own
-  // always; one with buffers (the Cutlass path's) only when some call size
-  // may take it by the rule (which takes that path from a number of rows per
-  // expert up, so the rule at max_tokens decides), else when a tuned choice
-  // first takes it (set_tuned).
-  const ExpertsPath rule_path = plan_for_tokens(config_, max_tokens).path;
-  for (ExpertsPath p : kExpertsPaths) {
-    if (!backend_allows(config_.options.backend, p)) continue;
-    std::unique_ptr<ExpertsBackend> backend =
-        make_experts_backend(p, config_, max_tokens_, sm_count_);
-    if (backend->workspace_bytes() == 0 || p == rule_path) keep_backend(std::move(backend));
+  try {
+    // Zeroed once, so that no byte of the workspace is ever read unset:
+    // compute-sanitizer's initcheck does not see the CUTLASS GEMM's TMA
+    // stores as writes, and reported the finalize's reads of y (measured
+    // on an H100; the values were right). Forwards never clear it.
+    UNIMOE_CUDA_CHECK(cudaMemset(arena_, 0, dry.used()));
+    WorkspaceCarver real(static_cast<char*>(arena_));
+    carve(real);
+    // The backends options.backend allows: those without buffers of their
+    // own always; one with buffers (the Cutlass path's) only when some call
+    // size may take it by the rule (which takes that path from a number of
+    // rows per expert up, so the rule at max_tokens decides), else when a
+    // tuned choice first takes it (set_tuned).
+    const ExpertsPath rule_path = plan_for_tokens(config_, max_tokens).path;
+    for (ExpertsPath p : kExpertsPaths) {
+      if (!backend_allows(config_.options.backend, p)) continue;
+      std::unique_ptr<ExpertsBackend> backend =
+          make_experts_backend(p, config_, max_tokens_, sm_count_);
+      if (backend->workspace_bytes() == 0 || p == rule_path) keep_backend(std::move(backend));
+    }
+  } catch (...) {
+    // The destructor does not run for a constructor that throws.
+    cudaFree(arena_);
+    throw;
   }
 }
 
