@@ -1,0 +1,210 @@
+// bf16 -> e4m3 activation quantization (contract: fp8_quant.cuh). The
+// element rule is core/e4m3.h's integer encoder after one IEEE division
+// (__fdiv_rn), so the codes are the reference's bit for bit. amax folds
+// fmaxf(amax, |x|) from 0: fmaxf returns the number when the other operand
+// is NaN, so NaN elements are skipped as in the reference, and max is exact,
+// so the order of the reduction does not change the result.
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "core/e4m3.h"
+#include "kernels/common/common.cuh"
+#include "kernels/quant/fp8_quant.cuh"
+
+namespace unimoe {
+namespace {
+
+constexpr int kWarpSize = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr float kE4m3Max = 448.0f;
+constexpr int kColsMultiple = 16;
+
+// Row form: one warp per (row, group), 4 bf16 (8 bytes) a lane.
+constexpr int kRowWarps = 8;
+constexpr int kRowThreads = kRowWarps * kWarpSize;
+constexpr int kRowVec = 4;
+static_assert(kFp8GroupCols == kWarpSize * kRowVec, "a warp covers one 128-column group");
+static_assert(kColsMultiple % kRowVec == 0, "a lane's 4 columns never straddle the end of a row");
+
+// Tensor form: 8 bf16 (16 bytes) a thread and step, grid-stride loops.
+constexpr int kTensorThreads = 256;
+constexpr int kTensorWarps = kTensorThreads / kWarpSize;
+constexpr int kTensorVec = 8;
+constexpr int kMaxAmaxBlocks = 1024;   // partial maxima, each quantize block reads them all
+constexpr int kMaxQuantBlocks = 4096;
+static_assert(kColsMultiple % kTensorVec == 0, "a thread's 8 columns never straddle rows");
+
+__device__ __forceinline__ int live_rows(const int32_t* rows_device, int rows) {
+  return rows_device ? min(*rows_device, rows) : rows;
+}
+
+// The scale of a block whose largest magnitude is amax: amax / 448, 1 when
+// that is not > 0 (amax 0, or a quotient that underflows).
+__device__ __forceinline__ float fp8_scale(float amax) {
+  const float scale = __fdiv_rn(amax, kE4m3Max);
+  return scale > 0.0f ? scale : 1.0f;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int d = kWarpSize / 2; d > 0; d /= 2) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, d));
+  return v;
+}
+
+// The block's maximum of v (>= 0), returned to every thread.
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float warp_maxima[kTensorWarps];
+  v = warp_max(v);
+  if (threadIdx.x % kWarpSize == 0) warp_maxima[threadIdx.x / kWarpSize] = v;
+  __syncthreads();
+  float m = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kTensorWarps; ++w) m = fmaxf(m, warp_maxima[w]);
+  return m;
+}
+
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+__device__ __forceinline__ float abs_max4(float m, uint2 w) {
+  m = fmaxf(m, fabsf(bf16_lo(w.x)));
+  m = fmaxf(m, fabsf(bf16_hi(w.x)));
+  m = fmaxf(m, fabsf(bf16_lo(w.y)));
+  return fmaxf(m, fabsf(bf16_hi(w.y)));
+}
+
+// Four codes of consecutive columns, the first in the lowest byte.
+__device__ __forceinline__ uint32_t encode4(uint2 w, float scale) {
+  const float v[kRowVec] = {bf16_lo(w.x), bf16_hi(w.x), bf16_lo(w.y), bf16_hi(w.y)};
+  uint32_t packed = 0;
+#pragma unroll
+  for (int i = 0; i < kRowVec; ++i)
+    packed |= static_cast<uint32_t>(encode_e4m3(__fdiv_rn(v[i], scale))) << (8 * i);
+  return packed;
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+    quantize_fp8_rows_kernel(const uint2* __restrict__ x, int rows, int cols, int groups,
+                             const int32_t* __restrict__ rows_device, uint32_t* __restrict__ codes,
+                             float* __restrict__ scales) {
+  pdl_begin();
+  const int64_t task = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / kWarpSize;
+  const int row = static_cast<int>(task / groups);
+  const int group = static_cast<int>(task % groups);
+  if (row >= live_rows(rows_device, rows)) return;  // the whole warp leaves
+  const int lane = threadIdx.x % kWarpSize;
+  const int col = group * kFp8GroupCols + lane * kRowVec;
+  const bool in_row = col < cols;  // the last group may be ragged (a multiple of 16 wide)
+  const int64_t vec = (static_cast<int64_t>(row) * cols + col) / kRowVec;
+  const uint2 w = in_row ? x[vec] : make_uint2(0u, 0u);
+  const float scale = fp8_scale(warp_max(abs_max4(0.0f, w)));
+  if (lane == 0) scales[static_cast<int64_t>(row) * groups + group] = scale;
+  if (in_row) codes[vec] = encode4(w, scale);
+}
+
+// Partial maxima: partials[b] = amax over the live elements block b visits.
+__global__ void __launch_bounds__(kTensorThreads)
+    fp8_tensor_amax_kernel(const uint4* __restrict__ x, int rows, int cols,
+                           const int32_t* __restrict__ rows_device, float* __restrict__ partials) {
+  pdl_begin();
+  const int64_t vecs = static_cast<int64_t>(live_rows(rows_device, rows)) * (cols / kTensorVec);
+  float m = 0.0f;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kTensorThreads + threadIdx.x; i < vecs;
+       i += static_cast<int64_t>(gridDim.x) * kTensorThreads) {
+    const uint4 w = x[i];
+    m = abs_max4(abs_max4(m, make_uint2(w.x, w.y)), make_uint2(w.z, w.w));
+  }
+  m = block_max(m);
+  if (threadIdx.x == 0) partials[blockIdx.x] = m;
+}
+
+// Every block reduces the partial maxima to the one scale (or reads the
+// static scale), block 0 stores it, then all quantize the live elements.
+__global__ void __launch_bounds__(kTensorThreads)
+    quantize_fp8_tensor_kernel(const uint4* __restrict__ x, int rows, int cols,
+                               const int32_t* __restrict__ rows_device,
+                               const float* __restrict__ static_scale,
+                               const float* __restrict__ partials, int num_partials,
+                               uint2* __restrict__ codes, float* __restrict__ scale_out) {
+  pdl_begin();
+  float scale;
+  if (static_scale) {
+    scale = *static_scale;
+  } else {
+    float m = 0.0f;
+    for (int i = threadIdx.x; i < num_partials; i += kTensorThreads) m = fmaxf(m, partials[i]);
+    scale = fp8_scale(block_max(m));
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) *scale_out = scale;
+  const int64_t vecs = static_cast<int64_t>(live_rows(rows_device, rows)) * (cols / kTensorVec);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kTensorThreads + threadIdx.x; i < vecs;
+       i += static_cast<int64_t>(gridDim.x) * kTensorThreads) {
+    const uint4 w = x[i];
+    codes[i] = make_uint2(encode4(make_uint2(w.x, w.y), scale), encode4(make_uint2(w.z, w.w), scale));
+  }
+}
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument(what);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+void check_shape(const char* name, int rows, int cols) {
+  require(rows >= 0, std::string(name) + ": rows must be >= 0, is " + std::to_string(rows));
+  require(cols > 0 && cols % kColsMultiple == 0,
+          std::string(name) + ": cols must be a positive multiple of 16, is " + std::to_string(cols));
+}
+
+// Blocks of kTensorThreads for one 8-value step per thread, at least 1 and
+// at most `cap` (the loops stride over the rest).
+int tensor_blocks(int rows, int cols, int cap) {
+  const int64_t vecs = static_cast<int64_t>(rows) * (cols / kTensorVec);
+  return static_cast<int>(std::clamp<int64_t>((vecs + kTensorThreads - 1) / kTensorThreads, 1, cap));
+}
+
+}  // namespace
+
+void launch_quantize_fp8_rows(const Fp8RowQuantParams& p, KernelStream stream) {
+  check_shape("quantize_fp8_rows", p.rows, p.cols);
+  if (p.rows == 0) return;
+  require(p.x && p.codes && p.scales, "quantize_fp8_rows: a null pointer");
+  require(aligned16(p.x) && aligned16(p.codes), "quantize_fp8_rows: x and codes must be 16-byte aligned");
+  const int groups = ceil_div(p.cols, kFp8GroupCols);
+  const int64_t blocks = (static_cast<int64_t>(p.rows) * groups + kRowWarps - 1) / kRowWarps;
+  require(blocks <= 0x7fffffff, "quantize_fp8_rows: too many rows");
+  launch_pdl(quantize_fp8_rows_kernel, dim3(static_cast<unsigned>(blocks)), kRowThreads, 0, stream,
+             reinterpret_cast<const uint2*>(p.x), p.rows, p.cols, groups, p.rows_device,
+             reinterpret_cast<uint32_t*>(p.codes), p.scales);
+  UNIMOE_LAUNCH_CHECK();
+}
+
+std::size_t quantize_fp8_tensor_scratch_floats(int rows, int cols) {
+  check_shape("quantize_fp8_tensor", rows, cols);
+  return static_cast<std::size_t>(tensor_blocks(rows, cols, kMaxAmaxBlocks));
+}
+
+void launch_quantize_fp8_tensor(const Fp8TensorQuantParams& p, KernelStream stream) {
+  check_shape("quantize_fp8_tensor", p.rows, p.cols);
+  require(p.scale != nullptr, "quantize_fp8_tensor: scale is null");
+  require(p.rows == 0 || (p.x && p.codes), "quantize_fp8_tensor: x or codes is null");
+  require(aligned16(p.x) && aligned16(p.codes), "quantize_fp8_tensor: x and codes must be 16-byte aligned");
+  const auto* x = reinterpret_cast<const uint4*>(p.x);
+  int num_partials = 0;
+  if (!p.static_scale) {
+    require(p.scratch != nullptr, "quantize_fp8_tensor: a dynamic scale needs scratch");
+    num_partials = tensor_blocks(p.rows, p.cols, kMaxAmaxBlocks);
+    launch_pdl(fp8_tensor_amax_kernel, dim3(num_partials), kTensorThreads, 0, stream, x, p.rows,
+               p.cols, p.rows_device, p.scratch);
+    UNIMOE_LAUNCH_CHECK();
+  }
+  launch_pdl(quantize_fp8_tensor_kernel, dim3(tensor_blocks(p.rows, p.cols, kMaxQuantBlocks)),
+             kTensorThreads, 0, stream, x, p.rows, p.cols, p.rows_device, p.static_scale,
+             static_cast<const float*>(p.scratch), num_partials, reinterpret_cast<uint2*>(p.codes),
+             p.scale);
+  UNIMOE_LAUNCH_CHECK();
+}
+
+}  // namespace unimoe

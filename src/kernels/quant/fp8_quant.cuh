@@ -1,0 +1,69 @@
+// Activation quantization bf16 -> e4m3 on the device, bit for bit the rule
+// of the CPU reference (docs/quantization.md, "Activation rounding"): amax
+// skips NaN, scale = amax / 448 in fp32 (1 when that is not > 0), code =
+// e4m3(x / scale) with one IEEE fp32 division, RNE, saturating to +-448,
+// NaN -> 0x7f. Two forms:
+//   - per row and 128 columns (FP8Block128's activations);
+//   - one dynamic scale over the whole tensor (FP8PerTensor's activations),
+//     or a static scale the caller gives.
+// No host synchronization: both capture in a CUDA graph. The grids are sized
+// from `rows`, the capacity; an optional device row count (`rows_device`,
+// e.g. the permute's expert_offsets[E_local]) is read on the device and the
+// rows at or past it are left untouched, so a graph captured for a capacity
+// serves any routing.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/common/common.cuh"
+
+namespace unimoe {
+
+constexpr int kFp8GroupCols = 128;  // columns per scale of the row form
+
+struct Fp8RowQuantParams {
+  const uint16_t* x = nullptr;           // [rows, cols] bf16, 16-byte aligned
+  int rows = 0;                          // capacity: rows the grid covers (0: nothing launched)
+  int cols = 0;                          // a positive multiple of 16
+  const int32_t* rows_device = nullptr;  // live row count on the device, or nullptr for `rows`;
+                                         // rows >= min(*rows_device, rows) are not written
+  uint8_t* codes = nullptr;              // [rows, cols] e4m3, 16-byte aligned
+  // [rows, ceil(cols / 128)] fp32, row-major: scales[r * groups + g] covers
+  // columns [128 g, min(cols, 128 g + 128)) of row r (the last group ragged).
+  // This is the reference's layout; an FP8 GEMM that wants the scales
+  // transposed (column-major per group, as DeepGEMM reads them) will need a
+  // variant of the store.
+  float* scales = nullptr;
+};
+
+// One warp per (row, 128-column group).
+void launch_quantize_fp8_rows(const Fp8RowQuantParams& p, KernelStream stream);
+
+struct Fp8TensorQuantParams {
+  const uint16_t* x = nullptr;           // [rows, cols] bf16, 16-byte aligned
+  int rows = 0;                          // capacity (may be 0)
+  int cols = 0;                          // a positive multiple of 16
+  const int32_t* rows_device = nullptr;  // as in Fp8RowQuantParams: amax is taken over the
+                                         // live rows only, and only they are written
+  // nullptr: the dynamic scale amax / 448 (1 when not > 0) over the live
+  // rows. Otherwise a device float used as given, e.g. a calibrated scale.
+  const float* static_scale = nullptr;
+  uint8_t* codes = nullptr;              // [rows, cols] e4m3, 16-byte aligned
+  float* scale = nullptr;                // one device float: the scale the codes were made with
+                                         // (written even when no row is live: 1, or the static scale)
+  float* scratch = nullptr;              // quantize_fp8_tensor_scratch_floats(rows, cols) floats;
+                                         // need not be zeroed (unused with a static scale)
+};
+
+// Floats of scratch launch_quantize_fp8_tensor needs for this capacity.
+std::size_t quantize_fp8_tensor_scratch_floats(int rows, int cols);
+
+// Two kernels, deterministic: the first writes one amax per block to
+// scratch, the second reduces those in every block, then quantizes. With a
+// static scale only the second runs.
+void launch_quantize_fp8_tensor(const Fp8TensorQuantParams& p, KernelStream stream);
+
+}  // namespace unimoe
