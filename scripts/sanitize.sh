@@ -49,6 +49,8 @@
 #                            tactic; not the anchor-sized 5 and 6),
 #                            Sm90GroupedGemm.GraphReplayServesNewOffsets,
 #                            ExpertRows.* (gather), GatedActivationTest.*
+#   fp8 activation quant     Fp8QuantGpu.* (racecheck and initcheck: the two
+#                            special-values tests, both forms)
 #   finalize, the layer      LayerGpu.OddSizesAndEveryActivation (every backend
 #                            and activation, b2 in the finalize on cutlass),
 #                            .ExpertParallelRangeDropsOffRankRows, .Precomputed
@@ -80,12 +82,14 @@ readonly kFullFilter="GpuSmoke.*\
 :Shapes/Sm90GroupedGemmTest.*/4:Sm90GroupedGemm.GraphReplayServesNewOffsets:ExpertRows.*\
 :Activations/GatedActivationTest.*\
 :LayerGpu.OddSizesAndEveryActivation:LayerGpu.ExpertParallelRangeDropsOffRankRows\
-:LayerGpu.PrecomputedRouting:FusedRoutingGpu.LayerVariantMatchesSplit:Backends/LayerGraphGpu.*"
+:LayerGpu.PrecomputedRouting:FusedRoutingGpu.LayerVariantMatchesSplit:Backends/LayerGraphGpu.*\
+:Fp8QuantGpu.*"
 readonly kRacecheckFilter="PermuteGpu.GraphReplayOfRoutingAndPermute\
 :FusedRoutingGpu.ClusterWaysAtTheirBound:FusedRoutingGpu.ClusterOfTwoGraphReplayWithNewLogits\
 :GroupedGemm.OddSizesEveryActivation:GroupedGemm.StreamOneTokenTilesAtEveryKSplit\
 :Shapes/Sm90GroupedGemmTest.*/2\
-:LayerGpu.PrecomputedRouting:LayerGpu.ExpertParallelRangeDropsOffRankRows"
+:LayerGpu.PrecomputedRouting:LayerGpu.ExpertParallelRangeDropsOffRankRows\
+:Fp8QuantGpu.RowsSpecialValues:Fp8QuantGpu.TensorSpecialValues"
 # initcheck, which tracks every byte of device memory, runs the racecheck
 # filter and the CUTLASS workspace's and the gather's tests (the whole
 # filter took over 140 s on an H100, mostly in the layer tests at H=2048).
