@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/routing_cases.h"
 #include "gpu/gpu_test_util.h"
 #include "gpu/layer_rig.h"
 #include "gpu/stress_pool.h"
@@ -46,11 +47,6 @@ constexpr uint16_t kPoisonBits = 0xffff;  // a byte-wise 0xff poison: a bf16 NaN
 
 // ------------------------------------------------------- random configs ----
 
-constexpr RoutingPolicy kPolicies[] = {
-    RoutingPolicy::Default,     RoutingPolicy::Renormalize, RoutingPolicy::RenormalizeNaive,
-    RoutingPolicy::TopK,        RoutingPolicy::Sigmoid,     RoutingPolicy::SigmoidRenorm,
-    RoutingPolicy::TopKSigmoid, RoutingPolicy::Llama4,      RoutingPolicy::DeepSeekV3,
-    RoutingPolicy::MiniMax2};
 constexpr Activation kActivations[] = {Activation::SwiGLU, Activation::GeGLU, Activation::ReLU2,
                                        Activation::SwiGLUOai};
 constexpr const char* kBackends[] = {"auto", "mma", "cutlass", "stream"};
@@ -74,7 +70,7 @@ T one_of(std::mt19937_64& rng, const T (&values)[N]) {
 MoEConfig random_config(std::mt19937_64& rng) {
   MoEConfig c;
   RoutingConfig& r = c.routing;
-  r.policy = one_of(rng, kPolicies);
+  r.policy = one_of(rng, test::kAllPolicies);
   r.num_experts = chance(rng, 50) ? one_of(rng, kEdgeExperts) : uniform(rng, 1, test::kStressMaxExperts);
   const int e = r.num_experts;
   int max_k = std::min(e, test::kStressMaxTopK);
