@@ -140,16 +140,37 @@ int intermediate_multiple(QuantVariant q);
 
 // -------------------------------------------------- weights and activations ----
 // All pointers are device pointers. Shapes are for the E_local experts of this
-// rank. BF16 layout: w13 [E_local, gemm1_cols, H] with the gate rows first then
-// the up rows (interleaved checkpoints are reordered by the caller for now);
-// w2 [E_local, H, I]. Biases (has_bias) are fp32: b13 [E_local, gemm1_cols],
+// rank: w13 [E_local, gemm1_cols, H] with the gate rows first then the up rows
+// (interleaved checkpoints are reordered by the caller for now); w2
+// [E_local, H, I]. Elements are bf16 for BF16 and e4m3 ("fn", one byte) for
+// the FP8 variants. Biases (has_bias) are fp32: b13 [E_local, gemm1_cols],
 // b2 [E_local, H]. A NaN or inf in one expert's weights reaches only the
 // tokens routed to that expert (docs/design.md, "Inputs outside the usual range").
+//
+// FP8 weight scales, fp32, dequantized weight = e4m3 value * scale
+// (docs/quantization.md):
+//   FP8Block128: one scale per 128 x 128 block, row-major, the layout of
+//     DeepSeek-style checkpoints' weight_scale_inv:
+//     w13_scale [E_local, gemm1_cols / 128, H / 128],
+//     w2_scale  [E_local, H / 128, I / 128];
+//   FP8PerTensor: one scale per expert and matrix: w13_scale [E_local],
+//     w2_scale [E_local] (a checkpoint with separate gate and up scales
+//     requantizes to one, as vLLM does).
+// FP8PerTensor activations are quantized with one scale per GEMM input:
+// computed on the device per call (amax / 448, no host sync) when the
+// pointer is null, or the calibrated static scale a checkpoint ships
+// (input_scale; one device float, values beyond 448 * scale saturate).
+// Every pointer must be 16-byte aligned; set_weights throws Error naming the
+// field that is missing, misplaced or not allowed for the config's variant.
 struct ExpertWeights {
   const void* w13 = nullptr;
   const void* w2 = nullptr;
   const float* b13 = nullptr;
   const float* b2 = nullptr;
+  const float* w13_scale = nullptr;  // FP8 variants only
+  const float* w2_scale = nullptr;   // FP8 variants only
+  const float* x_scale = nullptr;    // FP8PerTensor only: static scale of GEMM1's input x
+  const float* act_scale = nullptr;  // FP8PerTensor only: static scale of GEMM2's input
 };
 
 // One call's inputs and output, all device memory. Any values are safe: no

@@ -102,7 +102,8 @@ void validate_call(const MoEConfig& config, const float* x, const Routing& routi
 }  // namespace
 
 std::vector<float> moe_forward(const MoEConfig& config, const WeightSource& weights, const float* x,
-                               const Routing& routing, int threads) {
+                               const Routing& routing, int threads,
+                               const ActivationScales& scales) {
   validate_call(config, x, routing, threads);
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   const ExpertsConfig& ex = config.experts;
@@ -111,7 +112,7 @@ std::vector<float> moe_forward(const MoEConfig& config, const WeightSource& weig
   const bool gated = ex.activation != Activation::ReLU2;
 
   std::vector<float> xq(x, x + static_cast<size_t>(num_tokens) * hidden);
-  quantize_activation(ex.quant, xq.data(), num_tokens, hidden);
+  quantize_activation(ex.quant, xq.data(), num_tokens, hidden, scales.x);
 
   const Permutation perm = permute(routing.ids.data(), num_tokens, top_k, ex.local_expert_offset,
                                    config.local_experts());
@@ -160,7 +161,7 @@ std::vector<float> moe_forward(const MoEConfig& config, const WeightSource& weig
   // the call, so rounding row by row would be wrong. The other variants round
   // each element or each (row, 128 columns) block, so for them one call over
   // the tensor equals one call per row.
-  quantize_activation(ex.quant, act.data(), rows, inter);
+  quantize_activation(ex.quant, act.data(), rows, inter, scales.act);
 
   // GEMM2: y [rows, H], kept in fp64 for the weighted sum.
   std::vector<double> y(static_cast<size_t>(rows) * hidden);

@@ -329,8 +329,14 @@ std::vector<float> dequantize(const QuantMatrix& m) {
   return out;
 }
 
-void quantize_activation(QuantVariant variant, float* values, int rows, int cols) {
+void quantize_activation(QuantVariant variant, float* values, int rows, int cols,
+                         float static_scale) {
   check_shape(rows, cols);
+  if (static_scale != 0.0f && variant != QuantVariant::FP8PerTensor)
+    throw Error("static_scale", "only FP8PerTensor takes a static activation scale; " +
+                                    to_string(variant) + " computes its own");
+  if (static_scale < 0.0f || !std::isfinite(static_scale))
+    throw Error("static_scale", "must be a positive finite scale, or 0 for the dynamic one");
   const std::size_t count = static_cast<std::size_t>(rows) * cols;
   switch (variant) {
     case QuantVariant::BF16:
@@ -340,7 +346,8 @@ void quantize_activation(QuantVariant variant, float* values, int rows, int cols
       break;
     case QuantVariant::FP8PerTensor:
       fp8_round_trip(values, rows, cols, per_tensor_tiling(rows, cols),
-                     {fp8_scale(tile_amax(values, cols, 0, rows, 0, cols))});
+                     {static_scale != 0.0f ? static_scale
+                                           : fp8_scale(tile_amax(values, cols, 0, rows, 0, cols))});
       break;
     case QuantVariant::FP8Block128: {
       const Tiling per_token{1, kFp8BlockSize};  // one scale per row and 128 columns

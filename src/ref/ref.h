@@ -106,7 +106,12 @@ std::vector<float> dequantize(const QuantMatrix& m);
 //   BF16, MXFP4, NVFP4: bf16;
 //   FP8PerTensor: e4m3 with one dynamic scale amax / 448 over the whole tensor;
 //   FP8Block128: e4m3 with a scale per row and 128 columns.
-void quantize_activation(QuantVariant variant, float* values, int rows, int cols);
+// static_scale (FP8PerTensor only; 0: dynamic) replaces the dynamic scale:
+// values beyond 448 * static_scale saturate. Throws Error (field
+// "static_scale") for a negative or non-finite one, or one given to another
+// variant.
+void quantize_activation(QuantVariant variant, float* values, int rows, int cols,
+                         float static_scale = 0.0f);
 
 // ------------------------------------------------------------- forward ----
 // One local expert's weights as the device sees them, already dequantized:
@@ -129,8 +134,14 @@ using WeightSource = std::function<ExpertView(int local_expert)>;
 // own weight; weights are used as given, so a NaN or inf weight on a row that
 // contributes makes that token's output non-finite. x [T, H] is taken as
 // given (the caller passes bf16 values); each GEMM input is rounded by
-// quantize_activation for config.experts.quant. threads = 0: all cores.
+// quantize_activation for config.experts.quant, with the static scales of
+// `scales` where given. threads = 0: all cores.
+struct ActivationScales {
+  float x = 0.0f;    // FP8PerTensor: static scale of GEMM1's input (ExpertWeights::x_scale); 0: dynamic
+  float act = 0.0f;  // FP8PerTensor: static scale of GEMM2's input (ExpertWeights::act_scale); 0: dynamic
+};
 std::vector<float> moe_forward(const MoEConfig& config, const WeightSource& weights,
-                               const float* x, const Routing& routing, int threads = 0);
+                               const float* x, const Routing& routing, int threads = 0,
+                               const ActivationScales& scales = {});
 
 }  // namespace unimoe::ref
