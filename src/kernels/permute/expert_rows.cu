@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/common/common.cuh"
 #include "kernels/epilogue/activation.cuh"
@@ -101,9 +102,19 @@ struct ActivationArgs {
   float alpha;
   float limit;
   uint16_t* out;
+  float* out_f32;
 };
 
-template <Activation kAct>
+// Eight activated values to a bf16 row (16 bytes) or an fp32 one (32 bytes).
+__device__ __forceinline__ void store8(uint16_t* row, int j, const float (&a)[kVec]) {
+  *reinterpret_cast<uint4*>(row + j) = pack_bf16x8(a);
+}
+__device__ __forceinline__ void store8(float* row, int j, const float (&a)[kVec]) {
+  reinterpret_cast<float4*>(row + j)[0] = make_float4(a[0], a[1], a[2], a[3]);
+  reinterpret_cast<float4*>(row + j)[1] = make_float4(a[4], a[5], a[6], a[7]);
+}
+
+template <Activation kAct, typename Out>
 __global__ void __launch_bounds__(kThreads) gated_activation_kernel(ActivationArgs p) {
   pdl_begin();
   constexpr bool kGated = kAct != Activation::ReLU2;
@@ -114,7 +125,10 @@ __global__ void __launch_bounds__(kThreads) gated_activation_kernel(ActivationAr
   const float* bias_row =
       p.b13 ? p.b13 + static_cast<int64_t>(expert_of_row(p.expert_offsets, p.num_groups, row)) * cols
             : nullptr;
-  uint16_t* out_row = p.out + static_cast<int64_t>(row) * p.intermediate;
+  Out* out_row = [&] {
+    if constexpr (std::is_same_v<Out, float>) return p.out_f32 + static_cast<int64_t>(row) * p.intermediate;
+    else return p.out + static_cast<int64_t>(row) * p.intermediate;
+  }();
   const int lane = threadIdx.x % kWarpSize;
   for (int j = lane * kVec; j < p.intermediate; j += kWarpSize * kVec) {
     float g[kVec];
@@ -131,8 +145,26 @@ __global__ void __launch_bounds__(kThreads) gated_activation_kernel(ActivationAr
 #pragma unroll
       for (int i = 0; i < kVec; ++i) a[i] = activate<kAct>(g[i], 0.0f, p.alpha, p.limit);
     }
-    *reinterpret_cast<uint4*>(out_row + j) = pack_bf16x8(a);
+    store8(out_row, j, a);
   }
+}
+
+// One warp per permuted row: H bytes of codes (16 a lane and step), then the
+// row's H / 128 scales, one a lane.
+__global__ void __launch_bounds__(kThreads) gather_fp8_rows_kernel(GatherFp8RowsParams p) {
+  pdl_begin();
+  const int row = warp_row();
+  if (row >= p.expert_offsets[p.num_groups]) return;
+  const int token = p.permuted_to_expanded[row] / p.top_k;
+  const int vecs = p.hidden / 16;
+  const uint4* src = reinterpret_cast<const uint4*>(p.codes) + static_cast<int64_t>(token) * vecs;
+  uint4* dst = reinterpret_cast<uint4*>(p.out_codes) + static_cast<int64_t>(row) * vecs;
+  const int lane = threadIdx.x % kWarpSize;
+#pragma unroll 4
+  for (int v = lane; v < vecs; v += kWarpSize) dst[v] = src[v];
+  for (int g = lane; g < p.hidden / 128; g += kWarpSize)
+    p.out_scales[static_cast<int64_t>(g) * p.out_scales_ld + row] =
+        p.scales[static_cast<int64_t>(g) * p.scales_ld + token];
 }
 
 void require(bool ok, const std::string& what) {
@@ -140,6 +172,30 @@ void require(bool ok, const std::string& what) {
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+template <typename Out>
+void launch_activation(Activation activation, const ActivationArgs& args, int capacity,
+                       KernelStream stream) {
+  const dim3 grid(ceil_div(capacity, kRowsPerBlock));
+  switch (activation) {
+    case Activation::SwiGLU:
+      launch_pdl(gated_activation_kernel<Activation::SwiGLU, Out>, grid, kThreads, 0, stream, args);
+      break;
+    case Activation::GeGLU:
+      launch_pdl(gated_activation_kernel<Activation::GeGLU, Out>, grid, kThreads, 0, stream, args);
+      break;
+    case Activation::SwiGLUOai:
+      launch_pdl(gated_activation_kernel<Activation::SwiGLUOai, Out>, grid, kThreads, 0, stream, args);
+      break;
+    case Activation::ReLU2:
+      launch_pdl(gated_activation_kernel<Activation::ReLU2, Out>, grid, kThreads, 0, stream, args);
+      break;
+    default:
+      throw std::invalid_argument("gated_activation: unknown activation " +
+                                  std::to_string(static_cast<int>(activation)));
+  }
+  UNIMOE_LAUNCH_CHECK();
+}
 
 }  // namespace
 
@@ -164,29 +220,33 @@ void launch_gated_activation(const GatedActivationParams& p, KernelStream stream
   require(p.num_groups >= 0 && p.capacity >= 0,
           "gated_activation: num_groups and capacity must be non-negative");
   if (p.capacity == 0) return;
-  require(p.h && p.expert_offsets && p.out, "gated_activation: a null pointer");
-  require(aligned16(p.h) && aligned16(p.out) && aligned16(p.b13),
-          "gated_activation: h, out and b13 must be 16-byte aligned");
-  const ActivationArgs args{p.h,          p.b13,          p.expert_offsets, p.num_groups,
-                            p.intermediate, p.swiglu_alpha, p.swiglu_limit,   p.out};
-  const dim3 grid(ceil_div(p.capacity, kRowsPerBlock));
-  switch (p.activation) {
-    case Activation::SwiGLU:
-      launch_pdl(gated_activation_kernel<Activation::SwiGLU>, grid, kThreads, 0, stream, args);
-      break;
-    case Activation::GeGLU:
-      launch_pdl(gated_activation_kernel<Activation::GeGLU>, grid, kThreads, 0, stream, args);
-      break;
-    case Activation::SwiGLUOai:
-      launch_pdl(gated_activation_kernel<Activation::SwiGLUOai>, grid, kThreads, 0, stream, args);
-      break;
-    case Activation::ReLU2:
-      launch_pdl(gated_activation_kernel<Activation::ReLU2>, grid, kThreads, 0, stream, args);
-      break;
-    default:
-      throw std::invalid_argument("gated_activation: unknown activation " +
-                                  std::to_string(static_cast<int>(p.activation)));
-  }
+  require(p.h && p.expert_offsets && (p.out != nullptr) != (p.out_f32 != nullptr),
+          "gated_activation: a null pointer (h, expert_offsets, or not exactly one of out and out_f32)");
+  require(aligned16(p.h) && aligned16(p.out) && aligned16(p.out_f32) && aligned16(p.b13),
+          "gated_activation: h, out, out_f32 and b13 must be 16-byte aligned");
+  const ActivationArgs args{p.h,           p.b13,          p.expert_offsets, p.num_groups,
+                            p.intermediate, p.swiglu_alpha, p.swiglu_limit,   p.out,
+                            p.out_f32};
+  if (p.out_f32)
+    launch_activation<float>(p.activation, args, p.capacity, stream);
+  else
+    launch_activation<uint16_t>(p.activation, args, p.capacity, stream);
+}
+
+void launch_gather_fp8_rows(const GatherFp8RowsParams& p, KernelStream stream) {
+  require(p.hidden > 0 && p.hidden % 128 == 0,
+          "gather_fp8_rows: hidden must be a positive multiple of 128, is " + std::to_string(p.hidden));
+  require(p.top_k > 0 && p.num_groups >= 0 && p.capacity >= 0,
+          "gather_fp8_rows: top_k must be positive, num_groups and capacity non-negative");
+  if (p.capacity == 0) return;
+  require(p.codes && p.scales && p.permuted_to_expanded && p.expert_offsets && p.out_codes &&
+              p.out_scales,
+          "gather_fp8_rows: a null pointer");
+  require(aligned16(p.codes) && aligned16(p.out_codes),
+          "gather_fp8_rows: codes and out_codes must be 16-byte aligned");
+  require(p.scales_ld > 0 && p.out_scales_ld >= p.capacity,
+          "gather_fp8_rows: scales_ld must be positive and out_scales_ld >= capacity");
+  launch_pdl(gather_fp8_rows_kernel, ceil_div(p.capacity, kRowsPerBlock), kThreads, 0, stream, p);
   UNIMOE_LAUNCH_CHECK();
 }
 

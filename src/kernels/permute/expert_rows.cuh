@@ -43,11 +43,33 @@ struct GatedActivationParams {
   float swiglu_alpha = 1.702f;              // SwiGLUOai only
   float swiglu_limit = 7.0f;                // SwiGLUOai only
   uint16_t* out = nullptr;                  // [capacity, I] bf16
+  float* out_f32 = nullptr;                 // or [capacity, I] fp32, unrounded (exactly one of
+                                            // out and out_f32): the FP8 paths quantize it next
 };
 
 // out[r, j] = act(h[r, j] + b13[e, j], h[r, I + j] + b13[e, I + j]) for gated
 // activations, relu(h[r, j] + b13[e, j])^2 for ReLU2; fp32 math, bf16 rounded
 // to nearest even; r < expert_offsets[num_groups].
 void launch_gated_activation(const GatedActivationParams& p, KernelStream stream);
+
+// The FP8 paths' gather: e4m3 token rows and their scales into permuted order.
+struct GatherFp8RowsParams {
+  const uint8_t* codes = nullptr;                  // [T, H] e4m3 (the quantized x)
+  const float* scales = nullptr;                   // scale of (token t, group g) at scales[g * scales_ld + t]
+  int scales_ld = 0;
+  const int32_t* permuted_to_expanded = nullptr;   // [capacity]
+  const int32_t* expert_offsets = nullptr;         // [num_groups + 1] device
+  int num_groups = 0;
+  int top_k = 0;
+  int hidden = 0;                                  // H, a multiple of 128 (one scale per 128 columns)
+  int capacity = 0;                                // T * K: rows the grid covers
+  uint8_t* out_codes = nullptr;                    // [capacity, H]
+  float* out_scales = nullptr;                     // scale of (row r, group g) at out_scales[g * out_scales_ld + r]
+  int out_scales_ld = 0;                           // >= capacity
+};
+
+// out_codes[r, :] = codes[p2e[r] / top_k, :] and its H / 128 scales likewise,
+// for r < expert_offsets[num_groups].
+void launch_gather_fp8_rows(const GatherFp8RowsParams& p, KernelStream stream);
 
 }  // namespace unimoe

@@ -68,27 +68,47 @@ __device__ __forceinline__ float block_max(float v) {
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 
-__device__ __forceinline__ float abs_max4(float m, uint2 w) {
-  m = fmaxf(m, fabsf(bf16_lo(w.x)));
-  m = fmaxf(m, fabsf(bf16_hi(w.x)));
-  m = fmaxf(m, fabsf(bf16_lo(w.y)));
-  return fmaxf(m, fabsf(bf16_hi(w.y)));
+// Four consecutive values of the input, as floats: element 4 * vec onwards
+// of a bf16 array (8 bytes) or of an fp32 one (16 bytes).
+struct Four {
+  float v[kRowVec];
+};
+__device__ __forceinline__ Four load4(const uint16_t* x, int64_t vec) {
+  const uint2 w = reinterpret_cast<const uint2*>(x)[vec];
+  return {{bf16_lo(w.x), bf16_hi(w.x), bf16_lo(w.y), bf16_hi(w.y)}};
+}
+__device__ __forceinline__ Four load4(const float* x, int64_t vec) {
+  const float4 w = reinterpret_cast<const float4*>(x)[vec];
+  return {{w.x, w.y, w.z, w.w}};
+}
+
+__device__ __forceinline__ float abs_max4(float m, const Four& f) {
+#pragma unroll
+  for (int i = 0; i < kRowVec; ++i) m = fmaxf(m, fabsf(f.v[i]));
+  return m;
 }
 
 // Four codes of consecutive columns, the first in the lowest byte.
-__device__ __forceinline__ uint32_t encode4(uint2 w, float scale) {
-  const float v[kRowVec] = {bf16_lo(w.x), bf16_hi(w.x), bf16_lo(w.y), bf16_hi(w.y)};
+__device__ __forceinline__ uint32_t encode4(const Four& f, float scale) {
   uint32_t packed = 0;
 #pragma unroll
   for (int i = 0; i < kRowVec; ++i)
-    packed |= static_cast<uint32_t>(encode_e4m3(__fdiv_rn(v[i], scale))) << (8 * i);
+    packed |= static_cast<uint32_t>(encode_e4m3(__fdiv_rn(f.v[i], scale))) << (8 * i);
   return packed;
 }
 
+// Where the scale of (row, group) goes: row-major [rows, groups] when ld is
+// 0, else group-major scales[group * ld + row] (the FP8 GEMMs' layout).
+__device__ __forceinline__ int64_t scale_index(int row, int group, int groups, int ld) {
+  return ld == 0 ? static_cast<int64_t>(row) * groups + group
+                 : static_cast<int64_t>(group) * ld + row;
+}
+
+template <typename In>
 __global__ void __launch_bounds__(kRowThreads)
-    quantize_fp8_rows_kernel(const uint2* __restrict__ x, int rows, int cols, int groups,
+    quantize_fp8_rows_kernel(const In* __restrict__ x, int rows, int cols, int groups,
                              const int32_t* __restrict__ rows_device, uint32_t* __restrict__ codes,
-                             float* __restrict__ scales) {
+                             float* __restrict__ scales, int scales_ld) {
   pdl_begin();
   const int64_t task = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / kWarpSize;
   const int row = static_cast<int>(task / groups);
@@ -98,36 +118,39 @@ __global__ void __launch_bounds__(kRowThreads)
   const int col = group * kFp8GroupCols + lane * kRowVec;
   const bool in_row = col < cols;  // the last group may be ragged (a multiple of 16 wide)
   const int64_t vec = (static_cast<int64_t>(row) * cols + col) / kRowVec;
-  const uint2 w = in_row ? x[vec] : make_uint2(0u, 0u);
-  const float scale = fp8_scale(warp_max(abs_max4(0.0f, w)));
-  if (lane == 0) scales[static_cast<int64_t>(row) * groups + group] = scale;
-  if (in_row) codes[vec] = encode4(w, scale);
+  const Four f = in_row ? load4(x, vec) : Four{};
+  const float scale = fp8_scale(warp_max(abs_max4(0.0f, f)));
+  if (lane == 0) scales[scale_index(row, group, groups, scales_ld)] = scale;
+  if (in_row) codes[vec] = encode4(f, scale);
 }
 
 // Partial maxima: partials[b] = amax over the live elements block b visits.
+// A thread takes 8 values a step: two Fours.
+template <typename In>
 __global__ void __launch_bounds__(kTensorThreads)
-    fp8_tensor_amax_kernel(const uint4* __restrict__ x, int rows, int cols,
+    fp8_tensor_amax_kernel(const In* __restrict__ x, int rows, int cols,
                            const int32_t* __restrict__ rows_device, float* __restrict__ partials) {
   pdl_begin();
   const int64_t vecs = static_cast<int64_t>(live_rows(rows_device, rows)) * (cols / kTensorVec);
   float m = 0.0f;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kTensorThreads + threadIdx.x; i < vecs;
-       i += static_cast<int64_t>(gridDim.x) * kTensorThreads) {
-    const uint4 w = x[i];
-    m = abs_max4(abs_max4(m, make_uint2(w.x, w.y)), make_uint2(w.z, w.w));
-  }
+       i += static_cast<int64_t>(gridDim.x) * kTensorThreads)
+    m = abs_max4(abs_max4(m, load4(x, 2 * i)), load4(x, 2 * i + 1));
   m = block_max(m);
   if (threadIdx.x == 0) partials[blockIdx.x] = m;
 }
 
 // Every block reduces the partial maxima to the one scale (or reads the
-// static scale), block 0 stores it, then all quantize the live elements.
+// static scale), block 0 stores it, then all quantize the live elements and,
+// when asked, broadcast the scale to every (live row, group) of row_scales.
+template <typename In>
 __global__ void __launch_bounds__(kTensorThreads)
-    quantize_fp8_tensor_kernel(const uint4* __restrict__ x, int rows, int cols,
+    quantize_fp8_tensor_kernel(const In* __restrict__ x, int rows, int cols,
                                const int32_t* __restrict__ rows_device,
                                const float* __restrict__ static_scale,
                                const float* __restrict__ partials, int num_partials,
-                               uint2* __restrict__ codes, float* __restrict__ scale_out) {
+                               uint2* __restrict__ codes, float* __restrict__ scale_out,
+                               float* __restrict__ row_scales, int row_scales_ld) {
   pdl_begin();
   float scale;
   if (static_scale) {
@@ -138,11 +161,17 @@ __global__ void __launch_bounds__(kTensorThreads)
     scale = fp8_scale(block_max(m));
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) *scale_out = scale;
-  const int64_t vecs = static_cast<int64_t>(live_rows(rows_device, rows)) * (cols / kTensorVec);
+  const int live = live_rows(rows_device, rows);
+  const int64_t vecs = static_cast<int64_t>(live) * (cols / kTensorVec);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kTensorThreads + threadIdx.x; i < vecs;
-       i += static_cast<int64_t>(gridDim.x) * kTensorThreads) {
-    const uint4 w = x[i];
-    codes[i] = make_uint2(encode4(make_uint2(w.x, w.y), scale), encode4(make_uint2(w.z, w.w), scale));
+       i += static_cast<int64_t>(gridDim.x) * kTensorThreads)
+    codes[i] = make_uint2(encode4(load4(x, 2 * i), scale), encode4(load4(x, 2 * i + 1), scale));
+  if (row_scales) {
+    const int groups = (cols + kFp8GroupCols - 1) / kFp8GroupCols;
+    const int64_t n = static_cast<int64_t>(live) * groups;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * kTensorThreads + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * kTensorThreads)
+      row_scales[(i % groups) * row_scales_ld + i / groups] = scale;
   }
 }
 
@@ -167,17 +196,33 @@ int tensor_blocks(int rows, int cols, int cap) {
 
 }  // namespace
 
+// Exactly one of the bf16 and fp32 inputs.
+void check_input(const char* name, const void* bf16, const void* f32, int rows) {
+  require(rows == 0 || (bf16 != nullptr) != (f32 != nullptr),
+          std::string(name) + ": give exactly one of x (bf16) and x_f32");
+}
+
 void launch_quantize_fp8_rows(const Fp8RowQuantParams& p, KernelStream stream) {
   check_shape("quantize_fp8_rows", p.rows, p.cols);
   if (p.rows == 0) return;
-  require(p.x && p.codes && p.scales, "quantize_fp8_rows: a null pointer");
-  require(aligned16(p.x) && aligned16(p.codes), "quantize_fp8_rows: x and codes must be 16-byte aligned");
+  check_input("quantize_fp8_rows", p.x, p.x_f32, p.rows);
+  require(p.codes && p.scales, "quantize_fp8_rows: a null pointer");
+  require(aligned16(p.x) && aligned16(p.x_f32) && aligned16(p.codes),
+          "quantize_fp8_rows: x, x_f32 and codes must be 16-byte aligned");
+  require(p.scales_ld == 0 || p.scales_ld >= p.rows,
+          "quantize_fp8_rows: scales_ld must be 0 (row-major) or >= rows, is " +
+              std::to_string(p.scales_ld));
   const int groups = ceil_div(p.cols, kFp8GroupCols);
   const int64_t blocks = (static_cast<int64_t>(p.rows) * groups + kRowWarps - 1) / kRowWarps;
   require(blocks <= 0x7fffffff, "quantize_fp8_rows: too many rows");
-  launch_pdl(quantize_fp8_rows_kernel, dim3(static_cast<unsigned>(blocks)), kRowThreads, 0, stream,
-             reinterpret_cast<const uint2*>(p.x), p.rows, p.cols, groups, p.rows_device,
-             reinterpret_cast<uint32_t*>(p.codes), p.scales);
+  const dim3 grid(static_cast<unsigned>(blocks));
+  auto* codes = reinterpret_cast<uint32_t*>(p.codes);
+  if (p.x)
+    launch_pdl(quantize_fp8_rows_kernel<uint16_t>, grid, kRowThreads, 0, stream, p.x, p.rows,
+               p.cols, groups, p.rows_device, codes, p.scales, p.scales_ld);
+  else
+    launch_pdl(quantize_fp8_rows_kernel<float>, grid, kRowThreads, 0, stream, p.x_f32, p.rows,
+               p.cols, groups, p.rows_device, codes, p.scales, p.scales_ld);
   UNIMOE_LAUNCH_CHECK();
 }
 
@@ -186,25 +231,40 @@ std::size_t quantize_fp8_tensor_scratch_floats(int rows, int cols) {
   return static_cast<std::size_t>(tensor_blocks(rows, cols, kMaxAmaxBlocks));
 }
 
-void launch_quantize_fp8_tensor(const Fp8TensorQuantParams& p, KernelStream stream) {
-  check_shape("quantize_fp8_tensor", p.rows, p.cols);
-  require(p.scale != nullptr, "quantize_fp8_tensor: scale is null");
-  require(p.rows == 0 || (p.x && p.codes), "quantize_fp8_tensor: x or codes is null");
-  require(aligned16(p.x) && aligned16(p.codes), "quantize_fp8_tensor: x and codes must be 16-byte aligned");
-  const auto* x = reinterpret_cast<const uint4*>(p.x);
+namespace {
+
+template <typename In>
+void launch_tensor(const Fp8TensorQuantParams& p, const In* x, KernelStream stream) {
   int num_partials = 0;
   if (!p.static_scale) {
     require(p.scratch != nullptr, "quantize_fp8_tensor: a dynamic scale needs scratch");
     num_partials = tensor_blocks(p.rows, p.cols, kMaxAmaxBlocks);
-    launch_pdl(fp8_tensor_amax_kernel, dim3(num_partials), kTensorThreads, 0, stream, x, p.rows,
-               p.cols, p.rows_device, p.scratch);
+    launch_pdl(fp8_tensor_amax_kernel<In>, dim3(num_partials), kTensorThreads, 0, stream, x,
+               p.rows, p.cols, p.rows_device, p.scratch);
     UNIMOE_LAUNCH_CHECK();
   }
-  launch_pdl(quantize_fp8_tensor_kernel, dim3(tensor_blocks(p.rows, p.cols, kMaxQuantBlocks)),
+  launch_pdl(quantize_fp8_tensor_kernel<In>, dim3(tensor_blocks(p.rows, p.cols, kMaxQuantBlocks)),
              kTensorThreads, 0, stream, x, p.rows, p.cols, p.rows_device, p.static_scale,
              static_cast<const float*>(p.scratch), num_partials, reinterpret_cast<uint2*>(p.codes),
-             p.scale);
+             p.scale, p.row_scales, p.row_scales_ld);
   UNIMOE_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void launch_quantize_fp8_tensor(const Fp8TensorQuantParams& p, KernelStream stream) {
+  check_shape("quantize_fp8_tensor", p.rows, p.cols);
+  require(p.scale != nullptr, "quantize_fp8_tensor: scale is null");
+  check_input("quantize_fp8_tensor", p.x, p.x_f32, p.rows);
+  require(p.rows == 0 || p.codes, "quantize_fp8_tensor: codes is null");
+  require(aligned16(p.x) && aligned16(p.x_f32) && aligned16(p.codes),
+          "quantize_fp8_tensor: x, x_f32 and codes must be 16-byte aligned");
+  require(!p.row_scales || p.row_scales_ld >= p.rows,
+          "quantize_fp8_tensor: row_scales_ld must be >= rows, is " + std::to_string(p.row_scales_ld));
+  if (p.x_f32)
+    launch_tensor(p, p.x_f32, stream);
+  else
+    launch_tensor(p, p.x, stream);
 }
 
 }  // namespace unimoe

@@ -1,4 +1,4 @@
-// Activation quantization bf16 -> e4m3 on the device, bit for bit the rule
+// Activation quantization bf16 (or fp32) -> e4m3 on the device, bit for bit the rule
 // of the CPU reference (docs/quantization.md, "Activation rounding"): amax
 // skips NaN, scale = amax / 448 in fp32 (1 when that is not > 0), code =
 // e4m3(x / scale) with one IEEE fp32 division, RNE, saturating to +-448,
@@ -26,6 +26,7 @@ constexpr int kFp8GroupCols = 128;  // columns per scale of the row form
 
 struct Fp8RowQuantParams {
   const uint16_t* x = nullptr;           // [rows, cols] bf16, 16-byte aligned
+  const float* x_f32 = nullptr;          // or [rows, cols] fp32 (exactly one of x and x_f32)
   int rows = 0;                          // capacity: rows the grid covers (0: nothing launched)
   int cols = 0;                          // a positive multiple of 16
   const int32_t* rows_device = nullptr;  // live row count on the device, or nullptr for `rows`;
@@ -33,10 +34,12 @@ struct Fp8RowQuantParams {
   uint8_t* codes = nullptr;              // [rows, cols] e4m3, 16-byte aligned
   // [rows, ceil(cols / 128)] fp32, row-major: scales[r * groups + g] covers
   // columns [128 g, min(cols, 128 g + 128)) of row r (the last group ragged).
-  // This is the reference's layout; an FP8 GEMM that wants the scales
-  // transposed (column-major per group, as DeepGEMM reads them) will need a
-  // variant of the store.
+  // This is the reference's layout, used when scales_ld is 0. The FP8
+  // GEMMs read the scales group-major (each group's scales of consecutive
+  // rows contiguous, as DeepGEMM and CUTLASS's blockwise GEMM load them):
+  // with scales_ld >= rows the scale of (r, g) goes to scales[g * scales_ld + r].
   float* scales = nullptr;
+  int scales_ld = 0;
 };
 
 // One warp per (row, 128-column group).
@@ -44,6 +47,7 @@ void launch_quantize_fp8_rows(const Fp8RowQuantParams& p, KernelStream stream);
 
 struct Fp8TensorQuantParams {
   const uint16_t* x = nullptr;           // [rows, cols] bf16, 16-byte aligned
+  const float* x_f32 = nullptr;          // or [rows, cols] fp32 (exactly one of x and x_f32)
   int rows = 0;                          // capacity (may be 0)
   int cols = 0;                          // a positive multiple of 16
   const int32_t* rows_device = nullptr;  // as in Fp8RowQuantParams: amax is taken over the
@@ -56,6 +60,11 @@ struct Fp8TensorQuantParams {
                                          // (written even when no row is live: 1, or the static scale)
   float* scratch = nullptr;              // quantize_fp8_tensor_scratch_floats(rows, cols) floats;
                                          // need not be zeroed (unused with a static scale)
+  // Optional: the scale also written to every (live row r, 128-column group
+  // g) at row_scales[g * row_scales_ld + r], so that a GEMM that reads one
+  // scale per row and group (the FP8 GEMMs) serves this form too.
+  float* row_scales = nullptr;
+  int row_scales_ld = 0;                 // >= rows when row_scales is set
 };
 
 // Floats of scratch launch_quantize_fp8_tensor needs for this capacity.
