@@ -49,7 +49,7 @@ double reference_tolerance(QuantVariant quant) {
   switch (quant) {
     case QuantVariant::BF16: return kTuningTolerance;
     case QuantVariant::FP8PerTensor:
-    case QuantVariant::FP8Block128:
+    case QuantVariant::FP8Block128: return kFp8Tolerance;
     case QuantVariant::MXFP4:
     case QuantVariant::NVFP4: break;
   }

@@ -119,6 +119,18 @@ constexpr double kStreamAnyIRowsPerExpert = 0.5;
 // GEMM1's last wave.
 constexpr int kOverlapMaxIntermediate = 4096;
 
+// FP8 experts run on two paths: the FP8 stream kernel up to this many rows
+// per local expert (one 16-row tile each, so each active expert's weights
+// are read about once), CUTLASS's blockwise-scaled grouped GEMM above. Not
+// yet measured: it is the BF16 rule's last stream point doubled, since an
+// FP8 expert's weights are half the bytes and the stream kernel's cost is
+// reading them; `unimoe-bench --autotune` times both paths per bucket.
+constexpr double kFp8StreamRowsPerExpert = 2;
+
+bool is_fp8(QuantVariant q) {
+  return q == QuantVariant::FP8Block128 || q == QuantVariant::FP8PerTensor;
+}
+
 }  // namespace
 
 const char* path_name(ExpertsPath p) {
@@ -155,12 +167,16 @@ void check_backend_name(const std::string& name) {
 
 std::string backend_unsupported_reason(ExpertsPath p, const MoEConfig& config,
                                        const DeviceArch& arch) {
-  // Every backend so far has the same two rules: BF16 kernels, compiled for
-  // sm_90a only. What each needs of the shapes (K and output columns in
-  // multiples of 8 for 16-byte loads and TMA rows) validate() already asks
-  // of every BF16 config.
+  // Every backend has the layer's rules (gpu_unsupported_reason) and is
+  // compiled for sm_90a only. What each needs of the shapes (K and output
+  // columns in multiples of 8 for 16-byte loads and TMA rows, 128 for the
+  // FP8 GEMMs' scale blocks) the layer's rules and validate() already ask.
   if (const std::string why = gpu_unsupported_reason(config); !why.empty())
     return std::string(path_name(p)) + ": " + why;
+  // The Mma path's kernels read bf16 operands only.
+  if (p == ExpertsPath::Mma && is_fp8(config.experts.quant))
+    return std::string(path_name(p)) + ": bf16 weights only; " +
+           to_string(config.experts.quant) + " runs on the stream and cutlass paths";
   if (arch.major != 9 || arch.minor != 0)
     return std::string(path_name(p)) + ": the kernels are built for sm_90a (Hopper); this device is sm_" +
            std::to_string(arch.major) + std::to_string(arch.minor);
@@ -188,7 +204,9 @@ LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens,
   const bool stream_rule = per_expert <= kStreamAnyIRowsPerExpert ||
                            (config.experts.intermediate <= kStreamMaxIntermediate &&
                             per_expert <= kStreamRowsPerExpert);
-  if (backend == "auto")
+  if (backend == "auto" && is_fp8(config.experts.quant))
+    plan.path = per_expert > kFp8StreamRowsPerExpert ? ExpertsPath::Cutlass : ExpertsPath::Stream;
+  else if (backend == "auto")
     plan.path = per_expert > kCutlassRowsPerExpert ? ExpertsPath::Cutlass
                 : stream_rule                      ? ExpertsPath::Stream
                                                    : ExpertsPath::Mma;
@@ -347,11 +365,25 @@ RoutingVariant routing_variant_for(const RoutingConfig& routing, int num_tokens)
 }
 
 std::string gpu_unsupported_reason(const MoEConfig& config) {
-  // The device kernels are BF16 only so far; the CPU reference serves all.
-  if (config.experts.quant != QuantVariant::BF16)
-    return "quant " + to_string(config.experts.quant) +
-           " has no GPU kernels yet; only BF16 runs on the device";
+  const QuantVariant q = config.experts.quant;
+  // The 4-bit variants have no device kernels yet; the CPU reference serves them.
+  if (q == QuantVariant::MXFP4 || q == QuantVariant::NVFP4)
+    return "quant " + to_string(q) +
+           " has no GPU kernels yet; BF16, FP8Block128 and FP8PerTensor run on the device";
+  // The FP8 GEMMs take one scale per 128-wide K block (FP8PerTensor's one
+  // scale is broadcast to them), and quantize each GEMM input per 128
+  // columns: H and I must be multiples of 128. validate() already asks it
+  // of FP8Block128; FP8PerTensor's format alone needs only 16.
+  const int m = gpu_shape_multiple(q);
+  if (q == QuantVariant::FP8PerTensor &&
+      (config.experts.hidden % m != 0 || config.experts.intermediate % m != 0))
+    return "FP8PerTensor on the GPU needs hidden and intermediate multiples of 128 (the FP8 "
+           "GEMMs scale per 128-wide K block); got hidden=" +
+           std::to_string(config.experts.hidden) +
+           " intermediate=" + std::to_string(config.experts.intermediate);
   return "";
 }
+
+int gpu_shape_multiple(QuantVariant q) { return is_fp8(q) ? 128 : 1; }
 
 }  // namespace unimoe

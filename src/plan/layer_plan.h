@@ -85,7 +85,8 @@ struct LayerPlan {
 // Stream path up to half a row per expert, and for small I up to one row;
 // else up to 96 rows
 // the Mma path (16-row tiles 64 columns wide up to 8 rows per expert);
-// many rows: the Cutlass path's wgmma tiles. options.backend "mma",
+// many rows: the Cutlass path's wgmma tiles. FP8 variants: the Stream path
+// up to 2 rows per expert, the Cutlass path above (no Mma path). options.backend "mma",
 // "cutlass" or "stream" forces the path (Mma then never streams). The rule
 // was measured on the 132-SM H200 only.
 //
@@ -114,5 +115,10 @@ void check_choice_tactics(const TuningChoice& choice);
 // Empty when the GPU layer can serve `config`, else the reason (the rule that
 // failed). Checked by MoELayer::create.
 std::string gpu_unsupported_reason(const MoEConfig& config);
+
+// What the GPU layer asks of H and I for variant q (the format's own
+// multiple, hidden_multiple / intermediate_multiple, may be smaller): 128
+// for the FP8 variants, whose GEMMs scale per 128-wide K block; else 1.
+int gpu_shape_multiple(QuantVariant q);
 
 }  // namespace unimoe

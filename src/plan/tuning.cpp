@@ -122,12 +122,18 @@ std::vector<TuningChoice> candidates_for(const MoEConfig& config, int bucket,
       c.gemm1 = c.gemm2 = g;
       out.push_back(c);
     }
+  // The FP8 Cutlass path runs its own blockwise-scaled GEMM, whose tile
+  // follows the call's rows per expert (backends/fp8_backends.cu), not the
+  // BF16 tactic: one candidate.
+  const bool fp8 = config.experts.quant == QuantVariant::FP8Block128 ||
+                   config.experts.quant == QuantVariant::FP8PerTensor;
   if (offered(ExpertsPath::Cutlass))
     for (Sm90GemmTactic t : kSm90GemmTactics) {
       TuningChoice c;
       c.path = ExpertsPath::Cutlass;
       c.sm90 = t;
       out.push_back(c);
+      if (fp8) break;
     }
   return out;
 }

@@ -108,6 +108,11 @@ void draw_routing(Rng& r, RoutingConfig& rc) {
   rc.logits_type = r.chance(0.5) ? LogitsType::F32 : LogitsType::BF16;
 }
 
+// The multiple H (hidden) or I must be for the GPU layer to serve variant q.
+int shape_multiple(QuantVariant q, bool hidden) {
+  return std::max(hidden ? hidden_multiple(q) : intermediate_multiple(q), gpu_shape_multiple(q));
+}
+
 void draw_experts_config(Rng& r, const RoutingConfig& rc, ExpertsConfig& x) {
   std::vector<QuantVariant> served;
   for (QuantVariant q : kQuants) {
@@ -116,7 +121,7 @@ void draw_experts_config(Rng& r, const RoutingConfig& rc, ExpertsConfig& x) {
     if (gpu_unsupported_reason(probe).empty()) served.push_back(q);
   }
   x.quant = r.pick(served);
-  const int hm = hidden_multiple(x.quant), im = intermediate_multiple(x.quant);
+  const int hm = shape_multiple(x.quant, true), im = shape_multiple(x.quant, false);
   const double h = r.unit();
   x.hidden = draw_multiple(r, hm, h < 0.8 ? 1024 : h < 0.95 ? 4096 : 7168);
   x.intermediate = draw_multiple(r, im, r.chance(0.8) ? 512 : 2048);
@@ -168,7 +173,7 @@ FuzzLayer fuzz_layer(uint64_t seed, int layer) {
     const double expert = double(c.gemm1_cols() + c.experts.intermediate) * c.experts.hidden;
     return expert > kMaxExpertElements || expert * c.local_experts() > kMaxWeightElements;
   };
-  const int hm = hidden_multiple(c.experts.quant), im = intermediate_multiple(c.experts.quant);
+  const int hm = shape_multiple(c.experts.quant, true), im = shape_multiple(c.experts.quant, false);
   while (too_large() && c.experts.intermediate > im)
     c.experts.intermediate = std::max(im, c.experts.intermediate / 2 / im * im);
   while (too_large() && c.experts.hidden > hm)
@@ -176,8 +181,9 @@ FuzzLayer fuzz_layer(uint64_t seed, int layer) {
   const double per_token = std::max(c.routing.num_experts, c.experts.hidden);
   const int cap = static_cast<int>(std::min<double>(kMaxTokens, kMaxCallElements / per_token));
   f.max_tokens = r.log_range(1, std::max(1, r.chance(0.9) ? std::min(cap, 4096) : cap));
-  // Backends: auto, or one forced; routing variants likewise.
-  const std::vector<std::string> backends = {"auto", "auto", "mma", "cutlass", "stream"};
+  // Backends: auto, or one forced that serves the variant; routing variants likewise.
+  std::vector<std::string> backends = {"auto", "auto", "cutlass", "stream"};
+  if (c.experts.quant == QuantVariant::BF16) backends.push_back("mma");
   c.options.backend = r.pick(backends);
   const std::vector<std::string> variants = {"auto", "auto", "split", "fused", "cluster"};
   c.options.routing_variant = r.pick(variants);
