@@ -13,8 +13,9 @@
 //   - allocate_workspace(): once, before the first run and never during
 //     capture; workspace_bytes() device bytes then held;
 //   - run_gemm1 reads x, the routing result and the tile schedule and writes
-//     act [T*K, I]; run_gemm2 reads act and writes y [T*K, H], both in
-//     permuted row order; no allocation, no host sync;
+//     the activated intermediate (BF16: the layer's act [T*K, I]; FP8: the
+//     backend's own e4m3 codes and scales); run_gemm2 reads it and writes
+//     y [T*K, H], both in permuted row order; no allocation, no host sync;
 //   - finalize_b2(): the b2 the finalize adds (weight * b2[expert] per row)
 //     when GEMM2 has no bias epilogue; the finalize applies the routing
 //     weights on every path.
@@ -79,8 +80,13 @@ class ExpertsBackend {
 };
 
 // The backend of path `p` for `config`, serving calls of up to `max_tokens`
-// tokens on a device of `sm_count` SMs. Allocates nothing.
+// tokens on a device of `sm_count` SMs. Allocates nothing. For a config no
+// backend of `p` serves (the Mma path and FP8), one whose supports() says why.
 std::unique_ptr<ExpertsBackend> make_experts_backend(ExpertsPath p, const MoEConfig& config,
                                                      int max_tokens, int sm_count);
+// The FP8 backends (backends/fp8_backends.cu): the Stream and Cutlass paths
+// for FP8Block128 and FP8PerTensor; nullptr for the Mma path.
+std::unique_ptr<ExpertsBackend> make_fp8_experts_backend(ExpertsPath p, const MoEConfig& config,
+                                                         int max_tokens, int sm_count);
 
 }  // namespace unimoe

@@ -1,4 +1,4 @@
-// The three BF16 experts backends (plan/layer_plan.h describes each path):
+// The three BF16 experts backends (the FP8 ones: fp8_backends.cu) (plan/layer_plan.h describes each path):
 //   TileScheduleBackend serves the Mma and Stream paths: both run
 //     launch_gemm1 / launch_gemm2 over the permute's tile schedule, with x
 //     gathered on load, bias and activation in GEMM1's epilogue and b2 in
@@ -199,6 +199,10 @@ class CutlassBackend final : public ExpertsBackend {
 
 std::unique_ptr<ExpertsBackend> make_experts_backend(ExpertsPath p, const MoEConfig& config,
                                                      int max_tokens, int sm_count) {
+  const QuantVariant q = config.experts.quant;
+  if (q == QuantVariant::FP8Block128 || q == QuantVariant::FP8PerTensor)
+    if (std::unique_ptr<ExpertsBackend> fp8 = make_fp8_experts_backend(p, config, max_tokens, sm_count))
+      return fp8;
   switch (p) {
     case ExpertsPath::Mma:
     case ExpertsPath::Stream: return std::make_unique<TileScheduleBackend>(p, config);

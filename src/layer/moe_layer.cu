@@ -70,7 +70,10 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens, const DevOve
     expanded_to_permuted_ = c.take<int32_t>(rows);
     tiles_ = c.take<DeviceTile>(max_tiles(static_cast<int>(rows), e_local, kSmallestTileM));
     num_tiles_ = c.take<int32_t>(1);
-    act_ = c.take<uint16_t>(rows * config_.experts.intermediate);
+    // The FP8 backends keep their activation (fp32, then e4m3) themselves.
+    act_ = c.take<uint16_t>(config_.experts.quant == QuantVariant::BF16
+                                ? rows * config_.experts.intermediate
+                                : 0);
     y_ = c.take<uint16_t>(rows * config_.experts.hidden);
     permute_scratch_ = c.take<char>(permute_scratch_bytes(max_tokens, k, e_local));
   };
@@ -86,17 +89,22 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens, const DevOve
     UNIMOE_CUDA_CHECK(cudaMemset(arena_, 0, dry.used()));
     WorkspaceCarver real(static_cast<char*>(arena_));
     carve(real);
-    // The backends options.backend allows: those without buffers of their
-    // own always; one with buffers (the Cutlass path's) only when some call
-    // size may take it by the rule (which takes that path from a number of
-    // rows per expert up, so the rule at max_tokens decides), else when a
-    // tuned choice first takes it (set_tuned).
-    const ExpertsPath rule_path = plan_for_tokens(config_, max_tokens).path;
+    // The backends options.backend allows and that serve the config: those
+    // without buffers of their own always; one with buffers only when some
+    // call size may take it by the rule, else when a tuned choice first
+    // takes it (set_tuned). The rule's path moves one way as rows per
+    // expert grow (stream, mma, cutlass; stream, cutlass for FP8), so the
+    // paths at 1 and at max_tokens tokens bound those it takes.
+    const ExpertsPath smallest = plan_for_tokens(config_, 1).path;
+    const ExpertsPath largest = plan_for_tokens(config_, max_tokens).path;
+    const DeviceArch arch = current_device_arch();
     for (ExpertsPath p : kExpertsPaths) {
       if (!backend_allows(config_.options.backend, p)) continue;
       std::unique_ptr<ExpertsBackend> backend =
           make_experts_backend(p, config_, max_tokens_, sm_count_);
-      if (backend->workspace_bytes() == 0 || p == rule_path) keep_backend(std::move(backend));
+      if (!backend->supports(config_, arch).empty()) continue;
+      if (backend->workspace_bytes() == 0 || p == smallest || p == largest)
+        keep_backend(std::move(backend));
     }
   } catch (...) {
     // The destructor does not run for a constructor that throws.
@@ -211,11 +219,32 @@ void MoELayerImpl::set_weights(const ExpertWeights& w) {
   require_aligned(w.w2, 16, "weights.w2");
   require_aligned(w.b13, 16, "weights.b13");
   require_aligned(w.b2, 16, "weights.b2");
+  check_quant_weights(w);
   // What every backend's kernels need is checked above; each backend keeps
   // its own layout of the weights.
   for (const std::unique_ptr<ExpertsBackend>& b : backends_)
     if (b) b->prepare_weights(w);
   weights_ = w;
+}
+
+void MoELayerImpl::check_quant_weights(const ExpertWeights& w) const {
+  const QuantVariant q = config_.experts.quant;
+  const bool fp8 = q == QuantVariant::FP8Block128 || q == QuantVariant::FP8PerTensor;
+  const std::string variant = "quant " + to_string(q);
+  if (fp8 && (!w.w13_scale || !w.w2_scale))
+    throw Error(!w.w13_scale ? "weights.w13_scale" : "weights.w2_scale",
+                variant + " needs the weight scales w13_scale and w2_scale");
+  if (!fp8 && (w.w13_scale || w.w2_scale))
+    throw Error(w.w13_scale ? "weights.w13_scale" : "weights.w2_scale",
+                variant + " has no weight scales; set them only for the FP8 variants");
+  if (q != QuantVariant::FP8PerTensor && (w.x_scale || w.act_scale))
+    throw Error(w.x_scale ? "weights.x_scale" : "weights.act_scale",
+                variant + " takes no static activation scale (FP8PerTensor only); " +
+                    (fp8 ? "FP8Block128 computes one per token and 128 columns" : "leave it null"));
+  require_aligned(w.w13_scale, 16, "weights.w13_scale");
+  require_aligned(w.w2_scale, 16, "weights.w2_scale");
+  require_aligned(w.x_scale, 4, "weights.x_scale");
+  require_aligned(w.act_scale, 4, "weights.act_scale");
 }
 
 bool MoELayerImpl::precomputed(const ForwardArgs& args) const {

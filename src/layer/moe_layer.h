@@ -84,6 +84,8 @@ class MoELayerImpl final : public MoELayer {
 
  private:
   void check_args(const ForwardArgs& args) const;
+  // The scale pointers the config's quant variant needs, and no others.
+  void check_quant_weights(const ExpertWeights& weights) const;
   // Allocates the backend's buffers, prepares it with the kept weights (if
   // set) and holds it.
   void keep_backend(std::unique_ptr<ExpertsBackend> backend);

@@ -1,0 +1,415 @@
+// The FP8 experts backends (FP8Block128 and FP8PerTensor; the contract is
+// ExpertsBackend's, backends/experts_backend.h):
+//   Fp8StreamBackend (Stream path, decode): x quantized once per token, the
+//     FP8 stream kernel for GEMM1 (x rows gathered on load, bias and
+//     activation in registers, fp32 out), the activation quantized, the FP8
+//     stream kernel for GEMM2 (b2 in its epilogue, bf16 y);
+//   Fp8CutlassBackend (Cutlass path, prefill): x quantized once per token,
+//     its codes and scales gathered into permuted order, CUTLASS's
+//     blockwise-scaled grouped GEMM for GEMM1 (bf16 out), the activation
+//     (fp32 out) and its quantization, the same GEMM for GEMM2; the
+//     finalize adds b2.
+// Both GEMMs take one fp32 scale per row and 128-wide K block of their
+// input (group-major: scale(r, g) at scales[g * ld + r]) and one per
+// 128 x 128 block of the weights. FP8Block128 computes those per call
+// (activations) and reads the checkpoint's (weights); FP8PerTensor's one
+// activation scale (dynamic, or the static one given) is broadcast to every
+// (row, group) by its quantize kernel, and its per-expert weight scales are
+// expanded to the block layout once, in prepare_weights.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+
+#include "backends/experts_backend.h"
+#include "kernels/common/common.cuh"
+#include "kernels/gemm/sm90_fp8_grouped_gemm.cuh"
+#include "kernels/gemm/stream_gemm_fp8.cuh"
+#include "kernels/permute/expert_rows.cuh"
+#include "kernels/quant/fp8_quant.cuh"
+#include "layer/workspace_carver.h"
+
+namespace unimoe {
+namespace {
+
+constexpr int kBlock = 128;  // the FP8 scale block along K (and along N for weights)
+
+// Scale arrays' leading dimension: rows rounded up to 4 floats (16 bytes).
+int scales_ld(std::size_t rows) { return static_cast<int>((rows + 3) / 4 * 4); }
+
+GemmEpilogue epilogue_of(Activation a) {
+  switch (a) {
+    case Activation::SwiGLU: return GemmEpilogue::SwiGLU;
+    case Activation::GeGLU: return GemmEpilogue::GeGLU;
+    case Activation::SwiGLUOai: return GemmEpilogue::SwiGLUOai;
+    case Activation::ReLU2: return GemmEpilogue::ReLU2;
+  }
+  throw std::invalid_argument("fp8 backend: unknown activation");
+}
+
+// scales[e, nb, kb] = per_expert[e] for every block of expert e's matrix.
+__global__ void expand_expert_scales_kernel(const float* __restrict__ per_expert, int blocks,
+                                            std::size_t total, float* __restrict__ out) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    out[i] = per_expert[i / blocks];
+}
+
+void expand_expert_scales(const float* per_expert, int experts, int blocks, float* out) {
+  const std::size_t total = static_cast<std::size_t>(experts) * blocks;
+  if (total == 0) return;
+  const int threads = 256;
+  const int grid = static_cast<int>(std::min<std::size_t>((total + threads - 1) / threads, 4096));
+  expand_expert_scales_kernel<<<grid, threads>>>(per_expert, blocks, total, out);
+  UNIMOE_LAUNCH_CHECK();
+  // set_weights is host-side set-up: the expanded scales are complete
+  // before any forward, on any stream, may read them.
+  UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// What both FP8 backends share: the per-call activation quantization and
+// the weights' scales in block layout.
+class Fp8Backend : public ExpertsBackend {
+ public:
+  ~Fp8Backend() override {
+    if (arena_) cudaFree(arena_);
+  }
+
+  void prepare_weights(const ExpertWeights& weights) override {
+    weights_ = weights;
+    w13_scales_ = weights.w13_scale;
+    w2_scales_ = weights.w2_scale;
+    if (per_tensor()) {
+      require_workspace();
+      expand_expert_scales(weights.w13_scale, e_local_, w13_blocks(), w13_expanded_);
+      expand_expert_scales(weights.w2_scale, e_local_, w2_blocks(), w2_expanded_);
+      w13_scales_ = w13_expanded_;
+      w2_scales_ = w2_expanded_;
+    }
+  }
+
+  std::size_t workspace_bytes() const override { return bytes_; }
+
+  void allocate_workspace() override {
+    if (arena_) return;
+    UNIMOE_CUDA_CHECK(cudaMalloc(&arena_, bytes_));
+    // Once, so that nothing is ever read unset (initcheck does not see the
+    // CUTLASS GEMM's TMA stores); forwards never clear it.
+    UNIMOE_CUDA_CHECK(cudaMemset(arena_, 0, bytes_));
+    WorkspaceCarver real(static_cast<char*>(arena_));
+    carve(real);
+  }
+
+ protected:
+  Fp8Backend(ExpertsPath path, const MoEConfig& config, int max_tokens)
+      : ExpertsBackend(path),
+        config_(config),
+        max_tokens_(max_tokens),
+        e_local_(config.local_experts()),
+        hidden_(config.experts.hidden),
+        inter_(config.experts.intermediate),
+        n1_(config.gemm1_cols()),
+        max_rows_(static_cast<std::size_t>(max_tokens) * config.routing.top_k),
+        x_ld_(scales_ld(max_tokens)),
+        rows_ld_(scales_ld(max_rows_)) {}
+
+  // Sizes the arena (call at the end of the derived constructor).
+  void size_workspace() {
+    WorkspaceCarver dry(nullptr);
+    carve(dry);
+    bytes_ = dry.used();
+  }
+
+  // The derived backend's own buffers, after the shared ones.
+  virtual void carve_own(WorkspaceCarver& c) = 0;
+
+  bool per_tensor() const { return config_.experts.quant == QuantVariant::FP8PerTensor; }
+  int w13_blocks() const { return (n1_ / kBlock) * (hidden_ / kBlock); }
+  int w2_blocks() const { return (hidden_ / kBlock) * (inter_ / kBlock); }
+
+  void require_workspace() const {
+    if (!arena_)
+      throw std::runtime_error(std::string("the ") + name() +
+                               " path's FP8 buffers were not allocated for this layer");
+  }
+
+  // x [T, H] bf16 -> x_codes_ [T, H] and x_scales_ (group-major, x_ld_).
+  void quantize_x(const ExpertsCall& call, KernelStream stream) {
+    if (per_tensor()) {
+      Fp8TensorQuantParams q;
+      q.x = call.x;
+      q.rows = call.num_tokens;
+      q.cols = hidden_;
+      q.static_scale = weights_.x_scale;
+      q.codes = x_codes_;
+      q.scale = tensor_scales_;
+      q.scratch = x_scratch_;
+      q.row_scales = x_scales_;
+      q.row_scales_ld = x_ld_;
+      launch_quantize_fp8_tensor(q, stream);
+    } else {
+      Fp8RowQuantParams q;
+      q.x = call.x;
+      q.rows = call.num_tokens;
+      q.cols = hidden_;
+      q.codes = x_codes_;
+      q.scales = x_scales_;
+      q.scales_ld = x_ld_;
+      launch_quantize_fp8_rows(q, stream);
+    }
+  }
+
+  // act_f32_ [rows, I] -> act_codes_ and act_scales_ (group-major, rows_ld_),
+  // over the live rows (expert_offsets[E_local]) of a T * K capacity.
+  void quantize_act(const ExpertsCall& call, KernelStream stream) {
+    const int capacity = call.num_tokens * config_.routing.top_k;
+    const int32_t* live = call.expert_offsets + e_local_;
+    if (per_tensor()) {
+      Fp8TensorQuantParams q;
+      q.x_f32 = act_f32_;
+      q.rows = capacity;
+      q.cols = inter_;
+      q.rows_device = live;
+      q.static_scale = weights_.act_scale;
+      q.codes = act_codes_;
+      q.scale = tensor_scales_ + 1;
+      q.scratch = act_scratch_;
+      q.row_scales = act_scales_;
+      q.row_scales_ld = rows_ld_;
+      launch_quantize_fp8_tensor(q, stream);
+    } else {
+      Fp8RowQuantParams q;
+      q.x_f32 = act_f32_;
+      q.rows = capacity;
+      q.cols = inter_;
+      q.rows_device = live;
+      q.codes = act_codes_;
+      q.scales = act_scales_;
+      q.scales_ld = rows_ld_;
+      launch_quantize_fp8_rows(q, stream);
+    }
+  }
+
+  MoEConfig config_;
+  int max_tokens_;
+  int e_local_, hidden_, inter_, n1_;
+  std::size_t max_rows_;
+  int x_ld_, rows_ld_;
+  ExpertWeights weights_{};
+  const float* w13_scales_ = nullptr;  // block layout: the checkpoint's, or expanded
+  const float* w2_scales_ = nullptr;
+
+  // Shared buffers (pointers into the arena).
+  uint8_t* x_codes_ = nullptr;     // [max_tokens, H]
+  float* x_scales_ = nullptr;      // [H / 128, x_ld_]
+  float* act_f32_ = nullptr;       // [T*K, I] activated GEMM1 output
+  uint8_t* act_codes_ = nullptr;   // [T*K, I]
+  float* act_scales_ = nullptr;    // [I / 128, rows_ld_]
+  float* tensor_scales_ = nullptr; // FP8PerTensor: the scales of x and of the activation
+  float* x_scratch_ = nullptr;     // FP8PerTensor dynamic amax partials
+  float* act_scratch_ = nullptr;
+  float* w13_expanded_ = nullptr;  // FP8PerTensor: [E_local, n1 / 128, H / 128]
+  float* w2_expanded_ = nullptr;   //               [E_local, H / 128, I / 128]
+
+ private:
+  void carve(WorkspaceCarver& c) {
+    x_codes_ = c.take<uint8_t>(static_cast<std::size_t>(max_tokens_) * hidden_);
+    x_scales_ = c.take<float>(static_cast<std::size_t>(hidden_ / kBlock) * x_ld_);
+    act_f32_ = c.take<float>(max_rows_ * inter_);
+    act_codes_ = c.take<uint8_t>(max_rows_ * inter_);
+    act_scales_ = c.take<float>(static_cast<std::size_t>(inter_ / kBlock) * rows_ld_);
+    if (per_tensor()) {
+      tensor_scales_ = c.take<float>(2);
+      x_scratch_ = c.take<float>(quantize_fp8_tensor_scratch_floats(max_tokens_, hidden_));
+      act_scratch_ = c.take<float>(
+          quantize_fp8_tensor_scratch_floats(static_cast<int>(max_rows_), inter_));
+      w13_expanded_ = c.take<float>(static_cast<std::size_t>(e_local_) * w13_blocks());
+      w2_expanded_ = c.take<float>(static_cast<std::size_t>(e_local_) * w2_blocks());
+    }
+    carve_own(c);
+  }
+
+  std::size_t bytes_ = 0;
+  void* arena_ = nullptr;
+};
+
+class Fp8StreamBackend final : public Fp8Backend {
+ public:
+  Fp8StreamBackend(const MoEConfig& config, int max_tokens)
+      : Fp8Backend(ExpertsPath::Stream, config, max_tokens) {
+    size_workspace();
+  }
+
+  void run_gemm1(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) override {
+    require_workspace();
+    const KernelStream chain(stream, plan.pdl);
+    quantize_x(call, chain);
+    Fp8StreamGemmParams p = common(call, plan);
+    p.a = x_codes_;
+    p.a_scales = x_scales_;
+    p.a_scales_ld = x_ld_;
+    p.gather = call.permuted_to_expanded;
+    p.top_k = config_.routing.top_k;
+    p.b = static_cast<const uint8_t*>(weights_.w13);
+    p.b_scales = w13_scales_;
+    p.bias = weights_.b13;
+    p.b_rows = n1_;
+    p.k = hidden_;
+    p.n_out = inter_;
+    p.epilogue = epilogue_of(config_.experts.activation);
+    p.up_offset = is_gated(p.epilogue) ? inter_ : 0;
+    p.alpha = config_.experts.swiglu_alpha;
+    p.limit = config_.experts.swiglu_limit;
+    p.out_f32 = act_f32_;
+    launch_fp8_stream_gemm(p, chain);
+    quantize_act(call, chain);
+  }
+
+  void run_gemm2(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) override {
+    require_workspace();
+    Fp8StreamGemmParams p = common(call, plan);
+    p.a = act_codes_;
+    p.a_scales = act_scales_;
+    p.a_scales_ld = rows_ld_;
+    p.b = static_cast<const uint8_t*>(weights_.w2);
+    p.b_scales = w2_scales_;
+    p.bias = weights_.b2;
+    p.b_rows = hidden_;
+    p.k = inter_;
+    p.n_out = hidden_;
+    p.epilogue = GemmEpilogue::Identity;
+    p.out_bf16 = call.y;
+    launch_fp8_stream_gemm(p, KernelStream(stream, plan.pdl));
+  }
+
+  // GEMM2's epilogue adds b2.
+  const float* finalize_b2() const override { return nullptr; }
+
+ private:
+  void carve_own(WorkspaceCarver&) override {}
+
+  // The schedule and the PDL behaviour, as the BF16 stream path's: the tile
+  // schedule (and the weights) were complete before the kernel ahead of
+  // each GEMM began (that kernel is a quantize kernel, which waited for the
+  // permute or GEMM1), so both read them before their wait, and let the
+  // next kernel launch once their loads are done.
+  Fp8StreamGemmParams common(const ExpertsCall& call, const LayerPlan& plan) const {
+    Fp8StreamGemmParams p;
+    p.tiles = call.tiles;
+    p.num_tiles = call.num_tiles;
+    p.max_tiles = call.max_tiles;
+    p.prefetch_before_wait = plan.read_before_wait;
+    p.early_dependents = plan.read_before_wait;
+    return p;
+  }
+};
+
+class Fp8CutlassBackend final : public Fp8Backend {
+ public:
+  Fp8CutlassBackend(const MoEConfig& config, int max_tokens, int sm_count)
+      : Fp8Backend(ExpertsPath::Cutlass, config, max_tokens), sm_count_(sm_count) {
+    size_workspace();
+  }
+
+  void run_gemm1(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) override {
+    require_workspace();
+    const KernelStream chain(stream, plan.pdl);
+    const int capacity = call.num_tokens * config_.routing.top_k;
+    quantize_x(call, chain);
+    GatherFp8RowsParams g;
+    g.codes = x_codes_;
+    g.scales = x_scales_;
+    g.scales_ld = x_ld_;
+    g.permuted_to_expanded = call.permuted_to_expanded;
+    g.expert_offsets = call.expert_offsets;
+    g.num_groups = e_local_;
+    g.top_k = config_.routing.top_k;
+    g.hidden = hidden_;
+    g.capacity = capacity;
+    g.out_codes = gathered_codes_;
+    g.out_scales = gathered_scales_;
+    g.out_scales_ld = rows_ld_;
+    launch_gather_fp8_rows(g, chain);
+    run_gemm(call, gathered_codes_, gathered_scales_, weights_.w13, w13_scales_, h_, n1_, hidden_,
+             chain);
+    GatedActivationParams act;
+    act.h = h_;
+    act.b13 = weights_.b13;
+    act.expert_offsets = call.expert_offsets;
+    act.num_groups = e_local_;
+    act.capacity = capacity;
+    act.intermediate = inter_;
+    act.activation = config_.experts.activation;
+    act.swiglu_alpha = config_.experts.swiglu_alpha;
+    act.swiglu_limit = config_.experts.swiglu_limit;
+    act.out_f32 = act_f32_;
+    launch_gated_activation(act, chain);
+    quantize_act(call, chain);
+  }
+
+  void run_gemm2(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) override {
+    require_workspace();
+    run_gemm(call, act_codes_, act_scales_, weights_.w2, w2_scales_, call.y, hidden_, inter_,
+             KernelStream(stream, plan.pdl));
+  }
+
+  // The grouped GEMM has no bias epilogue: the finalize adds b2 (or nothing).
+  const float* finalize_b2() const override { return weights_.b2; }
+
+ private:
+  void carve_own(WorkspaceCarver& c) override {
+    gathered_codes_ = c.take<uint8_t>(max_rows_ * hidden_);
+    gathered_scales_ = c.take<float>(static_cast<std::size_t>(hidden_ / kBlock) * rows_ld_);
+    h_ = c.take<uint16_t>(max_rows_ * n1_);
+    gemm_workspace_ = c.take<char>(sm90_fp8_grouped_gemm_workspace_bytes(e_local_, sm_count_));
+  }
+
+  // The tile: 64-row pingpong while experts hold few rows (most of a
+  // 128-row tile would be padding), 128x128 cooperative from 64 rows per
+  // expert on average. Not yet measured on the device.
+  Sm90Fp8GemmTactic tactic_for(int num_tokens) const {
+    const double per_expert = static_cast<double>(num_tokens) * config_.routing.top_k / e_local_;
+    return per_expert < 64 ? Sm90Fp8GemmTactic::Pingpong64x128
+                           : Sm90Fp8GemmTactic::Cooperative128x128;
+  }
+
+  void run_gemm(const ExpertsCall& call, const uint8_t* a, const float* a_scales, const void* b,
+                const float* b_scales, uint16_t* d, int n, int k, KernelStream stream) const {
+    Sm90Fp8GroupedGemmParams p;
+    p.a = a;
+    p.a_scales = a_scales;
+    p.a_scales_ld = rows_ld_;
+    p.expert_offsets = call.expert_offsets;
+    p.b = static_cast<const uint8_t*>(b);
+    p.b_scales = b_scales;
+    p.d = d;
+    p.num_groups = e_local_;
+    p.n = n;
+    p.k = k;
+    p.workspace = gemm_workspace_;
+    p.sm_count = sm_count_;
+    p.tactic = tactic_for(call.num_tokens);
+    launch_sm90_fp8_grouped_gemm(p, stream);
+  }
+
+  int sm_count_;
+  uint8_t* gathered_codes_ = nullptr;  // [T*K, H] x codes in permuted order
+  float* gathered_scales_ = nullptr;   // [H / 128, rows_ld_]
+  uint16_t* h_ = nullptr;              // [T*K, gemm1_cols] GEMM1 output before the activation
+  void* gemm_workspace_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<ExpertsBackend> make_fp8_experts_backend(ExpertsPath p, const MoEConfig& config,
+                                                         int max_tokens, int sm_count) {
+  switch (p) {
+    case ExpertsPath::Stream: return std::make_unique<Fp8StreamBackend>(config, max_tokens);
+    case ExpertsPath::Cutlass:
+      return std::make_unique<Fp8CutlassBackend>(config, max_tokens, sm_count);
+    case ExpertsPath::Mma: break;
+  }
+  return nullptr;
+}
+
+}  // namespace unimoe
