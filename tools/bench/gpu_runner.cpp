@@ -6,6 +6,7 @@
 
 #if defined(UNIMOE_WITH_CUDA)
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -37,6 +38,63 @@ bool is_tuner_line(const std::string& line) {
   for (const char* prefix : {"timed ", "rejected ", "winner "})
     if (line.rfind(prefix, 0) == 0) return true;
   return false;
+}
+
+void check_lt(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error(std::string("cuBLASLt ") + what + " failed: status " +
+                             std::to_string(static_cast<int>(status)));
+}
+
+// The e4m3 ceiling: an 8192^3 GEMM through cuBLASLt, e4m3 operands (A
+// transposed, the layout its FP8 kernels take), fp32 accumulation, bf16 out.
+double measure_fp8_matmul_tflops(cudaStream_t stream) {
+  const int n = 8192;
+  const std::size_t elems = std::size_t(n) * n;
+  const std::size_t ws_bytes = std::size_t(32) << 20;
+  DeviceMem a(elems), b(elems), d(elems * 2), workspace(ws_bytes);
+  // Any bytes do for timing: fill them from bf16 draws.
+  launch_fill_bf16(a.as<uint16_t>(), elems / 2, 3, 1.0f, stream);
+  launch_fill_bf16(b.as<uint16_t>(), elems / 2, 4, 1.0f, stream);
+  cublasLtHandle_t lt;
+  check_lt(cublasLtCreate(&lt), "create");
+  cublasLtMatmulDesc_t op;
+  check_lt(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+  const cublasOperation_t trans = CUBLAS_OP_T, no_trans = CUBLAS_OP_N;
+  check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof trans), "transa");
+  check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &no_trans, sizeof no_trans), "transb");
+  cublasLtMatrixLayout_t la, lb, ld;
+  check_lt(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, n, n, n), "layout a");
+  check_lt(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, n, n, n), "layout b");
+  check_lt(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, n, n, n), "layout d");
+  cublasLtMatmulPreference_t pref;
+  check_lt(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                &ws_bytes, sizeof ws_bytes),
+           "workspace preference");
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  check_lt(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, &heuristic, &found),
+           "heuristic");
+  if (found == 0) throw std::runtime_error("cuBLASLt has no e4m3 GEMM for this device");
+  const float one = 1.0f, zero = 0.0f;
+  auto gemm = [&] {
+    check_lt(cublasLtMatmul(lt, op, &one, a.p, la, b.p, lb, &zero, d.p, ld, d.p, ld,
+                            &heuristic.algo, workspace.p, ws_bytes, stream),
+             "matmul");
+  };
+  gemm();
+  UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraphExec_t g = capture(stream, gemm);
+  const double us = median_replay_us(g, stream, 10, 1);
+  cudaGraphExecDestroy(g);
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatmulDescDestroy(op);
+  cublasLtDestroy(lt);
+  return 2.0 * n * n * double(n) / (us * 1e6);
 }
 
 Ceilings measure_ceilings(cudaStream_t stream) {
@@ -76,6 +134,7 @@ Ceilings measure_ceilings(cudaStream_t stream) {
     cublasDestroy(h);
     c.matmul_tflops = 2.0 * n * n * double(n) / (us * 1e6);
   }
+  c.fp8_matmul_tflops = measure_fp8_matmul_tflops(stream);
   return c;
 }
 
@@ -249,8 +308,9 @@ RunResult run_gpu(const Options& opt) {
   UNIMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   std::fprintf(stderr, "measuring ceilings on %s ...\n", prop.name);
   result.ceilings = measure_ceilings(stream);
-  std::fprintf(stderr, "  bandwidth %.3f TB/s, bf16 matmul %.1f TFLOP/s\n", result.ceilings.bandwidth_tbps,
-               result.ceilings.matmul_tflops);
+  std::fprintf(stderr, "  bandwidth %.3f TB/s, bf16 matmul %.1f TFLOP/s, e4m3 matmul %.1f TFLOP/s\n",
+               result.ceilings.bandwidth_tbps, result.ceilings.matmul_tflops,
+               result.ceilings.fp8_matmul_tflops);
   for (const std::string& name : opt.presets)
     for (const std::string& backend : opt.backends)
       run_preset(opt, name, backend, opt.autotune, stream, result);

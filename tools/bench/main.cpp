@@ -26,9 +26,10 @@ std::string preset_help() {
 }
 
 void print_table(const RunResult& r) {
-  std::printf("\n%s on %s\n", r.mode == "gpu" ? "unimoe BF16 MoE layer" : "CPU reference", r.device.c_str());
+  std::printf("\n%s on %s\n", r.mode == "gpu" ? "unimoe MoE layer" : "CPU reference", r.device.c_str());
   if (!r.note.empty()) std::printf("NOTE: %s\n", r.note.c_str());
-  std::printf("ceilings: %.3f TB/s, %.1f TFLOP/s%s\n", r.ceilings.bandwidth_tbps, r.ceilings.matmul_tflops,
+  std::printf("ceilings: %.3f TB/s, %.1f TFLOP/s bf16, %.1f TFLOP/s e4m3%s\n",
+              r.ceilings.bandwidth_tbps, r.ceilings.matmul_tflops, r.ceilings.fp8_matmul_tflops,
               r.mode == "gpu" ? " (measured in this run)" : " (H200 reference values)");
   std::printf("columns: time and floor in us; rel_err vs the CPU reference; a peer's (xN) is its time over unimoe's\n");
   std::printf("%-16s %-13s %6s %6s %10s %10s %7s %7s %8s %9s  %s\n", "preset", "backend", "T", "active", "time_us",
@@ -107,7 +108,9 @@ void write_json(const Options& opt, const RunResult& r) {
   doc["device"] = r.device;
   doc["note"] = r.note;
   doc["routing"] = opt.routing;
-  doc["ceilings"] = {{"bandwidth_TBps", r.ceilings.bandwidth_tbps}, {"matmul_TFLOPs", r.ceilings.matmul_tflops}};
+  doc["ceilings"] = {{"bandwidth_TBps", r.ceilings.bandwidth_tbps},
+                     {"matmul_TFLOPs", r.ceilings.matmul_tflops},
+                     {"fp8_matmul_TFLOPs", r.ceilings.fp8_matmul_tflops}};
   for (const Point& p : r.points) {
     nlohmann::json row = {{"preset", p.preset},
                           {"backend", p.backend},

@@ -31,7 +31,10 @@ FloorEstimate layer_floor(const MoEConfig& c, int num_tokens, double active_expe
             2.0 * t * h * 2.0 + t * c.routing.num_experts * logits_bytes;
   f.flops = 2.0 * t * c.routing.top_k * per_expert;
   f.memory_us = ceil.bandwidth_tbps > 0 ? f.bytes / (ceil.bandwidth_tbps * 1e6) : 0;
-  f.compute_us = ceil.matmul_tflops > 0 ? f.flops / (ceil.matmul_tflops * 1e6) : 0;
+  const bool fp8 = c.experts.quant == QuantVariant::FP8Block128 ||
+                   c.experts.quant == QuantVariant::FP8PerTensor;
+  const double rate = fp8 ? ceil.fp8_matmul_tflops : ceil.matmul_tflops;
+  f.compute_us = rate > 0 ? f.flops / (rate * 1e6) : 0;
   f.floor_us = std::max(f.memory_us, f.compute_us);
   return f;
 }
