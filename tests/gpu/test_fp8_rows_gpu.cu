@@ -1,0 +1,227 @@
+// The row kernels the FP8 paths add around their GEMMs, against the CPU
+// reference: the quantize kernels on fp32 input with group-major scales
+// (scale of (row r, group g) at scales[g * ld + r]) and the per-tensor
+// scale broadcast to every (row, group); the gather of e4m3 rows and their
+// scales into permuted order; the activation kernel's fp32 output. Codes
+// and scales are compared bit for bit; outputs are poisoned (0xff) first and
+// what must not be written is checked to still hold the poison.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/hash_random.h"
+#include "gpu/gpu_test_util.h"
+#include "kernels/permute/expert_rows.cuh"
+#include "kernels/quant/fp8_quant.cuh"
+#include "ref/ref.h"
+
+namespace unimoe {
+namespace {
+
+using test::DeviceBuffer;
+
+constexpr uint32_t kPoison = 0xffffffffu;
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+// fp32 values [rows, cols], row r spread over 2^(r % 9 - 4): each group's
+// scale differs from its neighbours'.
+std::vector<float> random_f32(int rows, int cols, uint64_t seed) {
+  std::vector<float> x(static_cast<std::size_t>(rows) * cols);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = std::ldexp(hash_uniform(seed, i), static_cast<int>(i / cols % 9) - 4);
+  return x;
+}
+
+TEST(Fp8RowsGpu, RowQuantOfFp32WithGroupMajorScales) {
+  UNIMOE_REQUIRE_GPU();
+  constexpr int kRows = 37, kCols = 400, kLd = 40, kLive = 30;  // groups 128, 128, 128, 16
+  const int groups = (kCols + 127) / 128;
+  const std::vector<float> x = random_f32(kRows, kCols, 5);
+  DeviceBuffer<float> dx(x), scales(static_cast<std::size_t>(groups) * kLd);
+  DeviceBuffer<uint8_t> codes(x.size());
+  DeviceBuffer<int32_t> live(std::vector<int32_t>{kLive});
+  codes.poison();
+  scales.poison();
+  Fp8RowQuantParams p;
+  p.x_f32 = dx.get();
+  p.rows = kRows;
+  p.cols = kCols;
+  p.rows_device = live.get();
+  p.codes = codes.get();
+  p.scales = scales.get();
+  p.scales_ld = kLd;
+  launch_quantize_fp8_rows(p, nullptr);
+  UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint8_t> got_codes = codes.download();
+  const std::vector<float> got_scales = scales.download();
+  int bad_codes = 0, bad_scales = 0;
+  for (int r = 0; r < kRows; ++r) {
+    const ref::QuantMatrix want =
+        ref::quantize(QuantVariant::FP8Block128, x.data() + static_cast<std::size_t>(r) * kCols, 1, kCols);
+    for (int g = 0; g < groups; ++g) {
+      const uint32_t got = bits_of(got_scales[static_cast<std::size_t>(g) * kLd + r]);
+      bad_scales += got != (r < kLive ? bits_of(want.scales[g]) : kPoison);
+    }
+    for (int c = 0; c < kCols; ++c)
+      bad_codes += got_codes[static_cast<std::size_t>(r) * kCols + c] != (r < kLive ? want.data[c] : 0xff);
+  }
+  // Entries of the scale array past the capacity (rows kRows..kLd) are never written.
+  for (int g = 0; g < groups; ++g)
+    for (int r = kRows; r < kLd; ++r) bad_scales += bits_of(got_scales[g * kLd + r]) != kPoison;
+  EXPECT_EQ(bad_codes, 0);
+  EXPECT_EQ(bad_scales, 0);
+}
+
+TEST(Fp8RowsGpu, TensorQuantOfFp32BroadcastsItsScale) {
+  UNIMOE_REQUIRE_GPU();
+  constexpr int kRows = 50, kCols = 256, kLd = 52, kLive = 41;
+  const std::vector<float> x = random_f32(kRows, kCols, 9);
+  for (const bool given : {false, true}) {
+    SCOPED_TRACE(given ? "static scale" : "dynamic scale");
+    const float static_value = 0.0123f;
+    DeviceBuffer<float> dx(x), scale(1), scratch(quantize_fp8_tensor_scratch_floats(kRows, kCols));
+    DeviceBuffer<float> row_scales(2 * kLd), static_scale(std::vector<float>{static_value});
+    DeviceBuffer<uint8_t> codes(x.size());
+    DeviceBuffer<int32_t> live(std::vector<int32_t>{kLive});
+    codes.poison();
+    row_scales.poison();
+    Fp8TensorQuantParams p;
+    p.x_f32 = dx.get();
+    p.rows = kRows;
+    p.cols = kCols;
+    p.rows_device = live.get();
+    p.static_scale = given ? static_scale.get() : nullptr;
+    p.codes = codes.get();
+    p.scale = scale.get();
+    p.scratch = scratch.get();
+    p.row_scales = row_scales.get();
+    p.row_scales_ld = kLd;
+    launch_quantize_fp8_tensor(p, nullptr);
+    UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    // The reference's rule over the live rows: dynamic amax / 448, or the static scale.
+    std::vector<float> want(x.begin(), x.begin() + kLive * kCols);
+    ref::quantize_activation(QuantVariant::FP8PerTensor, want.data(), kLive, kCols,
+                             given ? static_value : 0.0f);
+    const float s = scale.download()[0];
+    if (given) EXPECT_EQ(s, static_value);
+    const std::vector<uint8_t> got = codes.download();
+    int bad = 0;
+    for (std::size_t i = 0; i < got.size(); ++i)
+      bad += i < want.size() ? !(ref::e4m3_to_f32(got[i]) * s == want[i]) : got[i] != 0xff;
+    EXPECT_EQ(bad, 0);
+    const std::vector<float> rs = row_scales.download();
+    for (int g = 0; g < 2; ++g)
+      for (int r = 0; r < kLd; ++r)
+        EXPECT_EQ(bits_of(rs[g * kLd + r]), r < kLive ? bits_of(s) : kPoison) << g << " " << r;
+  }
+}
+
+TEST(Fp8RowsGpu, GatherCopiesCodesAndScalesInPermutedOrder) {
+  UNIMOE_REQUIRE_GPU();
+  constexpr int kTokens = 9, kTopK = 3, kHidden = 384, kGroups = 3, kLdIn = 12, kLdOut = 28;
+  constexpr int kCapacity = kTokens * kTopK, kLive = 20;
+  std::vector<uint8_t> codes(kTokens * kHidden);
+  for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>(hash64(i) & 0x7e);
+  std::vector<float> scales(kGroups * kLdIn);
+  for (std::size_t i = 0; i < scales.size(); ++i) scales[i] = 1.0f + static_cast<float>(i);
+  std::vector<int32_t> p2e(kCapacity);
+  std::iota(p2e.begin(), p2e.end(), 0);
+  for (int i = 0; i < kCapacity; ++i) std::swap(p2e[i], p2e[hash64(100 + i) % kCapacity]);
+  // Two groups: 12 and 8 live rows, then the rest of the capacity unused.
+  const std::vector<int32_t> offsets = {0, 12, kLive};
+  DeviceBuffer<uint8_t> d_codes(codes), out_codes(static_cast<std::size_t>(kCapacity) * kHidden);
+  DeviceBuffer<float> d_scales(scales), out_scales(kGroups * kLdOut);
+  DeviceBuffer<int32_t> d_p2e(p2e), d_offsets(offsets);
+  out_codes.poison();
+  out_scales.poison();
+  GatherFp8RowsParams g;
+  g.codes = d_codes.get();
+  g.scales = d_scales.get();
+  g.scales_ld = kLdIn;
+  g.permuted_to_expanded = d_p2e.get();
+  g.expert_offsets = d_offsets.get();
+  g.num_groups = 2;
+  g.top_k = kTopK;
+  g.hidden = kHidden;
+  g.capacity = kCapacity;
+  g.out_codes = out_codes.get();
+  g.out_scales = out_scales.get();
+  g.out_scales_ld = kLdOut;
+  launch_gather_fp8_rows(g, nullptr);
+  UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint8_t> got = out_codes.download();
+  const std::vector<float> got_scales = out_scales.download();
+  int bad = 0;
+  for (int r = 0; r < kCapacity; ++r) {
+    const int t = p2e[r] / kTopK;
+    for (int c = 0; c < kHidden; ++c)
+      bad += got[r * kHidden + c] != (r < kLive ? codes[t * kHidden + c] : 0xff);
+    for (int q = 0; q < kGroups; ++q)
+      bad += bits_of(got_scales[q * kLdOut + r]) !=
+             (r < kLive ? bits_of(scales[q * kLdIn + t]) : kPoison);
+  }
+  EXPECT_EQ(bad, 0);
+  g.hidden = 200;  // not a multiple of 128
+  EXPECT_THROW(launch_gather_fp8_rows(g, nullptr), std::invalid_argument);
+}
+
+TEST(Fp8RowsGpu, ActivationWritesFp32) {
+  UNIMOE_REQUIRE_GPU();
+  constexpr int kRows = 19, kInter = 136, kLive = 15;
+  const std::vector<int32_t> offsets = {0, 4, 4, kLive};  // the middle expert is empty
+  std::vector<uint16_t> h(static_cast<std::size_t>(kRows) * 2 * kInter);
+  for (std::size_t i = 0; i < h.size(); ++i) h[i] = ref::f32_to_bf16(3.0f * hash_uniform(21, i));
+  std::vector<float> b13(3 * 2 * kInter);
+  for (std::size_t i = 0; i < b13.size(); ++i) b13[i] = 0.1f * hash_uniform(22, i);
+  DeviceBuffer<uint16_t> dh(h);
+  DeviceBuffer<float> db(b13), out(static_cast<std::size_t>(kRows) * kInter);
+  DeviceBuffer<int32_t> doff(offsets);
+  out.poison();
+  GatedActivationParams p;
+  p.h = dh.get();
+  p.b13 = db.get();
+  p.expert_offsets = doff.get();
+  p.num_groups = 3;
+  p.capacity = kRows;
+  p.intermediate = kInter;
+  p.activation = Activation::SwiGLU;
+  p.out_f32 = out.get();
+  launch_gated_activation(p, nullptr);
+  UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> got = out.download();
+  double err = 0, norm = 0;
+  int untouched = 0;
+  for (int r = 0; r < kRows; ++r) {
+    const int e = r < 4 ? 0 : 2;
+    for (int j = 0; j < kInter; ++j) {
+      const float v = got[static_cast<std::size_t>(r) * kInter + j];
+      if (r >= kLive) {
+        untouched += bits_of(v) == kPoison;
+        continue;
+      }
+      const double g = ref::bf16_to_f32(h[r * 2 * kInter + j]) + b13[e * 2 * kInter + j];
+      const double u = ref::bf16_to_f32(h[r * 2 * kInter + kInter + j]) + b13[e * 2 * kInter + kInter + j];
+      const double want = ref::activate(Activation::SwiGLU, g, u, 0, 0);
+      err += (v - want) * (v - want);
+      norm += want * want;
+    }
+  }
+  // fp32 math against fp64: only rounding differs, far below bf16's 4e-3.
+  EXPECT_LT(std::sqrt(err / norm), 1e-6);
+  EXPECT_EQ(untouched, (kRows - kLive) * kInter);
+  p.out = reinterpret_cast<uint16_t*>(out.get());  // both outputs: refused
+  EXPECT_THROW(launch_gated_activation(p, nullptr), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace unimoe
