@@ -43,10 +43,32 @@ std::vector<float> download_f32(const float* base, std::size_t offset, std::size
   return values;
 }
 
+// The values of one expert's FP8 matrix [rows, cols] at `offset` codes into
+// `codes`: e4m3 value times the scale of its 128 x 128 block (scales
+// [rows / 128, cols / 128] at `scales`, FP8Block128) or of the matrix (one
+// float at `scales`, FP8PerTensor), as the layer's GEMMs read them.
+std::vector<float> download_fp8(QuantVariant q, const void* codes, std::size_t offset,
+                                const float* scales, int rows, int cols) {
+  const std::size_t n = static_cast<std::size_t>(rows) * cols;
+  std::vector<uint8_t> bits(n);
+  UNIMOE_CUDA_CHECK(cudaMemcpy(bits.data(), static_cast<const uint8_t*>(codes) + offset, n,
+                               cudaMemcpyDeviceToHost));
+  const int block_cols = cols / 128;
+  const std::vector<float> s = download_f32(
+      scales, 0, q == QuantVariant::FP8Block128 ? static_cast<std::size_t>(rows / 128) * block_cols : 1);
+  std::vector<float> values(n);
+  for (std::size_t j = 0; j < n; ++j) {
+    const std::size_t r = j / cols, c = j % cols;
+    const float scale = s.size() == 1 ? s[0] : s[(r / 128) * block_cols + c / 128];
+    values[j] = ref::e4m3_to_f32(bits[j]) * scale;
+  }
+  return values;
+}
+
 // The layer's device weights as the reference's WeightSource: each local
-// expert the reference asks for is downloaded once (bf16 -> float) and kept
-// for the life of this object, so the views stay valid. Thread-safe: the
-// reference asks from its worker threads.
+// expert the reference asks for is downloaded once (bf16, or e4m3 codes and
+// their scales, -> float) and kept for the life of this object, so the
+// views stay valid. Thread-safe: the reference asks from its worker threads.
 class DeviceWeightSource {
  public:
   DeviceWeightSource(const MoEConfig& c, const ExpertWeights& w) : c_(c), w_(w) {
@@ -70,8 +92,16 @@ class DeviceWeightSource {
       UNIMOE_CUDA_CHECK(cudaSetDevice(device_));
       const std::size_t h = c_.experts.hidden, i = c_.experts.intermediate, n1 = c_.gemm1_cols();
       Expert x;
-      x.w13 = download_bf16(w_.w13, e * n1 * h, n1 * h);  // [gemm1_cols, H]
-      x.w2 = download_bf16(w_.w2, e * h * i, h * i);      // [H, I]
+      const QuantVariant q = c_.experts.quant;
+      if (q == QuantVariant::FP8Block128 || q == QuantVariant::FP8PerTensor) {
+        const bool block = q == QuantVariant::FP8Block128;
+        const std::size_t s13 = block ? (n1 / 128) * (h / 128) : 1, s2 = block ? (h / 128) * (i / 128) : 1;
+        x.w13 = download_fp8(q, w_.w13, e * n1 * h, w_.w13_scale + e * s13, int(n1), int(h));
+        x.w2 = download_fp8(q, w_.w2, e * h * i, w_.w2_scale + e * s2, int(h), int(i));
+      } else {
+        x.w13 = download_bf16(w_.w13, e * n1 * h, n1 * h);  // [gemm1_cols, H]
+        x.w2 = download_bf16(w_.w2, e * h * i, h * i);      // [H, I]
+      }
       if (c_.experts.has_bias) {
         x.b13 = download_f32(w_.b13, e * n1, n1);  // [gemm1_cols]
         x.b2 = download_f32(w_.b2, e * h, h);      // [H]
@@ -114,6 +144,7 @@ struct AutotuneRun {
   std::vector<float> host_routing_bias;
   std::unique_ptr<DeviceMem> routing_bias;
   DeviceWeightSource weights;
+  ref::ActivationScales static_scales;  // FP8PerTensor's, when the weights carry them
   cudaStream_t stream;
 };
 
@@ -156,7 +187,8 @@ TuningChoice tune_bucket(AutotuneRun& run, const AutotuneTarget& target,
   const ref::Routing routing = ref::route(c.routing, set0_logits.data(), check,
                                           run.routing_bias ? run.host_routing_bias.data() : nullptr);
   const std::vector<float> x = download_bf16(sets[0].x->p, 0, check * h);
-  const std::vector<float> want = ref::moe_forward(c, run.weights.source(), x.data(), routing);
+  const std::vector<float> want =
+      ref::moe_forward(c, run.weights.source(), x.data(), routing, 0, run.static_scales);
 
   std::vector<ForwardArgs> args;
   for (const InputSet& in : sets) args.push_back(in.args);
@@ -171,7 +203,7 @@ TuningChoice tune_bucket(AutotuneRun& run, const AutotuneTarget& target,
       [&](const TuningChoice& choice, std::string* why) {
         layer.set_tuned(target.bucket, choice);
         const double err = error_of_set0();
-        if (err < kTuningTolerance) return true;
+        if (err < reference_tolerance(c.experts.quant)) return true;
         *why = "relative L2 error " + std::to_string(err) + " vs the CPU reference";
         return false;
       },
@@ -206,7 +238,11 @@ std::string MoELayerImpl::autotune(const AutotuneOptions& options) {
 
   OwnStream stream;
   AutotuneRun run{*this, options, ref::seeds_for(kAutotuneSeed), {}, nullptr,
-                  DeviceWeightSource(config_, weights_), stream.s};
+                  DeviceWeightSource(config_, weights_), {}, stream.s};
+  if (weights_.x_scale)
+    UNIMOE_CUDA_CHECK(cudaMemcpy(&run.static_scales.x, weights_.x_scale, 4, cudaMemcpyDeviceToHost));
+  if (weights_.act_scale)
+    UNIMOE_CUDA_CHECK(cudaMemcpy(&run.static_scales.act, weights_.act_scale, 4, cudaMemcpyDeviceToHost));
   if (config_.routing.has_bias) {
     run.host_routing_bias = ref::host_bias(config_, run.seeds);
     run.routing_bias = std::make_unique<DeviceMem>(run.host_routing_bias.size() * 4);
