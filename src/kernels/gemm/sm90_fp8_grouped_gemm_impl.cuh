@@ -60,7 +60,7 @@ namespace unimoe::sm90_fp8 {
 using ElementAB = cutlass::float_e4m3_t;
 using ElementD = cutlass::bfloat16_t;
 using ElementAccumulator = float;
-using ElementScale = float;                    // the collective's ElementBlockScale: the accumulator type
+using ElementScale = float;  // the collective's ElementBlockScale: the accumulator type
 using LayoutA = cutlass::layout::RowMajor;     // A [M, K]: K-major
 using LayoutB = cutlass::layout::ColumnMajor;  // B (K, N) column-major = [N, K] row-major: K-major
 using LayoutD = cutlass::layout::RowMajor;     // D [M, N]
@@ -75,8 +75,10 @@ inline constexpr int kScaleBlock = 128;
 // scales of consecutive K blocks are adjacent).
 using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<
     1, kScaleBlock, kScaleBlock, cute::GMMA::Major::MN, cute::GMMA::Major::K>;
-using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());  // ((_1,M),(_128,K/128),L):((_0,_1),(_0,ld),_)
-using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());  // ((_128,ceil(N/128)),(_128,K/128),L):((_0,K/128),(_0,_1),_)
+// ((_1,M),(_128,K/128),L) : ((_0,_1),(_0,ld),_) as a_scale_layout writes it
+using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
+// ((_128,ceil(N/128)),(_128,K/128),L) : ((_0,K/128),(_0,_1),_)
+using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 
 using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
 using GroupShape = ProblemShape::UnderlyingProblemShape;  // (M, N, K) of one group
@@ -190,8 +192,9 @@ struct Fp8GroupedGemm {
     typename Gemm::Arguments args{};
     args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
     args.problem_shape = {num_groups, arrays.shapes, nullptr};
-    args.mainloop = {arrays.a,        arrays.stride_a,        arrays.b,        arrays.stride_b,
-                     arrays.a_scales, arrays.a_scale_layouts, arrays.b_scales, arrays.b_scale_layouts};
+    args.mainloop = {arrays.a,        arrays.stride_a, arrays.b, arrays.stride_b,
+                     arrays.a_scales, arrays.a_scale_layouts,
+                     arrays.b_scales, arrays.b_scale_layouts};
     args.epilogue.ptr_C = nullptr;
     args.epilogue.dC = nullptr;
     args.epilogue.ptr_D = arrays.d;
