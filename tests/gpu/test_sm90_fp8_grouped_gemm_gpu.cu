@@ -141,9 +141,11 @@ std::vector<float> reference_gemm(const Fp8Inputs& in, const std::vector<int32_t
 // every value from `rows` to the capacity still holds the poison.
 // Metric: relative L2 < 1e-2, per row and over the whole output. The bf16
 // output rounding is at most 2^-9 of each value (about 2e-3 of a norm at
-// worst, less on average); the fp32 scale products and accumulators and the
-// tensor cores' sums within one 128-deep block add ~1e-5. A wrong row, group,
-// column or scale gives errors of order 1.
+// worst, less on average). The tensor cores sum each 128-deep block with
+// about 14 significant bits before it is scaled into fp32 (the reason for
+// promoting per block), a few 1e-4 of a block's sum, up to ~1e-3 if the
+// truncations all lean one way; the fp32 scale products and accumulators add
+// ~1e-7. A wrong row, group, column or scale gives errors of order 1.
 void expect_gemm_output(const std::vector<uint16_t>& d_bits, const std::vector<float>& ref,
                         int rows, int n) {
   std::vector<float> d(static_cast<std::size_t>(rows) * n);
