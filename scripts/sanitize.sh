@@ -51,6 +51,9 @@
 #                            ExpertRows.* (gather), GatedActivationTest.*
 #   fp8 activation quant     Fp8QuantGpu.* (racecheck and initcheck: the two
 #                            special-values tests, both forms)
+#   fp8 weight quant         Fp8WeightsGpu.* but .IndicesPast32Bits (2 GB of
+#                            codes); racecheck and initcheck: .SpecialValues
+#                            (both variants)
 #   finalize, the layer      LayerGpu.OddSizesAndEveryActivation (every backend
 #                            and activation, b2 in the finalize on cutlass),
 #                            .ExpertParallelRangeDropsOffRankRows, .Precomputed
@@ -83,13 +86,16 @@ readonly kFullFilter="GpuSmoke.*\
 :Activations/GatedActivationTest.*\
 :LayerGpu.OddSizesAndEveryActivation:LayerGpu.ExpertParallelRangeDropsOffRankRows\
 :LayerGpu.PrecomputedRouting:FusedRoutingGpu.LayerVariantMatchesSplit:Backends/LayerGraphGpu.*\
-:Fp8QuantGpu.*"
+:Fp8QuantGpu.*\
+:Fp8WeightsGpu.Bf16SourceMatchesReference:Fp8WeightsGpu.SyntheticSourceMatchesReference\
+:Fp8WeightsGpu.SpecialValues:Fp8WeightsGpu.EmptyShapes:Fp8WeightsGpu.PerTensorLargeMatrix\
+:Fp8WeightsGpu.BadArguments"
 readonly kRacecheckFilter="PermuteGpu.GraphReplayOfRoutingAndPermute\
 :FusedRoutingGpu.ClusterWaysAtTheirBound:FusedRoutingGpu.ClusterOfTwoGraphReplayWithNewLogits\
 :GroupedGemm.OddSizesEveryActivation:GroupedGemm.StreamOneTokenTilesAtEveryKSplit\
 :Shapes/Sm90GroupedGemmTest.*/2\
 :LayerGpu.PrecomputedRouting:LayerGpu.ExpertParallelRangeDropsOffRankRows\
-:Fp8QuantGpu.RowsSpecialValues:Fp8QuantGpu.TensorSpecialValues"
+:Fp8QuantGpu.RowsSpecialValues:Fp8QuantGpu.TensorSpecialValues:Fp8WeightsGpu.SpecialValues"
 # initcheck, which tracks every byte of device memory, runs the racecheck
 # filter and the CUTLASS workspace's and the gather's tests (the whole
 # filter took over 140 s on an H100, mostly in the layer tests at H=2048).

@@ -15,6 +15,7 @@
 #include "layer/moe_layer.h"
 #include "ref/ref.h"
 #include "ref/synthetic.h"
+#include "support/device_weights.h"
 
 namespace unimoe::test {
 
@@ -24,30 +25,20 @@ namespace unimoe::test {
 // bf16: expected errors are a few 1e-3.
 inline constexpr double kLayerTolerance = 1e-2;
 
-// A layer with synthetic weights that the host can regenerate.
+// A layer with synthetic weights that the host can regenerate
+// (support/device_weights.h: bf16, or FP8 codes and scales, for the config's
+// variant). static_scales: FP8PerTensor's static activation scales, which
+// the reference then uses too.
 class LayerRig {
  public:
-  LayerRig(const MoEConfig& c, int max_tokens, uint64_t seed)
-      : c_(c), seeds_(ref::seeds_for(seed)), host_weights_(c, seeds_) {
-    const std::size_t e = c.local_experts(), h = c.experts.hidden, i = c.experts.intermediate;
-    const std::size_t n1 = c.gemm1_cols();
-    w13_ = DeviceBuffer<uint16_t>(e * n1 * h);
-    w2_ = DeviceBuffer<uint16_t>(e * h * i);
-    launch_fill_bf16(w13_.get(), w13_.size(), seeds_.w13, ref::w13_scale(c), nullptr);
-    launch_fill_bf16(w2_.get(), w2_.size(), seeds_.w2, ref::w2_scale(c), nullptr);
-    ExpertWeights w{w13_.get(), w2_.get(), nullptr, nullptr};
-    if (c.experts.has_bias) {
-      b13_ = DeviceBuffer<float>(e * n1);
-      b2_ = DeviceBuffer<float>(e * h);
-      launch_fill_f32(b13_.get(), b13_.size(), seeds_.b13, ref::kBiasScale, nullptr);
-      launch_fill_f32(b2_.get(), b2_.size(), seeds_.b2, ref::kBiasScale, nullptr);
-      w.b13 = b13_.get();
-      w.b2 = b2_.get();
-    }
+  LayerRig(const MoEConfig& c, int max_tokens, uint64_t seed, bool static_scales = false)
+      : c_(c), seeds_(ref::seeds_for(seed)), host_weights_(c, seeds_),
+        weights_(c, seeds_, nullptr, static_scales) {
+    const std::size_t h = c.experts.hidden;
     bias_host_ = ref::host_bias(c, seeds_);
     bias_ = DeviceBuffer<float>(bias_host_);
     layer_ = MoELayer::create(c, max_tokens);
-    layer_->set_weights(w);
+    layer_->set_weights(weights_.weights());
     x_ = DeviceBuffer<uint16_t>(std::size_t(max_tokens) * h);
     logits_ = DeviceBuffer<float>(std::size_t(max_tokens) * c.routing.num_experts);
     out_ = DeviceBuffer<uint16_t>(std::size_t(max_tokens) * h);
@@ -83,7 +74,7 @@ class LayerRig {
         given ? *given
               : ref::route(c_.routing, logits.data(), t, c_.routing.has_bias ? bias_host_.data() : nullptr);
     const std::vector<float> x = ref::host_x(c_, t, seeds_);
-    return ref::moe_forward(c_, host_weights_.source(), x.data(), routing);
+    return ref::moe_forward(c_, host_weights_.source(), x.data(), routing, 0, weights_.static_scales());
   }
 
   // Relative L2 error of the device output against `want` (reference()).
@@ -110,8 +101,9 @@ class LayerRig {
   MoEConfig c_;
   ref::Seeds seeds_;
   ref::HostWeights host_weights_;
-  DeviceBuffer<uint16_t> w13_, w2_, x_, out_;
-  DeviceBuffer<float> b13_, b2_, bias_, logits_;
+  SyntheticDeviceWeights weights_;
+  DeviceBuffer<uint16_t> x_, out_;
+  DeviceBuffer<float> bias_, logits_;
   std::vector<float> bias_host_;
   std::unique_ptr<MoELayer> layer_;
 };

@@ -37,6 +37,7 @@
 #include "plan/autotune.h"
 #include "ref/ref.h"
 #include "ref/synthetic.h"
+#include "support/device_weights.h"
 
 #endif
 
@@ -161,13 +162,9 @@ class FuzzRig {
   FuzzRig(const FuzzLayer& layer, cudaStream_t stream)
       : layer_(layer), c_(layer.config), seeds_(ref::seeds_for(layer.seed)), host_(c_, seeds_),
         stream_(stream) {
-    const std::size_t e = c_.local_experts(), h = c_.experts.hidden, i = c_.experts.intermediate;
-    const std::size_t n1 = c_.gemm1_cols(), m = layer.max_tokens, k = c_.routing.top_k;
+    const std::size_t h = c_.experts.hidden, m = layer.max_tokens, k = c_.routing.top_k;
     const std::size_t experts = c_.routing.num_experts;
-    w13_ = std::make_unique<DeviceMem>(e * n1 * h * 2);
-    w2_ = std::make_unique<DeviceMem>(e * h * i * 2);
-    b13_ = std::make_unique<DeviceMem>(e * n1 * 4);
-    b2_ = std::make_unique<DeviceMem>(e * h * 4);
+    expert_weights_ = std::make_unique<SyntheticDeviceWeights>(c_, seeds_, stream);
     bias_ = std::make_unique<DeviceMem>(experts * 4);
     x_ = std::make_unique<DeviceMem>(m * h * 2);
     logits_ = std::make_unique<DeviceMem>(m * experts * 4);
@@ -175,16 +172,10 @@ class FuzzRig {
     weights_ = std::make_unique<DeviceMem>(m * k * 4);
     out_ = std::make_unique<DeviceMem>(m * h * 2);
     replay_ = std::make_unique<DeviceMem>(m * h * 2);
-    launch_fill_bf16(w13_->as<uint16_t>(), e * n1 * h, seeds_.w13, ref::w13_scale(c_), stream);
-    launch_fill_bf16(w2_->as<uint16_t>(), e * h * i, seeds_.w2, ref::w2_scale(c_), stream);
-    launch_fill_f32(b13_->as<float>(), e * n1, seeds_.b13, ref::kBiasScale, stream);
-    launch_fill_f32(b2_->as<float>(), e * h, seeds_.b2, ref::kBiasScale, stream);
     host_bias_ = ref::host_bias(c_, seeds_);
     UNIMOE_CUDA_CHECK(cudaMemcpyAsync(bias_->p, host_bias_.data(), experts * 4, cudaMemcpyHostToDevice, stream));
     layer_ptr_ = MoELayer::create(c_, layer.max_tokens);
-    ExpertWeights w{w13_->p, w2_->p, nullptr, nullptr};
-    if (c_.experts.has_bias) w = {w13_->p, w2_->p, b13_->as<float>(), b2_->as<float>()};
-    layer_ptr_->set_weights(w);
+    layer_ptr_->set_weights(expert_weights_->weights());
   }
 
   MoELayer& layer() { return *layer_ptr_; }
@@ -272,7 +263,8 @@ class FuzzRig {
                            c_.routing.has_bias ? host_bias_.data() : nullptr);
     }
     const std::vector<float> x = ref::host_x_rows(c_, check, x_seed);
-    const std::vector<float> want = ref::moe_forward(c_, host_.source(), x.data(), routing);
+    const std::vector<float> want =
+        ref::moe_forward(c_, host_.source(), x.data(), routing, 0, expert_weights_->static_scales());
     std::vector<uint16_t> got;
     for (int token : check)
       got.insert(got.end(), out.begin() + std::size_t(token) * h, out.begin() + std::size_t(token + 1) * h);
@@ -286,7 +278,8 @@ class FuzzRig {
   ref::HostWeights host_;
   cudaStream_t stream_;
   std::vector<float> host_bias_;
-  std::unique_ptr<DeviceMem> w13_, w2_, b13_, b2_, bias_, x_, logits_, ids_, weights_, out_, replay_;
+  std::unique_ptr<SyntheticDeviceWeights> expert_weights_;
+  std::unique_ptr<DeviceMem> bias_, x_, logits_, ids_, weights_, out_, replay_;
   std::unique_ptr<MoELayer> layer_ptr_;
 };
 

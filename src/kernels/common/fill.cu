@@ -1,5 +1,3 @@
-#include <cuda_bf16.h>
-
 #include "core/hash_random.h"
 #include "kernels/common/common.cuh"
 #include "kernels/common/fill.cuh"
@@ -13,7 +11,7 @@ constexpr int kMaxBlocks = 4096;
 __global__ void fill_bf16_kernel(uint16_t* out, std::size_t n, uint64_t seed, float scale) {
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
-    out[i] = __bfloat16_as_ushort(__float2bfloat16_rn(hash_uniform(seed, i) * scale));
+    out[i] = fill_bf16_element(seed, i, scale);
 }
 
 __global__ void fill_f32_kernel(float* out, std::size_t n, uint64_t seed, float scale) {

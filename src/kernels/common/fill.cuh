@@ -9,7 +9,22 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/hash_random.h"
+
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#endif
+
 namespace unimoe {
+
+#if defined(__CUDACC__)
+// The bf16 bits of element i of launch_fill_bf16(out, n, seed, scale). The
+// fill and the kernels that regenerate it on the fly instead of reading a
+// filled buffer (kernels/quant/fp8_weights.cuh) share this one expression.
+__device__ __forceinline__ uint16_t fill_bf16_element(uint64_t seed, std::size_t i, float scale) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(hash_uniform(seed, i) * scale));
+}
+#endif
 
 // bf16 values, rounded to nearest even.
 void launch_fill_bf16(uint16_t* out, std::size_t n, uint64_t seed, float scale, cudaStream_t stream);
