@@ -1,0 +1,61 @@
+// The FP8Block128 stream (swap-AB) grouped GEMM for decode: e4m3 weights
+// with an fp32 scale per 128 x 128 block, e4m3 activations with an fp32
+// scale per row and 128 columns, the weights streamed from HBM straight
+// into registers as in the BF16 stream kernel (stream_gemm.cuh). Serves the
+// schedules of kStreamTileM (16) row tiles.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/common.cuh"
+#include "kernels/epilogue/grouped_gemm_epilogue.cuh"
+#include "kernels/permute/permute.cuh"
+
+namespace unimoe {
+
+struct Fp8StreamGemmParams {
+  const uint8_t* a = nullptr;        // e4m3 A rows [rows_a, k], row-major, 16-byte aligned rows
+  // Scale of (A row r, K block kb) = a_scales[kb * a_scales_ld + r] (MN-major).
+  const float* a_scales = nullptr;
+  int a_scales_ld = 0;               // >= rows_a
+  // GEMM1: permuted row p reads A row gather[p] / top_k (A = the token rows);
+  // GEMM2: nullptr, row p reads A row p.
+  const int32_t* gather = nullptr;
+  int top_k = 1;
+  const uint8_t* b = nullptr;        // [E_local, b_rows, k] e4m3 row-major
+  const float* b_scales = nullptr;   // [E_local, ceil(b_rows/128), k/128] row-major
+  const float* bias = nullptr;       // [E_local, b_rows] fp32 or nullptr
+  int b_rows = 0;                    // B rows per expert: gemm1_cols (2I gated, I for ReLU2) or H
+  int k = 0;                         // a positive multiple of 128
+  // Output columns, a multiple of 16: I for gated GEMM1 (gate rows [0, I),
+  // up rows [up_offset, up_offset + I)), else b_rows.
+  int n_out = 0;
+  int up_offset = 0;                 // gated only (= I)
+  GemmEpilogue epilogue = GemmEpilogue::Identity;  // kernels/epilogue/grouped_gemm_epilogue.cuh
+  float alpha = 0.0f, limit = 0.0f;  // SwiGLUOai
+  // The permute's tile schedule for tile_m = 16 (kStreamTileM):
+  // tile -> (expert, row_start, rows <= 16).
+  const DeviceTile* tiles = nullptr;
+  const int32_t* num_tiles = nullptr;  // device count; CTAs of tiles >= *num_tiles exit at once
+  int max_tiles = 0;                   // capacity (sizes the grid)
+  // Exactly one of out_f32 / out_bf16: [P, n_out] permuted rows (GEMM1 writes
+  // fp32 activated values for a later quantize kernel; GEMM2 writes bf16 y).
+  float* out_f32 = nullptr;
+  uint16_t* out_bf16 = nullptr;
+  // As the BF16 stream kernel: pdl_launch_dependents() once the loads are done.
+  bool early_dependents = false;
+  // As the BF16 stream kernel: read the schedule and issue the first weight
+  // loads (and stage the weight scales) before pdl_begin().
+  bool prefetch_before_wait = false;
+};
+
+// For tile t of the schedule (t < *num_tiles), row i < rows and column n < n_out:
+//   out[row_start + i, n] = epilogue(bias[e][brow] + sum_kb a_scale(row_i, kb)
+//       * b_scale(e, brow / 128, kb) * sum_{k in kb} A[row_i, k] * B[e][brow, k])
+// with brow = n (and up_offset + n for the up value of gated epilogues);
+// bias is added after scaling, before the activation. Rows no tile covers
+// are not written. Throws std::invalid_argument naming the field for bad
+// parameters; max_tiles = 0 launches nothing.
+void launch_fp8_stream_gemm(const Fp8StreamGemmParams& p, KernelStream stream);
+
+}  // namespace unimoe
