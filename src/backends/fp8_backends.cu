@@ -55,15 +55,17 @@ __global__ void expand_expert_scales_kernel(const float* __restrict__ per_expert
     out[i] = per_expert[i / blocks];
 }
 
+// set_weights is host-side set-up: the device is synchronized before (the
+// caller may have written the scales on any stream) and after (the expanded
+// scales are complete before any forward, on any stream, reads them).
 void expand_expert_scales(const float* per_expert, int experts, int blocks, float* out) {
   const std::size_t total = static_cast<std::size_t>(experts) * blocks;
   if (total == 0) return;
+  UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
   const int threads = 256;
   const int grid = static_cast<int>(std::min<std::size_t>((total + threads - 1) / threads, 4096));
   expand_expert_scales_kernel<<<grid, threads>>>(per_expert, blocks, total, out);
   UNIMOE_LAUNCH_CHECK();
-  // set_weights is host-side set-up: the expanded scales are complete
-  // before any forward, on any stream, may read them.
   UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
 }
 

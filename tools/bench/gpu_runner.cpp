@@ -23,6 +23,7 @@
 #include "layer/layer_access.h"
 #include "layer/moe_layer.h"
 #include "plan/autotune.h"
+#include "support/device_weights.h"
 #include "support/presets.h"
 #include "plan/tuning.h"
 
@@ -158,18 +159,14 @@ void run_preset(const Options& opt, const std::string& name, const std::string& 
   MoELayer& layer = *made;
   MoELayerImpl& internals = layer_access::impl(layer);
   const Seeds seeds = seeds_for(0x5eed);
-  const std::size_t e = c.local_experts(), h = c.experts.hidden, i = c.experts.intermediate;
-  const std::size_t n1 = c.gemm1_cols();
-  DeviceMem w13(e * n1 * h * 2), w2(e * h * i * 2), b13(e * n1 * 4), b2(e * h * 4);
+  const std::size_t e = c.local_experts(), h = c.experts.hidden;
+  // bf16 fills, or their e4m3 codes and scales for the FP8 variants, with
+  // the values HostWeights regenerates for the reference.
+  const SyntheticDeviceWeights device_weights(c, seeds, stream);
   DeviceMem bias(c.routing.num_experts * 4);
-  launch_fill_bf16(w13.as<uint16_t>(), e * n1 * h, seeds.w13, w13_scale(c), stream);
-  launch_fill_bf16(w2.as<uint16_t>(), e * h * i, seeds.w2, w2_scale(c), stream);
-  launch_fill_f32(b13.as<float>(), e * n1, seeds.b13, kBiasScale, stream);
-  launch_fill_f32(b2.as<float>(), e * h, seeds.b2, kBiasScale, stream);
   launch_fill_f32(bias.as<float>(), c.routing.num_experts, seeds.bias, kRoutingBiasScale, stream);
-  ExpertWeights w{w13.p, w2.p, nullptr, nullptr};
-  if (c.experts.has_bias) w = {w13.p, w2.p, b13.as<float>(), b2.as<float>()};
-  layer.set_weights(w);
+  UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  layer.set_weights(device_weights.weights());
   if (!autotune && !opt.tuning_cache.empty())
     std::fprintf(stderr, "  %s\n", layer.use_tuning_cache(opt.tuning_cache).c_str());
   HostWeights host_weights(c, seeds);
