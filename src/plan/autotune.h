@@ -15,15 +15,14 @@ namespace unimoe {
 // operands, fp32 accumulation, bf16 intermediates (the GPU tests' bound;
 // measured errors are 2e-3..5e-3).
 inline constexpr double kTuningTolerance = 1e-2;
-// The FP8 variants' bound. The device quantizes each GEMM input with the
-// reference's exact rule, but on values that differ from the reference's by
-// fp32 accumulation and, on the Cutlass path, by GEMM1's output rounded to
-// bf16 before the activation: an intermediate element within that
-// difference of an e4m3 rounding boundary takes the neighbouring code, one
-// e4m3 step (6-12% of the value) away. About 1 element in 30 does so on
-// the Cutlass path (bf16's relative step 2^-8 against e4m3's 2^-3), which
-// puts about 1.5e-2 of relative L2 error into GEMM2's input and its output.
-inline constexpr double kFp8Tolerance = 3e-2;
+// The FP8 variants' bound, the same. The weights and the device's
+// quantization of each GEMM input follow the reference's rule exactly, on
+// GEMM1 outputs kept in fp32 (a bf16 GEMM1 output moved about one
+// intermediate element in 30 to the neighbouring e4m3 code: 1.4e-2 to
+// 3.9e-2 of error, measured on an H100); what differs is fp32 accumulation
+// order, which moves an element across an e4m3 rounding boundary only
+// rarely, and y and the output rounded to bf16, as for BF16.
+inline constexpr double kFp8Tolerance = 1e-2;
 
 // The largest relative L2 error against the CPU reference that a GPU
 // forward of `quant` may show (the benchmark fails a point above it; the

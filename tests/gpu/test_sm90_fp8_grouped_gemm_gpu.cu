@@ -70,6 +70,7 @@ struct Fp8Inputs {
   DeviceBuffer<uint8_t> a_dev, b_dev, workspace;
   DeviceBuffer<float> a_scales_dev, b_scales_dev;
   DeviceBuffer<uint16_t> d_dev;
+  DeviceBuffer<float> d_f32_dev;
   DeviceBuffer<int32_t> offsets_dev;
 
   Fp8Inputs(int groups_, int n_, int k_, int capacity_, std::mt19937_64& rng)
@@ -85,7 +86,8 @@ struct Fp8Inputs {
         a_dev(a), b_dev(b),
         workspace(sm90_fp8_grouped_gemm_workspace_bytes(groups_, device_sm_count())),
         a_scales_dev(a_scales), b_scales_dev(b_scales),
-        d_dev(static_cast<std::size_t>(capacity_) * n_), offsets_dev(groups_ + 1) {
+        d_dev(static_cast<std::size_t>(capacity_) * n_),
+        d_f32_dev(static_cast<std::size_t>(capacity_) * n_), offsets_dev(groups_ + 1) {
     workspace.poison(0);  // zeroed once, as the contract asks
   }
 
@@ -206,6 +208,20 @@ TEST_P(Sm90Fp8GroupedGemmTest, MatchesHostLoopForEveryTactic) {
     launch_sm90_fp8_grouped_gemm(in.params(tactic), nullptr);
     UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
     expect_gemm_output(in.d_dev.download(), ref, rows, c.n);
+    // The fp32 D: no output rounding, so within the tensor cores' block sums
+    // (a few 1e-4, above); 2e-3 leaves room. Rows past the count keep the poison.
+    Sm90Fp8GroupedGemmParams f = in.params(tactic);
+    f.d = nullptr;
+    f.d_f32 = in.d_f32_dev.get();
+    in.d_f32_dev.poison();
+    launch_sm90_fp8_grouped_gemm(f, nullptr);
+    UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> d32 = in.d_f32_dev.download();
+    const std::vector<float> live(d32.begin(), d32.begin() + static_cast<std::ptrdiff_t>(rows) * c.n);
+    if (rows > 0) EXPECT_LT(rel_l2(live, ref), 2e-3) << "fp32 D";
+    int written_past = 0;
+    for (std::size_t i = live.size(); i < d32.size(); ++i) written_past += !std::isnan(d32[i]);
+    EXPECT_EQ(written_past, 0) << "fp32 D: values beyond the valid rows were written";
   }
 }
 

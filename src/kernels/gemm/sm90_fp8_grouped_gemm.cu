@@ -19,12 +19,13 @@ constexpr int kSetupThreads = 256;
 // covers the TMA descriptors' 64 bytes and the 16 of everything else.
 constexpr std::size_t kWorkspaceAlign = 256;
 
-const sm90_fp8::TacticEntry& tactic_entry(Sm90Fp8GemmTactic t) {
+// The tactic's kernel with a bf16 D, or with an fp32 D.
+const sm90_fp8::TacticEntry& tactic_entry(Sm90Fp8GemmTactic t, bool f32_out) {
   switch (t) {
     case Sm90Fp8GemmTactic::Cooperative128x128:
-      return sm90_fp8::kCooperative128x128Entry;
+      return f32_out ? sm90_fp8::kCooperative128x128F32Entry : sm90_fp8::kCooperative128x128Entry;
     case Sm90Fp8GemmTactic::Pingpong64x128:
-      return sm90_fp8::kPingpong64x128Entry;
+      return f32_out ? sm90_fp8::kPingpong64x128F32Entry : sm90_fp8::kPingpong64x128Entry;
   }
   throw std::invalid_argument("sm90 fp8 grouped GEMM: unknown tactic " +
                               std::to_string(static_cast<int>(t)));
@@ -47,7 +48,9 @@ WorkspaceLayout workspace_layout(int num_groups, int sm_count) {
   const std::size_t g = static_cast<std::size_t>(num_groups);
   std::size_t cutlass_bytes = 0;
   for (Sm90Fp8GemmTactic t : kSm90Fp8GemmTactics)
-    cutlass_bytes = std::max(cutlass_bytes, tactic_entry(t).workspace_bytes(num_groups, sm_count));
+    for (const bool f32_out : {false, true})
+      cutlass_bytes =
+          std::max(cutlass_bytes, tactic_entry(t, f32_out).workspace_bytes(num_groups, sm_count));
   WorkspaceLayout l;
   std::size_t at = 0;
   auto take = [&](std::size_t bytes) {
@@ -58,7 +61,7 @@ WorkspaceLayout workspace_layout(int num_groups, int sm_count) {
   l.shapes = take(g * sizeof(sm90_fp8::GroupShape));
   l.a = take(g * sizeof(const sm90_fp8::ElementAB*));
   l.b = take(g * sizeof(const sm90_fp8::ElementAB*));
-  l.d = take(g * sizeof(sm90_fp8::ElementD*));
+  l.d = take(g * sizeof(void*));
   l.stride_a = take(g * sizeof(sm90_fp8::StrideA));
   l.stride_b = take(g * sizeof(sm90_fp8::StrideB));
   l.stride_d = take(g * sizeof(sm90_fp8::StrideD));
@@ -77,7 +80,7 @@ sm90_fp8::GroupArrays carve(void* workspace, const WorkspaceLayout& l) {
   arrays.shapes = reinterpret_cast<sm90_fp8::GroupShape*>(base + l.shapes);
   arrays.a = reinterpret_cast<const sm90_fp8::ElementAB**>(base + l.a);
   arrays.b = reinterpret_cast<const sm90_fp8::ElementAB**>(base + l.b);
-  arrays.d = reinterpret_cast<sm90_fp8::ElementD**>(base + l.d);
+  arrays.d = reinterpret_cast<void**>(base + l.d);
   arrays.stride_a = reinterpret_cast<sm90_fp8::StrideA*>(base + l.stride_a);
   arrays.stride_b = reinterpret_cast<sm90_fp8::StrideB*>(base + l.stride_b);
   arrays.stride_d = reinterpret_cast<sm90_fp8::StrideD*>(base + l.stride_d);
@@ -96,7 +99,8 @@ struct SetupParams {
   const sm90_fp8::ElementAB* b;
   const float* b_scales;
   int64_t b_scales_per_group;  // ceil(n/128) * (k/128)
-  sm90_fp8::ElementD* d;
+  char* d;
+  int d_bytes;  // bytes of one D element: 2 (bf16) or 4 (fp32)
   int num_groups;
   int n;
   int k;
@@ -116,7 +120,7 @@ __global__ void __launch_bounds__(kSetupThreads) fp8_grouped_gemm_setup_kernel(S
     p.arrays.shapes[g] = cute::make_shape(rows, p.n, p.k);
     p.arrays.a[g] = p.a + begin * k;
     p.arrays.b[g] = p.b + g * n * k;
-    p.arrays.d[g] = p.d + begin * n;
+    p.arrays.d[g] = p.d + begin * n * p.d_bytes;
     p.arrays.stride_a[g] = cute::make_stride(k, cute::Int<1>{}, cute::Int<0>{});
     p.arrays.stride_b[g] = cute::make_stride(k, cute::Int<1>{}, cute::Int<0>{});
     p.arrays.stride_d[g] = cute::make_stride(n, cute::Int<1>{}, cute::Int<0>{});
@@ -170,17 +174,19 @@ void launch_sm90_fp8_grouped_gemm(const Sm90Fp8GroupedGemmParams& p, KernelStrea
   if (p.num_groups == 0) return;
   const std::pair<const void*, const char*> pointers[] = {
       {p.a, "a"}, {p.a_scales, "a_scales"}, {p.expert_offsets, "expert_offsets"}, {p.b, "b"},
-      {p.b_scales, "b_scales"}, {p.d, "d"}, {p.workspace, "workspace"}};
+      {p.b_scales, "b_scales"}, {p.workspace, "workspace"}};
   for (const auto& [ptr, name] : pointers) require(ptr != nullptr, std::string(name) + " is null");
   // TMA: 16-byte aligned bases (rows are, given n and k above); the scales
   // are read one float at a time.
   require(aligned(p.a, 16), "a must be 16-byte aligned");
   require(aligned(p.b, 16), "b must be 16-byte aligned");
-  require(aligned(p.d, 16), "d must be 16-byte aligned");
+  require((p.d != nullptr) != (p.d_f32 != nullptr), "give exactly one of d and d_f32");
+  require(aligned(p.d, 16) && aligned(p.d_f32, 16), "d and d_f32 must be 16-byte aligned");
   require(aligned(p.a_scales, alignof(float)), "a_scales must be 4-byte aligned");
   require(aligned(p.b_scales, alignof(float)), "b_scales must be 4-byte aligned");
   require(aligned(p.workspace, kWorkspaceAlign), "workspace must be 256-byte aligned");
-  const sm90_fp8::TacticEntry& entry = tactic_entry(p.tactic);
+  const bool f32_out = p.d_f32 != nullptr;
+  const sm90_fp8::TacticEntry& entry = tactic_entry(p.tactic, f32_out);
 
   const WorkspaceLayout layout = workspace_layout(p.num_groups, p.sm_count);
   SetupParams setup;
@@ -191,7 +197,8 @@ void launch_sm90_fp8_grouped_gemm(const Sm90Fp8GroupedGemmParams& p, KernelStrea
   setup.b = reinterpret_cast<const sm90_fp8::ElementAB*>(p.b);
   setup.b_scales = p.b_scales;
   setup.b_scales_per_group = static_cast<int64_t>(ceil_div(p.n, kBlock)) * (p.k / kBlock);
-  setup.d = reinterpret_cast<sm90_fp8::ElementD*>(p.d);
+  setup.d = f32_out ? reinterpret_cast<char*>(p.d_f32) : reinterpret_cast<char*>(p.d);
+  setup.d_bytes = f32_out ? 4 : 2;
   setup.num_groups = p.num_groups;
   setup.n = p.n;
   setup.k = p.k;

@@ -53,6 +53,9 @@ struct Sm90Fp8GroupedGemmParams {
   const float* b_scales = nullptr;          // [G, ceil(n/128), k/128] row-major: scale of
                                             // (N block nb, K block kb) of group g
   uint16_t* d = nullptr;                    // [rows, n] bf16; rows >= offsets[G] untouched
+  float* d_f32 = nullptr;                   // or [rows, n] fp32, unrounded (exactly one of d and
+                                            // d_f32): GEMM1's output, which the FP8 path
+                                            // quantizes after the activation
   int num_groups = 0;                       // G (E_local)
   int n = 0;                                // output columns, a positive multiple of 16 (the
                                             // last 128-column block may be ragged)

@@ -1,10 +1,10 @@
-// The cooperative 128x128x128 tactic of the sm90 FP8 grouped GEMM: its only
-// instantiation, alone in this file so that each tactic compiles on its own.
+// The cooperative 128x128x128 tactic of the sm90 FP8 grouped GEMM with a bf16 D: its
+// only instantiation, alone in this file so that each kernel compiles on its own.
 #include "kernels/gemm/sm90_fp8_grouped_gemm_impl.cuh"
 
 namespace unimoe::sm90_fp8 {
 
-const TacticEntry kCooperative128x128Entry{&Cooperative128x128::workspace_bytes,
-                                           &Cooperative128x128::run};
+const TacticEntry kCooperative128x128Entry{&Cooperative128x128<cutlass::bfloat16_t>::workspace_bytes,
+                                           &Cooperative128x128<cutlass::bfloat16_t>::run};
 
 }  // namespace unimoe::sm90_fp8

@@ -58,7 +58,6 @@
 namespace unimoe::sm90_fp8 {
 
 using ElementAB = cutlass::float_e4m3_t;
-using ElementD = cutlass::bfloat16_t;
 using ElementAccumulator = float;
 using ElementScale = float;  // the collective's ElementBlockScale: the accumulator type
 using LayoutA = cutlass::layout::RowMajor;     // A [M, K]: K-major
@@ -66,7 +65,8 @@ using LayoutB = cutlass::layout::ColumnMajor;  // B (K, N) column-major = [N, K]
 using LayoutD = cutlass::layout::RowMajor;     // D [M, N]
 // 16 bytes: the TMA's alignment of row starts and row strides.
 inline constexpr int kAlignmentAB = 128 / cutlass::sizeof_bits<ElementAB>::value;
-inline constexpr int kAlignmentD = 128 / cutlass::sizeof_bits<ElementD>::value;
+template <class Element>
+inline constexpr int kAlignmentOf = 128 / cutlass::sizeof_bits<Element>::value;
 // K depth of every scale, and N width of a B scale.
 inline constexpr int kScaleBlock = 128;
 
@@ -108,7 +108,7 @@ struct GroupArrays {
   GroupShape* shapes = nullptr;
   const ElementAB** a = nullptr;
   const ElementAB** b = nullptr;
-  ElementD** d = nullptr;
+  void** d = nullptr;  // the kernel's ElementD*, bf16 or fp32 (the strides count elements)
   StrideA* stride_a = nullptr;
   StrideB* stride_b = nullptr;
   StrideD* stride_d = nullptr;
@@ -144,9 +144,11 @@ struct GroupScaleLayoutMainloop : Base {
 
 // One tactic's kernel: a CUTLASS grouped GEMM with blockwise-scaled e4m3
 // operands, cluster 1x1, fp32 accumulation, no source matrix C (beta 0) and a
-// bf16 D.
-template <class TileShape, class KernelSchedule, class EpilogueSchedule>
+// D of ElementOut (bf16, or fp32 for an output the next kernel quantizes).
+template <class TileShape, class KernelSchedule, class EpilogueSchedule, class ElementOut>
 struct Fp8GroupedGemm {
+  using ElementD = ElementOut;
+  static constexpr int kAlignmentD = kAlignmentOf<ElementD>;
   using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
@@ -197,7 +199,7 @@ struct Fp8GroupedGemm {
                      arrays.b_scales, arrays.b_scale_layouts};
     args.epilogue.ptr_C = nullptr;
     args.epilogue.dC = nullptr;
-    args.epilogue.ptr_D = arrays.d;
+    args.epilogue.ptr_D = reinterpret_cast<ElementD**>(arrays.d);
     args.epilogue.dD = arrays.stride_d;
     args.epilogue.thread.alpha = 1.0f;
     args.epilogue.thread.beta = 0.0f;
@@ -229,14 +231,16 @@ struct Fp8GroupedGemm {
   }
 };
 
+template <class ElementOut>
 using Cooperative128x128 =
     Fp8GroupedGemm<cute::Shape<cute::_128, cute::_128, cute::_128>,
                    cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise,
-                   cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
+                   cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative, ElementOut>;
+template <class ElementOut>
 using Pingpong64x128 =
     Fp8GroupedGemm<cute::Shape<cute::_64, cute::_128, cute::_128>,
                    cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise,
-                   cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong>;
+                   cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong, ElementOut>;
 
 // What the dispatcher needs of one tactic. Each tactic's entry is defined in
 // its own file, sm90_fp8_grouped_gemm_<tactic>.cu, which holds its only
@@ -247,7 +251,10 @@ struct TacticEntry {
               cudaStream_t stream);
 };
 
+// Each tactic with a bf16 D and with an fp32 D.
 extern const TacticEntry kCooperative128x128Entry;
+extern const TacticEntry kCooperative128x128F32Entry;
 extern const TacticEntry kPingpong64x128Entry;
+extern const TacticEntry kPingpong64x128F32Entry;
 
 }  // namespace unimoe::sm90_fp8

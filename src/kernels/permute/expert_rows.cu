@@ -95,6 +95,7 @@ __device__ __forceinline__ float activate(float g, float u, float alpha, float l
 
 struct ActivationArgs {
   const uint16_t* h;
+  const float* h_f32;
   const float* b13;
   const int32_t* expert_offsets;
   int num_groups;
@@ -114,14 +115,28 @@ __device__ __forceinline__ void store8(float* row, int j, const float (&a)[kVec]
   reinterpret_cast<float4*>(row + j)[1] = make_float4(a[4], a[5], a[6], a[7]);
 }
 
-template <Activation kAct, typename Out>
+// Eight values of a bf16 row (16 bytes) or an fp32 one (32 bytes) from column j.
+__device__ __forceinline__ void load8(const uint16_t* row, int j, float (&f)[kVec]) {
+  unpack_bf16x8(*reinterpret_cast<const uint4*>(row + j), f);
+}
+__device__ __forceinline__ void load8(const float* row, int j, float (&f)[kVec]) {
+  const float4 a = reinterpret_cast<const float4*>(row + j)[0];
+  const float4 b = reinterpret_cast<const float4*>(row + j)[1];
+  f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+  f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+}
+
+template <Activation kAct, typename In, typename Out>
 __global__ void __launch_bounds__(kThreads) gated_activation_kernel(ActivationArgs p) {
   pdl_begin();
   constexpr bool kGated = kAct != Activation::ReLU2;
   const int row = warp_row();
   if (row >= p.expert_offsets[p.num_groups]) return;
   const int cols = kGated ? 2 * p.intermediate : p.intermediate;
-  const uint16_t* h_row = p.h + static_cast<int64_t>(row) * cols;
+  const In* h_row = [&] {
+    if constexpr (std::is_same_v<In, float>) return p.h_f32 + static_cast<int64_t>(row) * cols;
+    else return p.h + static_cast<int64_t>(row) * cols;
+  }();
   const float* bias_row =
       p.b13 ? p.b13 + static_cast<int64_t>(expert_of_row(p.expert_offsets, p.num_groups, row)) * cols
             : nullptr;
@@ -132,12 +147,12 @@ __global__ void __launch_bounds__(kThreads) gated_activation_kernel(ActivationAr
   const int lane = threadIdx.x % kWarpSize;
   for (int j = lane * kVec; j < p.intermediate; j += kWarpSize * kVec) {
     float g[kVec];
-    unpack_bf16x8(*reinterpret_cast<const uint4*>(h_row + j), g);
+    load8(h_row, j, g);
     if (bias_row) add_bias(g, bias_row + j);
     float a[kVec];
     if constexpr (kGated) {
       float u[kVec];
-      unpack_bf16x8(*reinterpret_cast<const uint4*>(h_row + p.intermediate + j), u);
+      load8(h_row, p.intermediate + j, u);
       if (bias_row) add_bias(u, bias_row + p.intermediate + j);
 #pragma unroll
       for (int i = 0; i < kVec; ++i) a[i] = activate<kAct>(g[i], u[i], p.alpha, p.limit);
@@ -173,22 +188,22 @@ void require(bool ok, const std::string& what) {
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
-template <typename Out>
+template <typename In, typename Out>
 void launch_activation(Activation activation, const ActivationArgs& args, int capacity,
                        KernelStream stream) {
   const dim3 grid(ceil_div(capacity, kRowsPerBlock));
   switch (activation) {
     case Activation::SwiGLU:
-      launch_pdl(gated_activation_kernel<Activation::SwiGLU, Out>, grid, kThreads, 0, stream, args);
+      launch_pdl(gated_activation_kernel<Activation::SwiGLU, In, Out>, grid, kThreads, 0, stream, args);
       break;
     case Activation::GeGLU:
-      launch_pdl(gated_activation_kernel<Activation::GeGLU, Out>, grid, kThreads, 0, stream, args);
+      launch_pdl(gated_activation_kernel<Activation::GeGLU, In, Out>, grid, kThreads, 0, stream, args);
       break;
     case Activation::SwiGLUOai:
-      launch_pdl(gated_activation_kernel<Activation::SwiGLUOai, Out>, grid, kThreads, 0, stream, args);
+      launch_pdl(gated_activation_kernel<Activation::SwiGLUOai, In, Out>, grid, kThreads, 0, stream, args);
       break;
     case Activation::ReLU2:
-      launch_pdl(gated_activation_kernel<Activation::ReLU2, Out>, grid, kThreads, 0, stream, args);
+      launch_pdl(gated_activation_kernel<Activation::ReLU2, In, Out>, grid, kThreads, 0, stream, args);
       break;
     default:
       throw std::invalid_argument("gated_activation: unknown activation " +
@@ -220,17 +235,26 @@ void launch_gated_activation(const GatedActivationParams& p, KernelStream stream
   require(p.num_groups >= 0 && p.capacity >= 0,
           "gated_activation: num_groups and capacity must be non-negative");
   if (p.capacity == 0) return;
-  require(p.h && p.expert_offsets && (p.out != nullptr) != (p.out_f32 != nullptr),
-          "gated_activation: a null pointer (h, expert_offsets, or not exactly one of out and out_f32)");
-  require(aligned16(p.h) && aligned16(p.out) && aligned16(p.out_f32) && aligned16(p.b13),
-          "gated_activation: h, out, out_f32 and b13 must be 16-byte aligned");
-  const ActivationArgs args{p.h,           p.b13,          p.expert_offsets, p.num_groups,
-                            p.intermediate, p.swiglu_alpha, p.swiglu_limit,   p.out,
-                            p.out_f32};
-  if (p.out_f32)
-    launch_activation<float>(p.activation, args, p.capacity, stream);
+  require(p.expert_offsets && (p.h != nullptr) != (p.h_f32 != nullptr) &&
+              (p.out != nullptr) != (p.out_f32 != nullptr),
+          "gated_activation: a null pointer (expert_offsets, or not exactly one of h and h_f32, "
+          "or of out and out_f32)");
+  require(aligned16(p.h) && aligned16(p.h_f32) && aligned16(p.out) && aligned16(p.out_f32) &&
+              aligned16(p.b13),
+          "gated_activation: h, h_f32, out, out_f32 and b13 must be 16-byte aligned");
+  const ActivationArgs args{p.h,           p.h_f32,        p.b13,          p.expert_offsets,
+                            p.num_groups,  p.intermediate, p.swiglu_alpha, p.swiglu_limit,
+                            p.out,         p.out_f32};
+  // The pairs the layer uses: bf16 in and out (BF16's Cutlass path), fp32
+  // in and out (the FP8 Cutlass path); bf16 in, fp32 out serves tests.
+  if (p.h_f32 && p.out_f32)
+    launch_activation<float, float>(p.activation, args, p.capacity, stream);
+  else if (p.h_f32)
+    throw std::invalid_argument("gated_activation: fp32 h takes fp32 out (out_f32)");
+  else if (p.out_f32)
+    launch_activation<uint16_t, float>(p.activation, args, p.capacity, stream);
   else
-    launch_activation<uint16_t>(p.activation, args, p.capacity, stream);
+    launch_activation<uint16_t, uint16_t>(p.activation, args, p.capacity, stream);
 }
 
 void launch_gather_fp8_rows(const GatherFp8RowsParams& p, KernelStream stream) {

@@ -33,6 +33,7 @@ struct GatedActivationParams {
   // [capacity, cols] bf16, GEMM1's output: cols = 2I (gate columns [0, I),
   // then up columns [I, 2I)) for gated activations, cols = I for ReLU2.
   const uint16_t* h = nullptr;
+  const float* h_f32 = nullptr;             // or [capacity, cols] fp32 (exactly one of h and h_f32)
   const float* b13 = nullptr;               // [num_groups, cols] fp32, or nullptr
   const int32_t* expert_offsets = nullptr;  // [num_groups + 1] device: row r is expert e's
                                             // when offsets[e] <= r < offsets[e + 1]
