@@ -54,6 +54,16 @@
 #   fp8 weight quant         Fp8WeightsGpu.* but .IndicesPast32Bits (2 GB of
 #                            codes); racecheck and initcheck: .SpecialValues
 #                            (both variants)
+#   fp8 GEMMs                Sm90Fp8GroupedGemmTest shapes 0, 2 and 4 (both
+#                            tactics, bf16 and fp32 D), Sm90Fp8GroupedGemm.
+#                            GraphReplayServesNewOffsets, Fp8StreamGemm.
+#                            MultiRowTilesAndEmptyExperts and .GraphReplays...
+#                            (both tile paths, every unit width), Fp8RowsGpu.*
+#                            (quantize with group-major scales, gather, fp32
+#                            activation)
+#   fp8 layer                LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows and
+#                            .PrecomputedRouting (every FP8 form on both paths);
+#                            racecheck and initcheck: the first
 #   finalize, the layer      LayerGpu.OddSizesAndEveryActivation (every backend
 #                            and activation, b2 in the finalize on cutlass),
 #                            .ExpertParallelRangeDropsOffRankRows, .Precomputed
@@ -89,13 +99,19 @@ readonly kFullFilter="GpuSmoke.*\
 :Fp8QuantGpu.*\
 :Fp8WeightsGpu.Bf16SourceMatchesReference:Fp8WeightsGpu.SyntheticSourceMatchesReference\
 :Fp8WeightsGpu.SpecialValues:Fp8WeightsGpu.EmptyShapes:Fp8WeightsGpu.PerTensorLargeMatrix\
-:Fp8WeightsGpu.BadArguments"
+:Fp8WeightsGpu.BadArguments\
+:Shapes/Sm90Fp8GroupedGemmTest.*/0:Shapes/Sm90Fp8GroupedGemmTest.*/2:Shapes/Sm90Fp8GroupedGemmTest.*/4\
+:Sm90Fp8GroupedGemm.GraphReplayServesNewOffsets\
+:Fp8StreamGemm.MultiRowTilesAndEmptyExperts:Fp8StreamGemm.GraphReplaysForTwoSchedules:Fp8RowsGpu.*\
+:LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows:LayerFp8Gpu.PrecomputedRouting"
 readonly kRacecheckFilter="PermuteGpu.GraphReplayOfRoutingAndPermute\
 :FusedRoutingGpu.ClusterWaysAtTheirBound:FusedRoutingGpu.ClusterOfTwoGraphReplayWithNewLogits\
 :GroupedGemm.OddSizesEveryActivation:GroupedGemm.StreamOneTokenTilesAtEveryKSplit\
 :Shapes/Sm90GroupedGemmTest.*/2\
 :LayerGpu.PrecomputedRouting:LayerGpu.ExpertParallelRangeDropsOffRankRows\
-:Fp8QuantGpu.RowsSpecialValues:Fp8QuantGpu.TensorSpecialValues:Fp8WeightsGpu.SpecialValues"
+:Fp8QuantGpu.RowsSpecialValues:Fp8QuantGpu.TensorSpecialValues:Fp8WeightsGpu.SpecialValues\
+:Shapes/Sm90Fp8GroupedGemmTest.*/4:Fp8StreamGemm.GraphReplaysForTwoSchedules:Fp8RowsGpu.*\
+:LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows"
 # initcheck, which tracks every byte of device memory, runs the racecheck
 # filter and the CUTLASS workspace's and the gather's tests (the whole
 # filter took over 140 s on an H100, mostly in the layer tests at H=2048).
