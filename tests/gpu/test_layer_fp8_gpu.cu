@@ -170,6 +170,39 @@ TEST_P(LayerFp8GraphGpu, CapturedOnceReplaysWithFreshRouting) {
   }
 }
 
+// The autotuner times both FP8 paths, checks each against the reference on
+// the layer's own (dequantized) weights, and serves the winner.
+TEST(LayerFp8Gpu, AutotuneTimesBothPathsAndServesTheWinner) {
+  UNIMOE_REQUIRE_GPU();
+  for (const Form& form : kForms) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(std::string(form.name) + " seed " + std::to_string(seed));
+    MoEConfig c = moe_config(RoutingPolicy::Renormalize, 16, 4, 256, 128);
+    c.experts.quant = form.quant;
+    LayerRig rig(c, 64, seed, form.static_scales);
+    AutotuneOptions o;
+    o.tokens = {1, 33};
+    o.iters = 3;
+    std::vector<std::string> lines;
+    o.progress = [&](const std::string& line) { lines.push_back(line); };
+    const std::string report = rig.layer().autotune(o);
+    int timed_stream = 0, timed_cutlass = 0;
+    for (const std::string& line : lines) {
+      if (line.rfind("timed ", 0) != 0) continue;
+      timed_stream += line.find("path=stream") != std::string::npos;
+      timed_cutlass += line.find("path=cutlass") != std::string::npos;
+    }
+    EXPECT_GT(timed_stream, 0) << report;
+    EXPECT_GT(timed_cutlass, 0) << report;
+    for (int t : {1, 33}) {
+      const std::vector<float> logits = ref::make_logits(c, t, seed + t, "uniform");
+      rig.load_inputs(t, seed ^ t, logits);
+      rig.layer().forward(rig.args(t), nullptr);
+      EXPECT_LT(rig.error(t, logits), kTolerance) << "T=" << t << " " << rig.layer().describe(t);
+    }
+  }
+}
+
 std::string field_of(const std::function<void()>& f) {
   try {
     f();
