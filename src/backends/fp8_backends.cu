@@ -335,7 +335,7 @@ class Fp8CutlassBackend final : public Fp8Backend {
     g.out_scales_ld = rows_ld_;
     launch_gather_fp8_rows(g, chain);
     run_gemm(call, gathered_codes_, gathered_scales_, weights_.w13, w13_scales_, nullptr, h_, n1_,
-             hidden_, chain);
+             hidden_, plan.sm90_fp8, chain);
     GatedActivationParams act;
     act.h_f32 = h_;
     act.b13 = weights_.b13;
@@ -354,7 +354,7 @@ class Fp8CutlassBackend final : public Fp8Backend {
   void run_gemm2(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) override {
     require_workspace();
     run_gemm(call, act_codes_, act_scales_, weights_.w2, w2_scales_, call.y, nullptr, hidden_,
-             inter_, KernelStream(stream, plan.pdl));
+             inter_, plan.sm90_fp8, KernelStream(stream, plan.pdl));
   }
 
   // The grouped GEMM has no bias epilogue: the finalize adds b2 (or nothing).
@@ -368,19 +368,10 @@ class Fp8CutlassBackend final : public Fp8Backend {
     gemm_workspace_ = c.take<char>(sm90_fp8_grouped_gemm_workspace_bytes(e_local_, sm_count_));
   }
 
-  // The tile: 64-row pingpong while experts hold few rows (most of a
-  // 128-row tile would be padding), 128x128 cooperative from 64 rows per
-  // expert on average. Not yet measured on the device.
-  Sm90Fp8GemmTactic tactic_for(int num_tokens) const {
-    const double per_expert = static_cast<double>(num_tokens) * config_.routing.top_k / e_local_;
-    return per_expert < 64 ? Sm90Fp8GemmTactic::Pingpong64x128
-                           : Sm90Fp8GemmTactic::Cooperative128x128;
-  }
-
   // D is bf16 (d) or fp32 (d_f32).
   void run_gemm(const ExpertsCall& call, const uint8_t* a, const float* a_scales, const void* b,
                 const float* b_scales, uint16_t* d, float* d_f32, int n, int k,
-                KernelStream stream) const {
+                Sm90Fp8GemmTactic tactic, KernelStream stream) const {
     Sm90Fp8GroupedGemmParams p;
     p.a = a;
     p.a_scales = a_scales;
@@ -395,7 +386,7 @@ class Fp8CutlassBackend final : public Fp8Backend {
     p.k = k;
     p.workspace = gemm_workspace_;
     p.sm_count = sm_count_;
-    p.tactic = tactic_for(call.num_tokens);
+    p.tactic = tactic;
     launch_sm90_fp8_grouped_gemm(p, stream);
   }
 

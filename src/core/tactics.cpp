@@ -64,4 +64,14 @@ int stream_k_splits(int k, int n_out, bool gated, long long max_tiles, int sm_co
   return splits;
 }
 
+const char* to_string(Sm90Fp8GemmTactic t) {
+  switch (t) {
+    case Sm90Fp8GemmTactic::Cooperative128x128:
+      return "fp8_coop_128x128x128";
+    case Sm90Fp8GemmTactic::Pingpong64x128:
+      return "fp8_pingpong_64x128x128";
+  }
+  return "<invalid fp8 tactic>";
+}
+
 }  // namespace unimoe

@@ -127,6 +127,11 @@ constexpr int kOverlapMaxIntermediate = 4096;
 // reading them; `unimoe-bench --autotune` times both paths per bucket.
 constexpr double kFp8StreamRowsPerExpert = 2;
 
+// The FP8 Cutlass path's tile: 64-row pingpong while experts hold few rows
+// (most of a 128-row tile would be padding), 128x128 cooperative from 64
+// rows per expert on average. Not yet measured against each other.
+constexpr double kFp8WideTileRowsPerExpert = 64;
+
 bool is_fp8(QuantVariant q) {
   return q == QuantVariant::FP8Block128 || q == QuantVariant::FP8PerTensor;
 }
@@ -185,7 +190,8 @@ std::string backend_unsupported_reason(ExpertsPath p, const MoEConfig& config,
 
 std::string LayerPlan::to_string() const {
   std::string s = std::string("path=") + path_name(path);
-  if (path == ExpertsPath::Cutlass) return s + " sm90=" + unimoe::to_string(sm90);
+  if (path == ExpertsPath::Cutlass)
+    return s + " sm90=" + (fp8 ? std::string(unimoe::to_string(sm90_fp8)) : unimoe::to_string(sm90));
   return s + " tile_m=" + std::to_string(tile_m) + " gemm1=" + gemm1.to_string() +
          " gemm2=" + gemm2.to_string();
 }
@@ -213,6 +219,9 @@ LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens,
   else
     plan.path = parse_experts_path(backend);
   plan.sm90 = kCutlassTactic;
+  plan.fp8 = is_fp8(config.experts.quant);
+  plan.sm90_fp8 = per_expert < kFp8WideTileRowsPerExpert ? Sm90Fp8GemmTactic::Pingpong64x128
+                                                         : Sm90Fp8GemmTactic::Cooperative128x128;
   if (plan.path == ExpertsPath::Stream) {
     plan.tile_m = kStream.tile_m;
     plan.gemm1 = plan.gemm2 = kStream;

@@ -57,7 +57,10 @@ struct LayerPlan {
   int tile_m = 0;       // the schedule's M tile (Mma and Stream paths)
   GemmTactic gemm1;     // Mma path tactics; the stream tactic on the Stream path
   GemmTactic gemm2;
-  Sm90GemmTactic sm90 = Sm90GemmTactic::Cooperative128x128;  // Cutlass path tactic
+  Sm90GemmTactic sm90 = Sm90GemmTactic::Cooperative128x128;  // Cutlass path tactic (BF16)
+  // The FP8 variants' Cutlass path: its blockwise-scaled GEMM's tile.
+  bool fp8 = false;
+  Sm90Fp8GemmTactic sm90_fp8 = Sm90Fp8GemmTactic::Cooperative128x128;
   // Stream path: GEMM1 lets GEMM2 launch once its loads are done, and GEMM2
   // issues its first weight loads before waiting for GEMM1 (a launch
   // detail, not in to_string; layer_plan.cpp has the measurements).
@@ -74,7 +77,8 @@ struct LayerPlan {
   // How routing and permute launch (plan_layer fills it).
   RoutingPlan routing;
 
-  // What runs, one line: "path=cutlass sm90=coop_128x128x64",
+  // What runs, one line: "path=cutlass sm90=coop_128x128x64" (FP8:
+  // "path=cutlass sm90=fp8_pingpong_64x128x128"),
   // "path=mma tile_m=16 gemm1=m16n64 gemm2=m16n64" (the experts part; the
   // routing part prints itself).
   std::string to_string() const;

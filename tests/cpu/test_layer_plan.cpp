@@ -172,6 +172,31 @@ TEST(LayerPlan, BackendNamesAndUnsupportedConfigsSayWhy) {
   EXPECT_NE(gpu_unsupported_reason(c).find("MXFP4 has no GPU kernels yet"), std::string::npos);
 }
 
+TEST(LayerPlan, Fp8TakesTheStreamThenTheCutlassPathAndNoMma) {
+  for (QuantVariant q : {QuantVariant::FP8Block128, QuantVariant::FP8PerTensor}) {
+    MoEConfig c = find_preset("dsv3-tp8").config;  // E 256, K 8: T / 32 rows per expert
+    c.experts.quant = q;
+    EXPECT_EQ(gpu_unsupported_reason(c), "");
+    EXPECT_EQ(plan_for_tokens(c, 64).path, ExpertsPath::Stream);   // 2 rows per expert
+    EXPECT_EQ(plan_for_tokens(c, 65).path, ExpertsPath::Cutlass);
+    EXPECT_EQ(plan_for_tokens(c, 2047).to_string(), "path=cutlass sm90=fp8_pingpong_64x128x128");
+    EXPECT_EQ(plan_for_tokens(c, 2048).to_string(), "path=cutlass sm90=fp8_coop_128x128x128");
+    const DeviceArch hopper{9, 0, 132};
+    EXPECT_EQ(backend_unsupported_reason(ExpertsPath::Mma, c, hopper).rfind("mma: bf16 weights only", 0), 0u)
+        << backend_unsupported_reason(ExpertsPath::Mma, c, hopper);
+    EXPECT_EQ(backend_unsupported_reason(ExpertsPath::Stream, c, hopper), "");
+    EXPECT_EQ(backend_unsupported_reason(ExpertsPath::Cutlass, c, hopper), "");
+  }
+  // FP8PerTensor's format allows H and I in multiples of 16; the GPU's GEMMs need 128.
+  MoEConfig oss = find_preset("gpt-oss-120b").config;  // H = I = 2880
+  oss.experts.quant = QuantVariant::FP8PerTensor;
+  EXPECT_NO_THROW(validate(oss));
+  EXPECT_NE(gpu_unsupported_reason(oss).find("multiples of 128"), std::string::npos)
+      << gpu_unsupported_reason(oss);
+  EXPECT_EQ(gpu_shape_multiple(QuantVariant::FP8PerTensor), 128);
+  EXPECT_EQ(gpu_shape_multiple(QuantVariant::BF16), 1);
+}
+
 TEST(RoutingVariantRule, EachVariantAtItsMeasuredWins) {
   auto variant = [](const std::string& preset, int tokens) {
     return routing_variant_for(find_preset(preset).config.routing, tokens);

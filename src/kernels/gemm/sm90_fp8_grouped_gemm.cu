@@ -141,16 +141,6 @@ bool aligned(const void* p, std::size_t bytes) {
 
 }  // namespace
 
-const char* to_string(Sm90Fp8GemmTactic t) {
-  switch (t) {
-    case Sm90Fp8GemmTactic::Cooperative128x128:
-      return "fp8_coop_128x128x128";
-    case Sm90Fp8GemmTactic::Pingpong64x128:
-      return "fp8_pingpong_64x128x128";
-  }
-  return "<invalid fp8 tactic>";
-}
-
 std::size_t sm90_fp8_grouped_gemm_workspace_bytes(int num_groups, int sm_count) {
   require(num_groups >= 0 && sm_count > 0, "num_groups must be >= 0 and sm_count > 0");
   return workspace_layout(num_groups, sm_count).total;

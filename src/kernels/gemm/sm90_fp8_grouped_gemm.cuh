@@ -22,24 +22,14 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/tactics.h"
 #include "kernels/common/common.cuh"
 
 namespace unimoe {
 
-// One compiled CUTLASS configuration (src/kernels/gemm/sm90_fp8_grouped_gemm_*.cu):
-// kernel schedule and tile (BLK_M x BLK_N x BLK_K), cluster 1x1 for all. BLK_K
-// is 128 for both, one scale block deep.
-enum class Sm90Fp8GemmTactic : int {
-  Cooperative128x128,  // two consumer warp groups share a 128x128x128 tile
-  Pingpong64x128,      // two consumer warp groups alternate 64x128x128 tiles
-};
+// The tactics (Sm90Fp8GemmTactic, kSm90Fp8GemmTactics, to_string) are host
+// data in core/tactics.h, which the plan chooses from.
 
-// Every compiled FP8 tactic, in enum order.
-inline constexpr Sm90Fp8GemmTactic kSm90Fp8GemmTactics[] = {
-    Sm90Fp8GemmTactic::Cooperative128x128, Sm90Fp8GemmTactic::Pingpong64x128};
-
-// "fp8_coop_128x128x128", "fp8_pingpong_64x128x128".
-const char* to_string(Sm90Fp8GemmTactic t);
 
 struct Sm90Fp8GroupedGemmParams {
   const uint8_t* a = nullptr;               // [rows, k] e4m3 row-major: permuted rows, group g's
