@@ -71,6 +71,11 @@ class ExpertsBackend {
   virtual void run_gemm1(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) = 0;
   virtual void run_gemm2(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) = 0;
   virtual const float* finalize_b2() const = 0;
+  // FP8PerTensor with dynamic scales: the device address of the two scales
+  // the last forward computed (x's, then the activation's), which a partial
+  // reference check needs (the scale is one amax over every row of the
+  // call). nullptr for every other variant.
+  virtual const float* dynamic_activation_scales() const { return nullptr; }
 
  protected:
   explicit ExpertsBackend(ExpertsPath path) : path_(path) {}

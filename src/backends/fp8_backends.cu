@@ -94,6 +94,10 @@ class Fp8Backend : public ExpertsBackend {
 
   std::size_t workspace_bytes() const override { return bytes_; }
 
+  const float* dynamic_activation_scales() const override {
+    return per_tensor() && !weights_.x_scale && !weights_.act_scale ? tensor_scales_ : nullptr;
+  }
+
   void allocate_workspace() override {
     if (arena_) return;
     UNIMOE_CUDA_CHECK(cudaMalloc(&arena_, bytes_));

@@ -187,8 +187,16 @@ TuningChoice tune_bucket(AutotuneRun& run, const AutotuneTarget& target,
   const ref::Routing routing = ref::route(c.routing, set0_logits.data(), check,
                                           run.routing_bias ? run.host_routing_bias.data() : nullptr);
   const std::vector<float> x = download_bf16(sets[0].x->p, 0, check * h);
+  // FP8PerTensor's dynamic scales are one amax over all T tokens: the
+  // reference of `check` tokens takes the ones a forward of set 0 computed.
+  ref::ActivationScales scales = run.static_scales;
+  if (c.experts.quant == QuantVariant::FP8PerTensor && scales.x == 0.0f) {
+    layer.forward(sets[0].args, stream);
+    UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    scales = layer.dynamic_activation_scales(t);
+  }
   const std::vector<float> want =
-      ref::moe_forward(c, run.weights.source(), x.data(), routing, 0, run.static_scales);
+      ref::moe_forward(c, run.weights.source(), x.data(), routing, 0, scales);
 
   std::vector<ForwardArgs> args;
   for (const InputSet& in : sets) args.push_back(in.args);

@@ -247,6 +247,17 @@ void MoELayerImpl::check_quant_weights(const ExpertWeights& w) const {
   require_aligned(w.act_scale, 4, "weights.act_scale");
 }
 
+ref::ActivationScales MoELayerImpl::dynamic_activation_scales(int num_tokens, bool precomputed) {
+  ref::ActivationScales s;
+  const float* device = backend_for(plan_for(num_tokens, precomputed).path).dynamic_activation_scales();
+  if (device == nullptr) return s;
+  float both[2];
+  UNIMOE_CUDA_CHECK(cudaMemcpy(both, device, sizeof both, cudaMemcpyDeviceToHost));
+  s.x = both[0];
+  s.act = both[1];
+  return s;
+}
+
 bool MoELayerImpl::precomputed(const ForwardArgs& args) const {
   return args.topk_ids != nullptr && args.topk_weights != nullptr;
 }

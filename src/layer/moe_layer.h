@@ -21,6 +21,7 @@
 #include "dev/overrides.h"
 #include "plan/layer_plan.h"
 #include "plan/tuning.h"
+#include "ref/ref.h"
 #include "unimoe/unimoe.h"
 
 namespace unimoe {
@@ -78,6 +79,12 @@ class MoELayerImpl final : public MoELayer {
   // One stage of forward alone (the inputs of earlier stages must be in the
   // workspace already).
   void run_stage(Stage stage, const ForwardArgs& args, cudaStream_t stream);
+  // FP8PerTensor with dynamic scales: the scales the last forward of
+  // num_tokens tokens computed (x's and the activation's), read back (a
+  // synchronizing copy), for a reference check of some of the call's
+  // tokens; {0, 0} (dynamic, as the reference takes it) for every other
+  // config. Tests and tools only.
+  ref::ActivationScales dynamic_activation_scales(int num_tokens, bool precomputed = false);
   // Device copies of the routing result of the last forward, for tests and
   // the benchmark's active-expert count.
   const int32_t* expert_counts() const { return expert_counts_; }

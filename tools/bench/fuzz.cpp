@@ -263,8 +263,12 @@ class FuzzRig {
                            c_.routing.has_bias ? host_bias_.data() : nullptr);
     }
     const std::vector<float> x = ref::host_x_rows(c_, check, x_seed);
-    const std::vector<float> want =
-        ref::moe_forward(c_, host_.source(), x.data(), routing, 0, expert_weights_->static_scales());
+    // FP8PerTensor's dynamic scales are one amax over all T tokens: the
+    // reference of the checked tokens takes the ones the forward computed.
+    ref::ActivationScales scales = expert_weights_->static_scales();
+    if (c_.experts.quant == QuantVariant::FP8PerTensor && scales.x == 0.0f)
+      scales = layer_access::impl(*layer_ptr_).dynamic_activation_scales(t, precomputed);
+    const std::vector<float> want = ref::moe_forward(c_, host_.source(), x.data(), routing, 0, scales);
     std::vector<uint16_t> got;
     for (int token : check)
       got.insert(got.end(), out.begin() + std::size_t(token) * h, out.begin() + std::size_t(token + 1) * h);

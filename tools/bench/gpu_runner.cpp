@@ -218,7 +218,10 @@ void run_preset(const Options& opt, const std::string& name, const std::string& 
       const ref::Routing routing = ref::route(c.routing, set0.logits.values.data(), check,
                                               c.routing.has_bias ? host_routing_bias.data() : nullptr);
       const std::vector<float> x = host_x(c, check, set0.x_seed);
-      want = ref::moe_forward(c, host_weights.source(), x.data(), routing);
+      // FP8PerTensor's dynamic scales are one amax over all T tokens: the
+      // reference of `check` tokens takes the ones set 0's forward computed.
+      want = ref::moe_forward(c, host_weights.source(), x.data(), routing, 0,
+                              internals.dynamic_activation_scales(t));
     }
     std::vector<ForwardArgs> set_args;
     for (const InputSet& in : sets) set_args.push_back(in.args);

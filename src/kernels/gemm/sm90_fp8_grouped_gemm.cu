@@ -171,7 +171,8 @@ void launch_sm90_fp8_grouped_gemm(const Sm90Fp8GroupedGemmParams& p, KernelStrea
   require(aligned(p.a, 16), "a must be 16-byte aligned");
   require(aligned(p.b, 16), "b must be 16-byte aligned");
   require((p.d != nullptr) != (p.d_f32 != nullptr), "give exactly one of d and d_f32");
-  require(aligned(p.d, 16) && aligned(p.d_f32, 16), "d and d_f32 must be 16-byte aligned");
+  require(aligned(p.d, 16), "d must be 16-byte aligned");
+  require(aligned(p.d_f32, 16), "d_f32 must be 16-byte aligned");
   require(aligned(p.a_scales, alignof(float)), "a_scales must be 4-byte aligned");
   require(aligned(p.b_scales, alignof(float)), "b_scales must be 4-byte aligned");
   require(aligned(p.workspace, kWorkspaceAlign), "workspace must be 256-byte aligned");
