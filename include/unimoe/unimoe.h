@@ -257,6 +257,10 @@ class MoELayer {
   // CUTLASS backend's buffers once a call may take it).
   virtual std::size_t workspace_bytes() const = 0;
   // Keeps the pointers (not a copy); the weights must outlive the layer.
+  // Checks them against the config's quant variant (Error naming the
+  // field). FP8PerTensor also expands its per-expert scales into a buffer
+  // the layer owns: a kernel and device synchronizations, so do not call it
+  // while any thread captures a graph in cudaStreamCaptureModeGlobal.
   virtual void set_weights(const ExpertWeights& weights) = 0;
   virtual void forward(const ForwardArgs& args, CUstream_st* stream) = 0;
 
