@@ -137,33 +137,6 @@ __device__ __forceinline__ void stream_k_range(const uint16_t* w_lo, const uint1
 
 // ---- One-token tiles: K-contiguous loads, the diagonal of each product.
 
-// u[i] holds one lane's share of unit i (two floats); afterwards every lane
-// holds the warp's sum of unit lane >> (5 - log2 kUnits). Each level halves
-// the units a lane keeps: it sends the half its partner keeps and adds what
-// the partner sends (kUnits - 1 shuffles of pairs), then plain butterflies.
-// The order of the additions is fixed, so the sums are deterministic.
-template <int kUnits>
-__device__ __forceinline__ void reduce_units(float (&u)[kUnits][2], int lane) {
-  static_assert(kUnits >= 1 && kUnits <= 32 && (kUnits & (kUnits - 1)) == 0, "power of two");
-  int mask = 16;
-#pragma unroll
-  for (int n = kUnits; n > 1; n /= 2, mask /= 2) {
-    const bool upper = (lane & mask) != 0;
-#pragma unroll
-    for (int j = 0; j < n / 2; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float send = upper ? u[j][h] : u[j + n / 2][h];
-        const float keep = upper ? u[j + n / 2][h] : u[j][h];
-        u[j][h] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
-      }
-  }
-#pragma unroll
-  for (; mask >= 1; mask /= 2)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) u[0][h] += __shfl_xor_sync(0xffffffffu, u[0][h], mask);
-}
-
 constexpr int kRowPiece = 256;  // K a warp load covers: 32 lanes x 8 values
 
 // This warp's kPairs pairs (first pair q0) of a one-token tile, kChunks
@@ -234,7 +207,9 @@ __device__ __forceinline__ void stream_one_token(const GroupedGemmArgs& args,
     u[p][0] = diagonal ? (odd ? acc[p][1] : acc[p][0]) : 0.0f;
     u[p][1] = diagonal ? (odd ? acc[p][3] : acc[p][2]) : 0.0f;
   }
-  reduce_units<kPairs>(u, lane);
+  // Afterwards every lane holds the warp's sum of pair lane >> (5 - log2
+  // kPairs) in u[0] (warp_mma.cuh; the whole warp is one unit).
+  reduce_slots<kPairs, 32>(u, lane);
   constexpr int kLanesPerUnit = 32 / kPairs;
   if (lane % kLanesPerUnit != 0) return;
   const int q = q0 + lane / kLanesPerUnit;

@@ -56,4 +56,33 @@ __device__ __forceinline__ void mma_bf16_16816(float (&c)[4], const uint32_t (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The one-token paths' reduction (both stream kernels): the warp is cut
+// into units of kUnitLanes lanes (the BF16 kernel: one unit of 32).
+// u[s] holds one lane's share of slot s (two floats). Within each unit,
+// afterwards unit lane i holds the unit's sum of slot i / (kUnitLanes /
+// kSlots) in u[0]: each level halves the slots a lane keeps (it sends the
+// half its partner keeps and adds what the partner sends), then plain
+// butterflies; partners stay in the unit. A fixed order: deterministic.
+template <int kSlots, int kUnitLanes>
+__device__ __forceinline__ void reduce_slots(float (&u)[kSlots][2], int lane) {
+  static_assert(kSlots <= kUnitLanes && (kSlots & (kSlots - 1)) == 0, "a power of two");
+  int mask = kUnitLanes / 2;
+#pragma unroll
+  for (int n = kSlots; n > 1; n /= 2, mask /= 2) {
+    const bool upper = (lane & mask) != 0;
+#pragma unroll
+    for (int j = 0; j < n / 2; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float send = upper ? u[j][h] : u[j + n / 2][h];
+        const float keep = upper ? u[j + n / 2][h] : u[j][h];
+        u[j][h] = keep + __shfl_xor_sync(0xffffffffu, send, mask);
+      }
+  }
+#pragma unroll
+  for (; mask >= 1; mask /= 2)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) u[0][h] += __shfl_xor_sync(0xffffffffu, u[0][h], mask);
+}
+
 }  // namespace unimoe

@@ -11,14 +11,16 @@
 
 #include "core/e4m3.h"
 #include "kernels/common/common.cuh"
+#include "kernels/quant/fp8_amax.cuh"
 #include "kernels/quant/fp8_quant.cuh"
 
 namespace unimoe {
 namespace {
 
-constexpr int kWarpSize = 32;
-constexpr unsigned kFullMask = 0xffffffffu;
-constexpr float kE4m3Max = 448.0f;
+using fp8_amax::block_max;
+using fp8_amax::fp8_scale;
+using fp8_amax::kWarpSize;
+using fp8_amax::warp_max;
 constexpr int kColsMultiple = 16;
 
 // Row form: one warp per (row, group), 4 bf16 (8 bytes) a lane.
@@ -38,31 +40,6 @@ static_assert(kColsMultiple % kTensorVec == 0, "a thread's 8 columns never strad
 
 __device__ __forceinline__ int live_rows(const int32_t* rows_device, int rows) {
   return rows_device ? min(*rows_device, rows) : rows;
-}
-
-// The scale of a block whose largest magnitude is amax: amax / 448, 1 when
-// that is not > 0 (amax 0, or a quotient that underflows).
-__device__ __forceinline__ float fp8_scale(float amax) {
-  const float scale = __fdiv_rn(amax, kE4m3Max);
-  return scale > 0.0f ? scale : 1.0f;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int d = kWarpSize / 2; d > 0; d /= 2) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, d));
-  return v;
-}
-
-// The block's maximum of v (>= 0), returned to every thread.
-__device__ __forceinline__ float block_max(float v) {
-  __shared__ float warp_maxima[kTensorWarps];
-  v = warp_max(v);
-  if (threadIdx.x % kWarpSize == 0) warp_maxima[threadIdx.x / kWarpSize] = v;
-  __syncthreads();
-  float m = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kTensorWarps; ++w) m = fmaxf(m, warp_maxima[w]);
-  return m;
 }
 
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
@@ -136,7 +113,7 @@ __global__ void __launch_bounds__(kTensorThreads)
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kTensorThreads + threadIdx.x; i < vecs;
        i += static_cast<int64_t>(gridDim.x) * kTensorThreads)
     m = abs_max4(abs_max4(m, load4(x, 2 * i)), load4(x, 2 * i + 1));
-  m = block_max(m);
+  m = block_max<kTensorWarps>(m);
   if (threadIdx.x == 0) partials[blockIdx.x] = m;
 }
 
@@ -158,7 +135,7 @@ __global__ void __launch_bounds__(kTensorThreads)
   } else {
     float m = 0.0f;
     for (int i = threadIdx.x; i < num_partials; i += kTensorThreads) m = fmaxf(m, partials[i]);
-    scale = fp8_scale(block_max(m));
+    scale = fp8_scale(block_max<kTensorWarps>(m));
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) *scale_out = scale;
   const int live = live_rows(rows_device, rows);

@@ -19,14 +19,16 @@
 #include "core/e4m3.h"
 #include "kernels/common/common.cuh"
 #include "kernels/common/fill.cuh"
+#include "kernels/quant/fp8_amax.cuh"
 #include "kernels/quant/fp8_weights.cuh"
 
 namespace unimoe {
 namespace {
 
-constexpr int kWarpSize = 32;
-constexpr unsigned kFullMask = 0xffffffffu;
-constexpr float kE4m3Max = 448.0f;
+using fp8_amax::block_max;
+using fp8_amax::fp8_scale;
+using fp8_amax::kWarpSize;
+using fp8_amax::warp_max;
 constexpr int kColsMultiple = 16;
 constexpr int kVec = 8;  // values a thread loads and encodes at once: 16 bytes of bf16, 8 codes
 static_assert(kColsMultiple % kVec == 0, "8 values never straddle two rows");
@@ -77,32 +79,6 @@ struct SyntheticLoader {
   }
 };
 
-// The scale of a block whose largest magnitude is amax: amax / 448, 1 when
-// that is not > 0 (amax 0, or a quotient that underflows).
-__device__ __forceinline__ float fp8_scale(float amax) {
-  const float scale = __fdiv_rn(amax, kE4m3Max);
-  return scale > 0.0f ? scale : 1.0f;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int d = kWarpSize / 2; d > 0; d /= 2) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, d));
-  return v;
-}
-
-// The CTA's maximum of v (>= 0), returned to every thread. Called once per
-// kernel, by every thread.
-__device__ __forceinline__ float block_max(float v) {
-  __shared__ float warp_maxima[kWarps];
-  v = warp_max(v);
-  if (threadIdx.x % kWarpSize == 0) warp_maxima[threadIdx.x / kWarpSize] = v;
-  __syncthreads();
-  float m = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) m = fmaxf(m, warp_maxima[w]);
-  return m;
-}
-
 __device__ __forceinline__ float abs_max(float m, const float (&v)[kVec]) {
 #pragma unroll
   for (int k = 0; k < kVec; ++k) m = fmaxf(m, fabsf(v[k]));
@@ -145,7 +121,7 @@ __global__ void __launch_bounds__(kThreads)
       amax = abs_max(amax, v[s]);
     }
   }
-  const float scale = fp8_scale(block_max(amax));
+  const float scale = fp8_scale(block_max<kWarps>(amax));
   if (threadIdx.x == 0) scales[blockIdx.x] = scale;
 #pragma unroll
   for (int s = 0; s < kTileSteps; ++s) {
@@ -169,7 +145,7 @@ __global__ void __launch_bounds__(kThreads)
     src.load((first + j) * kVec, v);
     amax = abs_max(amax, v);
   }
-  amax = block_max(amax);
+  amax = block_max<kWarps>(amax);
   if (threadIdx.x == 0) partials[blockIdx.x] = amax;
 }
 
@@ -186,7 +162,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t chunk = blockIdx.x % chunks;
   float m = 0.0f;
   for (int i = threadIdx.x; i < chunks; i += kThreads) m = fmaxf(m, partials[expert * chunks + i]);
-  const float scale = fp8_scale(block_max(m));
+  const float scale = fp8_scale(block_max<kWarps>(m));
   if (chunk == 0 && threadIdx.x == 0) scales[expert] = scale;
   const int64_t first = expert * vecs;
   for (int64_t j = chunk * kThreads + threadIdx.x; j < vecs; j += static_cast<int64_t>(chunks) * kThreads) {
