@@ -25,6 +25,13 @@ namespace unimoe::test {
 // bf16: expected errors are a few 1e-3.
 inline constexpr double kLayerTolerance = 1e-2;
 
+// Logits that send every token to `hot` first (then K-1 others at random).
+inline std::vector<float> hot_expert_logits(const MoEConfig& c, int t, uint64_t seed, int hot) {
+  std::vector<float> l = ref::make_logits(c, t, seed, "uniform");
+  for (int r = 0; r < t; ++r) l[std::size_t(r) * c.routing.num_experts + hot] += 100.0f;
+  return l;
+}
+
 // A layer with synthetic weights that the host can regenerate
 // (support/device_weights.h: bf16, or FP8 codes and scales, for the config's
 // variant). static_scales: FP8PerTensor's static activation scales, which

@@ -35,6 +35,7 @@ namespace unimoe {
 namespace {
 
 using test::DeviceBuffer;
+using test::hot_expert_logits;
 using test::LayerRig;
 constexpr double kTolerance = kFp8Tolerance;
 
@@ -49,12 +50,6 @@ constexpr Form kForms[] = {{QuantVariant::FP8Block128, false, "block128"},
                            {QuantVariant::FP8PerTensor, false, "per-tensor dynamic"},
                            {QuantVariant::FP8PerTensor, true, "per-tensor static"}};
 constexpr const char* kBackends[] = {"stream", "cutlass"};
-
-std::vector<float> hot_expert_logits(const MoEConfig& c, int t, uint64_t seed, int hot) {
-  std::vector<float> l = ref::make_logits(c, t, seed, "uniform");
-  for (int r = 0; r < t; ++r) l[std::size_t(r) * c.routing.num_experts + hot] += 100.0f;
-  return l;
-}
 
 // One fresh set of weights and inputs per point, run by each FP8 form on
 // each backend; the largest error of the point is printed.

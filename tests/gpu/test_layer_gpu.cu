@@ -26,15 +26,9 @@ namespace unimoe {
 namespace {
 
 using test::DeviceBuffer;
+using test::hot_expert_logits;
 using test::LayerRig;
 constexpr double kTolerance = test::kLayerTolerance;
-
-// Logits that send every token to `hot` first (then K-1 others at random).
-std::vector<float> hot_expert_logits(const MoEConfig& c, int t, uint64_t seed, int hot) {
-  std::vector<float> l = ref::make_logits(c, t, seed, "uniform");
-  for (int r = 0; r < t; ++r) l[std::size_t(r) * c.routing.num_experts + hot] += 100.0f;
-  return l;
-}
 
 // Logits under which only experts [0, live) are ever chosen.
 std::vector<float> few_experts_logits(const MoEConfig& c, int t, uint64_t seed, int live) {
