@@ -38,6 +38,7 @@
 #include "gpu/gpu_test_util.h"
 #include "kernels/gemm/stream_gemm_fp8.cuh"
 #include "kernels/gemm/stream_gemm_fp8_config.h"
+#include "kernels/quant/fp8_quant.cuh"
 #include "ref/ref.h"
 
 namespace unimoe {
@@ -431,6 +432,223 @@ TEST(Fp8StreamGemm, GraphReplaysForTwoSchedules) {
   UNIMOE_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
+// ---- Quantization inside the kernel (a_bf16, out_codes): the same codes,
+// scales and outputs as the quantize kernels around the plain kernel, bit
+// for bit.
+
+enum class ActScale { kBlock128, kTensorDynamic, kTensorStatic };
+
+const char* name_of(ActScale a) {
+  return a == ActScale::kBlock128 ? "block128" : a == ActScale::kTensorDynamic ? "tensor dynamic"
+                                                                              : "tensor static";
+}
+
+// The quantize kernel of `mode` over rows x cols of x (bf16) or x_f32:
+// codes [rows, cols] and group-major scales (ld), the tensor scale in *scale.
+void quantize_with_kernel(ActScale mode, const uint16_t* x, const float* x_f32, int rows, int cols,
+                          const float* static_scale, uint8_t* codes, float* scales, int ld,
+                          float* scale) {
+  if (mode == ActScale::kBlock128) {
+    Fp8RowQuantParams q;
+    q.x = x;
+    q.x_f32 = x_f32;
+    q.rows = rows;
+    q.cols = cols;
+    q.codes = codes;
+    q.scales = scales;
+    q.scales_ld = ld;
+    launch_quantize_fp8_rows(q, nullptr);
+    return;
+  }
+  DeviceBuffer<float> scratch(quantize_fp8_tensor_scratch_floats(rows, cols));
+  Fp8TensorQuantParams q;
+  q.x = x;
+  q.x_f32 = x_f32;
+  q.rows = rows;
+  q.cols = cols;
+  q.static_scale = mode == ActScale::kTensorStatic ? static_scale : nullptr;
+  q.codes = codes;
+  q.scale = scale;
+  q.scratch = scratch.get();
+  q.row_scales = scales;
+  q.row_scales_ld = ld;
+  launch_quantize_fp8_tensor(q, nullptr);
+  UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());  // before scratch is freed
+}
+
+// GEMM1 at T = 1: every permuted row reads token 0 (gather maps all of them
+// there). The kernel quantizing x itself must give the output the quantize
+// kernel and the plain kernel give, bit for bit, on the one-token path and
+// on multi-row tiles (a repeated expert id puts the token in one tile twice).
+void run_own_x_case(const Shape& s, ActScale mode) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(s.label() + " " + name_of(mode) + " seed " + std::to_string(seed));
+  Problem P = make_problem(s, seed);
+  std::fill(P.perm.permuted_to_expanded.begin(), P.perm.permuted_to_expanded.end(), 0);
+  std::mt19937_64 rng(seed ^ 0x5eed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> x(s.k);
+  for (int i = 0; i < s.k; ++i) {
+    const int block = i / kBlock;
+    // Block 1 all zero (scale 1, codes 0); the others of different magnitudes.
+    const float v = block == 1 ? 0.0f : normal(rng) * std::ldexp(1.0f, block % 7 - 3);
+    x[i] = ref::f32_to_bf16(v);
+  }
+  DeviceProblem dev(P);
+  const DeviceBuffer<uint16_t> x_dev(x);
+  const DeviceBuffer<float> static_scale(std::vector<float>{0.0173f});
+  DeviceBuffer<float> tensor_scale(2);
+  tensor_scale.poison();
+
+  // The plain kernel after the quantize kernel: A = one row of codes.
+  const int kb = s.k / kBlock;
+  quantize_with_kernel(mode, x_dev.get(), nullptr, 1, s.k, static_scale.get(), dev.a.get(),
+                       dev.a_scales.get(), P.a_ld, tensor_scale.get());
+  launch_fp8_stream_gemm(dev.params(P), nullptr);
+  UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> want = dev.out_f32.download();
+  ASSERT_GE(dev.a_scales.size(), static_cast<size_t>(kb) * P.a_ld);
+  P.a = dev.a.download();  // row 0 now holds x's codes, for the reference below
+  P.a_scales = dev.a_scales.download();
+
+  dev.out_f32.poison();
+  Fp8StreamGemmParams p = dev.params(P);
+  p.a = nullptr;
+  p.a_scales = nullptr;
+  p.a_bf16 = x_dev.get();
+  p.a_per_tensor = mode != ActScale::kBlock128;
+  p.a_static_scale = mode == ActScale::kTensorStatic ? static_scale.get() : nullptr;
+  p.a_scale_out = tensor_scale.get() + 1;
+  launch_fp8_stream_gemm(p, nullptr);
+  UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> got = dev.out_f32.download();
+  int differ = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (bits_of(got[i]) != bits_of(want[i]) && ++differ <= 5)
+      ADD_FAILURE() << "element " << i << ": in-kernel quantization " << got[i]
+                    << ", quantize kernel " << want[i];
+  EXPECT_EQ(differ, 0);
+  const std::vector<float> scales = tensor_scale.download();
+  if (mode == ActScale::kTensorDynamic)
+    EXPECT_EQ(bits_of(scales[1]), bits_of(scales[0])) << "a_scale_out " << scales[1];
+  else
+    EXPECT_EQ(bits_of(scales[1]), 0xffffffffu) << "a_scale_out written without a dynamic scale";
+  check(P, dev);  // and the output against the contract's reference
+}
+
+TEST(Fp8StreamGemm, OwnTokenQuantizationEqualsTheQuantizeKernel) {
+  UNIMOE_REQUIRE_GPU();
+  for (ActScale mode : {ActScale::kBlock128, ActScale::kTensorDynamic, ActScale::kTensorStatic}) {
+    run_own_x_case(Shape(ones(8), 7168, 256, kSwiGLU, kBias | kGather), mode);
+    run_own_x_case(Shape({1, 0, 1, 1}, 1280, 176, kOai, kBias | kGather), mode);
+    run_own_x_case(Shape({2, 1, 0, 3}, 1024, 176, kSwiGLU, kGather), mode);  // repeated ids
+    run_own_x_case(Shape({1, 1}, 384, 176, kReLU2, kGather), mode);
+  }
+}
+
+// The output quantized by the last CTA of each (tile, 128-column group)
+// against the quantize kernel run over the kernel's own fp32 output: codes
+// and scales of every covered row bit for bit; two launches (the counters
+// must return to zero) and, with `graph`, three graph replays on new data.
+void run_own_out_case(Shape s, ActScale mode, bool graph) {
+  ASSERT_NE(mode, ActScale::kTensorDynamic) << "the kernel has no whole-tensor amax";
+  s.f32_out = true;
+  int rows = 2;  // the same capacity for every seed: the largest gaps (3 rows an expert)
+  for (int n : s.counts) rows += n + 3;
+  s.out_rows = rows;
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(s.label() + " " + name_of(mode) + " seed " + std::to_string(seed));
+  const Problem P = make_problem(s, seed);
+  DeviceProblem dev(P);
+  const size_t elems = static_cast<size_t>(P.rows) * s.n_out;
+  const int groups = s.n_out / kBlock;
+  DeviceBuffer<uint8_t> codes(elems), want_codes(elems);
+  DeviceBuffer<float> scales(static_cast<size_t>(groups) * P.a_ld),
+      want_scales(static_cast<size_t>(groups) * P.a_ld), tensor_scale(1);
+  const DeviceBuffer<float> static_scale(std::vector<float>{0.0213f});
+  DeviceBuffer<int> counters(dev.tiles.size() * groups);
+  counters.poison(0);
+  Fp8StreamGemmParams p = dev.params(P);
+  p.out_codes = codes.get();
+  p.out_scales = scales.get();
+  p.out_scales_ld = P.a_ld;
+  p.out_static_scale = mode == ActScale::kTensorStatic ? static_scale.get() : nullptr;
+  p.group_counters = counters.get();
+
+  cudaStream_t stream;
+  UNIMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraphExec_t exec = nullptr;
+  if (graph) {
+    cudaGraph_t g;
+    UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    launch_fp8_stream_gemm(p, stream);
+    UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+    UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+    UNIMOE_CUDA_CHECK(cudaGraphDestroy(g));
+  }
+  for (int launch = 0; launch < (graph ? 3 : 2); ++launch) {
+    SCOPED_TRACE("launch " + std::to_string(launch));
+    const Problem fresh = make_problem(s, seed + launch);
+    ASSERT_EQ(fresh.rows, P.rows);
+    if (graph && launch > 0) dev.upload(fresh);
+    const Problem& now = graph && launch > 0 ? fresh : P;
+    std::vector<bool> covered(P.rows, false);
+    for (const ref::Tile& t : now.tiles)
+      for (int r = t.row_start; r < t.row_start + t.rows; ++r) covered[r] = true;
+    codes.poison();
+    scales.poison();
+    if (graph)
+      UNIMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    else
+      launch_fp8_stream_gemm(p, stream);
+    UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    quantize_with_kernel(mode, nullptr, dev.out_f32.get(), P.rows, s.n_out, static_scale.get(),
+                         want_codes.get(), want_scales.get(), P.a_ld, tensor_scale.get());
+    UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<uint8_t> got_c = codes.download(), want_c = want_codes.download();
+    const std::vector<float> got_s = scales.download(), want_s = want_scales.download();
+    int differ = 0;
+    for (int r = 0; r < P.rows; ++r) {
+      for (int n = 0; n < s.n_out; ++n) {
+        const size_t i = static_cast<size_t>(r) * s.n_out + n;
+        const bool ok = covered[r] ? got_c[i] == want_c[i] : got_c[i] == 0xff;
+        if (!ok && ++differ <= 5)
+          ADD_FAILURE() << "row " << r << " column " << n << (covered[r] ? "" : " (not covered)")
+                        << ": code " << int(got_c[i]) << ", quantize kernel " << int(want_c[i]);
+      }
+      for (int g = 0; g < groups; ++g) {
+        const size_t i = static_cast<size_t>(g) * P.a_ld + r;
+        const bool ok = covered[r] ? bits_of(got_s[i]) == bits_of(want_s[i])
+                                   : bits_of(got_s[i]) == 0xffffffffu;
+        if (!ok && ++differ <= 5)
+          ADD_FAILURE() << "row " << r << " group " << g << ": scale " << got_s[i]
+                        << ", quantize kernel " << want_s[i];
+      }
+    }
+    EXPECT_EQ(differ, 0);
+    for (int c : counters.download()) ASSERT_EQ(c, 0) << "a group counter was left non-zero";
+    check(now, dev);
+  }
+  if (exec) UNIMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  UNIMOE_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// Gated GEMM1 shapes whose CTAs cover 8 to 64 columns (1 to 8 K splits),
+// ReLU2 up to 128; one-row, multi-row and 16-row tiles, empty experts.
+TEST(Fp8StreamGemm, OwnOutputQuantizationEqualsTheQuantizeKernel) {
+  UNIMOE_REQUIRE_GPU();
+  for (ActScale mode : {ActScale::kBlock128, ActScale::kTensorStatic}) {
+    run_own_out_case(Shape(ones(8), 7168, 256, kSwiGLU, kBias | kGather | kPdl), mode, false);
+    run_own_out_case(Shape({2, 5, 16, 0, 21, 1, 0, 3}, 1024, 256, kSwiGLU, kBias | kGather), mode,
+                     false);
+    run_own_out_case(Shape({1, 0, 3, 1}, 128, 384, kGeGLU, kGather), mode, false);
+    run_own_out_case(Shape({7, 0, 12, 2}, 1024, 256, kReLU2, kGather), mode, false);
+    run_own_out_case(Shape({1, 0, 16, 1}, 256, 128, kReLU2, kGather), mode, false);
+  }
+  Shape replayed(ones(8), 2048, 512, kOai, kBias | kGather | kPdl);
+  run_own_out_case(replayed, ActScale::kBlock128, true);
+}
+
 TEST(Fp8StreamGemm, BadParametersNameTheField) {
   UNIMOE_REQUIRE_GPU();
   const Problem P = make_problem(Shape({1}, 128, 16, kIdentity), 1);
@@ -463,6 +681,22 @@ TEST(Fp8StreamGemm, BadParametersNameTheField) {
   });
   expect_refused("a_scales_ld", [](Params& p) { p.a_scales_ld = 0; });
   expect_refused("epilogue", [](Params& p) { p.epilogue = static_cast<GemmEpilogue>(9); });
+  expect_refused("a_bf16", [&](Params& p) {
+    p.a = nullptr;
+    p.a_bf16 = reinterpret_cast<const uint16_t*>(good.a) + 1;
+  });
+  expect_refused("out_f32", [&](Params& p) {  // out_codes quantizes the fp32 output
+    p.out_f32 = nullptr;
+    p.out_bf16 = reinterpret_cast<uint16_t*>(good.out_f32);
+    p.out_codes = const_cast<uint8_t*>(good.a);
+  });
+  expect_refused("n_out", [&](Params& p) {  // 16 columns: not whole 128-column groups
+    p.out_codes = const_cast<uint8_t*>(good.a);
+    p.out_scales = const_cast<float*>(good.a_scales);
+    p.group_counters = reinterpret_cast<int*>(const_cast<float*>(good.a_scales));
+  });
+  expect_refused("out_scales/group_counters",
+                 [&](Params& p) { p.out_codes = const_cast<uint8_t*>(good.a); });
 }
 
 }  // namespace
