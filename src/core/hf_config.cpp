@@ -100,9 +100,7 @@ class Fields {
 
 MoEConfig base(RoutingPolicy policy, int num_experts, int top_k, int hidden, int intermediate) {
   MoEConfig c;
-  c.routing.policy = policy;
-  c.routing.num_experts = num_experts;
-  c.routing.top_k = top_k;
+  c.routing = {policy, num_experts, top_k};
   c.experts.hidden = hidden;
   c.experts.intermediate = intermediate;
   return c;
@@ -151,11 +149,11 @@ QuantVariant quant_of(const Fields& top) {
 
 // ------------------------------------------------------------ families ----
 // Each reads the keys of one transformers config class; the default after
-// a key is that class's default.
+// a key is that class's default (the class is named above each function).
 
-// Mixtral, and transformers' MiniMax (MiniMax-Text-01, M1), whose sparse
-// block is Mixtral's: ids topk(softmax(x)), weights renormalized to sum 1,
-// which is Renormalize's formula (RenormalizeNaive's too; the presets use
+// MixtralConfig; MiniMaxConfig (MiniMax-Text-01, M1) has the same defaults
+// and Mixtral's sparse block. ids topk(softmax(x)), weights renormalized to
+// sum 1: Renormalize's formula (RenormalizeNaive's too; the presets use
 // Renormalize).
 MoEConfig mixtral(const Fields& f) {
   MoEConfig c = base(RoutingPolicy::Renormalize, f.integer("num_local_experts", 8),
@@ -177,9 +175,10 @@ MoEConfig minimax(const Fields& f) {
   return mixtral(f);
 }
 
-// Qwen2-MoE (defaults of Qwen1.5-MoE-A2.7B) and Qwen3-MoE: ids
-// topk(softmax(x)); weights renormalized when norm_topk_prob, else the
-// softmax over all E. The shared expert of Qwen2-MoE is not included.
+// Qwen2MoeConfig (defaults of Qwen1.5-MoE-A2.7B), Qwen3MoeConfig. ids
+// topk(softmax(x)); weights renormalized when norm_topk_prob (Renormalize),
+// else the softmax over all E (Default). Qwen2-MoE's shared expert is not
+// included.
 MoEConfig qwen_moe(const Fields& f, int experts, int top_k, int intermediate) {
   const bool renormalize = f.boolean("norm_topk_prob", false);
   MoEConfig c = base(renormalize ? RoutingPolicy::Renormalize : RoutingPolicy::Default,
@@ -191,10 +190,10 @@ MoEConfig qwen_moe(const Fields& f, int experts, int top_k, int intermediate) {
 MoEConfig qwen2_moe(const Fields& f) { return qwen_moe(f, 60, 4, 1408); }
 MoEConfig qwen3_moe(const Fields& f) { return qwen_moe(f, 128, 8, 768); }
 
-// DeepSeek-V2: softmax scores, greedy top-k, weights p[ids] *
-// routed_scaling_factor without renormalization. Default computes it
-// where the scale is 1 (DeepSeek-V2-Lite); the group-limited variant of
-// DeepSeek-V2 itself and a scale != 1 have no unimoe policy.
+// DeepseekV2Config. Softmax scores, greedy top-k, weights p[ids] *
+// routed_scaling_factor without renormalization: Default where the scale
+// is 1 (DeepSeek-V2-Lite); the group-limited variant of DeepSeek-V2 itself
+// and a scale != 1 have no unimoe policy.
 MoEConfig deepseek_v2(const Fields& f) {
   f.expect_text_if_present("scoring_func", "softmax",
                            "DeepSeek-V2's router scores experts by softmax");
@@ -228,10 +227,10 @@ MoEConfig deepseek_v2(const Fields& f) {
   return c;
 }
 
-// DeepSeek-V3 and Kimi-K2: sigmoid scores plus the score-correction bias,
-// groups by their two best biased scores, top-k over the kept groups,
-// weights s[ids] renormalized and scaled: policy DeepSeekV3 (Kimi-K2 has
-// one group).
+// DeepseekV3Config (Kimi-K2 ships its fields). Sigmoid scores plus the
+// score-correction bias, groups by their two best biased scores, top-k over
+// the kept groups, weights s[ids] renormalized and scaled: DeepSeekV3
+// (Kimi-K2 has one group).
 MoEConfig deepseek_v3(const Fields& f) {
   f.expect_text_if_present("scoring_func", "sigmoid",
                            "DeepSeek-V3's router (noaux_tc) scores experts by sigmoid");
@@ -251,8 +250,9 @@ MoEConfig deepseek_v3(const Fields& f) {
   return c;
 }
 
-// gpt-oss: softmax over the top-k logits (Renormalize); the clamped SwiGLU
-// with (up + 1) and biases on both expert GEMMs, whatever hidden_act says.
+// GptOssConfig. Softmax over the top-k logits (Renormalize); the clamped
+// SwiGLU with (up + 1) and biases on both expert GEMMs, whatever hidden_act
+// says.
 MoEConfig gpt_oss(const Fields& f) {
   MoEConfig c = base(RoutingPolicy::Renormalize, f.integer("num_local_experts", 128),
                      f.integer("num_experts_per_tok", 4), f.integer("hidden_size", 2880),
@@ -264,8 +264,8 @@ MoEConfig gpt_oss(const Fields& f) {
   return c;
 }
 
-// MiniMax-M2: sigmoid scores plus the bias for the choice, weights s[ids]
-// renormalized: DeepSeekV3 with one group and scale 1, i.e. MiniMax2.
+// MiniMaxM2Config. Sigmoid scores plus the bias for the choice, weights
+// s[ids] renormalized: DeepSeekV3 with one group and scale 1, i.e. MiniMax2.
 MoEConfig minimax_m2(const Fields& f) {
   f.expect_text_if_present("scoring_func", "sigmoid", "MiniMax-M2's router scores experts by sigmoid");
   if (f.number("routed_scaling_factor", 1.0f) != 1.0f)
@@ -282,11 +282,11 @@ MoEConfig minimax_m2(const Fields& f) {
   return c;
 }
 
-// Llama-4 (text_config, or a bare llama4_text config): the router is
-// Llama4's formula, but the weight multiplies each expert's input,
+// Llama4TextConfig (under text_config, or a bare llama4_text config). The
+// router is Llama4's formula, but the weight multiplies each expert's input,
 // expert(w * x), where a unimoe layer computes w * expert(x); under SwiGLU
-// these differ, so no unimoe config computes the layer. The shape is named
-// for timing it.
+// these differ, so no unimoe config computes the layer. The refusal names
+// the shape, for timing it.
 [[noreturn]] void refuse_llama4(const Fields& top, const Fields& text) {
   const int experts = text.integer("num_local_experts", 16), top_k = text.integer("num_experts_per_tok", 1);
   const int hidden = text.integer("hidden_size", 5120);

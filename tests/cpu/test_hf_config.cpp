@@ -33,35 +33,11 @@ MoEConfig from_fixture(const std::string& name) { return config_from_hf_json(fix
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// What every mapping leaves at MoEConfig's defaults.
-void expect_defaults_elsewhere(const MoEConfig& c) {
-  const MoEConfig d;
-  EXPECT_EQ(c.routing.logits_type, LogitsType::F32);
-  EXPECT_EQ(c.experts.local_expert_offset, 0);
-  EXPECT_EQ(c.experts.num_local_experts, -1);
-  EXPECT_EQ(c.options.backend, d.options.backend);
-  EXPECT_EQ(c.options.deterministic, d.options.deterministic);
-  EXPECT_EQ(c.options.routing_variant, d.options.routing_variant);
+// Every field of `c` (to_string prints them all) against a config's text,
+// keys left out at their defaults.
+void expect_config(const MoEConfig& c, const std::string& want) {
+  EXPECT_EQ(c.to_string(), MoEConfig::parse(want).to_string());
   EXPECT_NO_THROW(validate(c));
-}
-
-// The routing fields of a policy without groups, bias or scale.
-void expect_plain_routing(const MoEConfig& c, RoutingPolicy policy, int e, int k) {
-  EXPECT_EQ(c.routing.policy, policy);
-  EXPECT_EQ(c.routing.num_experts, e);
-  EXPECT_EQ(c.routing.top_k, k);
-  EXPECT_EQ(c.routing.n_group, 1);
-  EXPECT_EQ(c.routing.topk_group, 1);
-  EXPECT_EQ(c.routing.routed_scaling_factor, 1.0f);
-  EXPECT_FALSE(c.routing.has_bias);
-}
-
-void expect_experts(const MoEConfig& c, int h, int i, Activation act, bool bias, QuantVariant q) {
-  EXPECT_EQ(c.experts.hidden, h);
-  EXPECT_EQ(c.experts.intermediate, i);
-  EXPECT_EQ(c.experts.activation, act);
-  EXPECT_EQ(c.experts.has_bias, bias);
-  EXPECT_EQ(c.experts.quant, q);
 }
 
 // The same config as a preset's, the quant variant aside (presets are BF16).
@@ -70,40 +46,47 @@ void expect_same_as_preset(MoEConfig c, const std::string& preset) {
   EXPECT_EQ(c.to_string(), find_preset(preset).config.to_string());
 }
 
-TEST(HfConfig, Mixtral8x7B) {
-  const MoEConfig c = from_fixture("mixtral-8x7b.json");
-  expect_plain_routing(c, RoutingPolicy::Renormalize, 8, 2);
-  expect_experts(c, 4096, 14336, Activation::SwiGLU, false, QuantVariant::BF16);
-  expect_defaults_elsewhere(c);
-  expect_same_as_preset(c, "mixtral-8x7b");
+struct Published {
+  const char* file;
+  const char* want;    // the MoEConfig, as text
+  const char* preset;  // the benchmark's preset of the same model, or ""
+};
+
+const Published kPublished[] = {
+    {"mixtral-8x7b.json", "policy=Renormalize E=8 K=2 H=4096 I=14336", "mixtral-8x7b"},
+    // norm_topk_prob false: the softmax over all 60 experts, not
+    // renormalized. I is moe_intermediate_size, not intermediate_size (5632,
+    // the shared expert's width).
+    {"qwen1.5-moe-a2.7b.json", "policy=Default E=60 K=4 H=2048 I=1408", ""},
+    {"qwen3-30b-a3b.json", "policy=Renormalize E=128 K=8 H=2048 I=768", "qwen3-30b-a3b"},
+    // Greedy softmax top-k, not renormalized, scale 1.
+    {"deepseek-v2-lite.json", "policy=Default E=64 K=6 H=2048 I=1408", ""},
+    {"deepseek-v3.json",
+     "policy=DeepSeekV3 E=256 K=8 n_group=8 topk_group=4 scale=2.5 routing_bias=1 H=7168 I=2048 "
+     "quant=FP8Block128",
+     "deepseek-v3"},
+    {"kimi-k2-instruct.json",
+     "policy=DeepSeekV3 E=384 K=8 n_group=1 topk_group=1 scale=2.827 routing_bias=1 H=7168 I=2048 "
+     "quant=FP8Block128",
+     "kimi-k2"},
+    {"gpt-oss-120b.json",
+     "policy=Renormalize E=128 K=4 H=2880 I=2880 act=SwiGLUOai alpha=1.702 limit=7 expert_bias=1 "
+     "quant=MXFP4",
+     "gpt-oss-120b"},
+    {"minimax-m2.json", "policy=MiniMax2 E=256 K=8 routing_bias=1 H=3072 I=1536 quant=FP8Block128",
+     "minimax-m2"},
+};
+
+TEST(HfConfig, PublishedConfigs) {
+  for (const Published& p : kPublished) {
+    SCOPED_TRACE(p.file);
+    const MoEConfig c = from_fixture(p.file);
+    expect_config(c, p.want);
+    if (*p.preset != '\0') expect_same_as_preset(c, p.preset);
+  }
 }
 
-TEST(HfConfig, Qwen15MoeWithoutRenormalization) {
-  // norm_topk_prob false: the softmax over all 60 experts, not renormalized.
-  const MoEConfig c = from_fixture("qwen1.5-moe-a2.7b.json");
-  expect_plain_routing(c, RoutingPolicy::Default, 60, 4);
-  // moe_intermediate_size, not intermediate_size (5632, the dense and shared width).
-  expect_experts(c, 2048, 1408, Activation::SwiGLU, false, QuantVariant::BF16);
-  expect_defaults_elsewhere(c);
-}
-
-TEST(HfConfig, Qwen3MoeRenormalized) {
-  const MoEConfig c = from_fixture("qwen3-30b-a3b.json");
-  expect_plain_routing(c, RoutingPolicy::Renormalize, 128, 8);
-  expect_experts(c, 2048, 768, Activation::SwiGLU, false, QuantVariant::BF16);
-  expect_defaults_elsewhere(c);
-  expect_same_as_preset(c, "qwen3-30b-a3b");
-}
-
-TEST(HfConfig, DeepSeekV2LiteIsDefault) {
-  // Greedy softmax top-k, no renormalization, scale 1.
-  const MoEConfig c = from_fixture("deepseek-v2-lite.json");
-  expect_plain_routing(c, RoutingPolicy::Default, 64, 6);
-  expect_experts(c, 2048, 1408, Activation::SwiGLU, false, QuantVariant::BF16);
-  expect_defaults_elsewhere(c);
-}
-
-TEST(HfConfig, DeepSeekV3) {
+TEST(HfConfig, SpelledOutForDeepSeekV3) {
   const MoEConfig c = from_fixture("deepseek-v3.json");
   EXPECT_EQ(c.routing.policy, RoutingPolicy::DeepSeekV3);
   EXPECT_EQ(c.routing.num_experts, 256);
@@ -112,86 +95,51 @@ TEST(HfConfig, DeepSeekV3) {
   EXPECT_EQ(c.routing.topk_group, 4);
   EXPECT_EQ(c.routing.routed_scaling_factor, 2.5f);
   EXPECT_TRUE(c.routing.has_bias);
-  expect_experts(c, 7168, 2048, Activation::SwiGLU, false, QuantVariant::FP8Block128);
-  expect_defaults_elsewhere(c);
-  expect_same_as_preset(c, "deepseek-v3");
+  EXPECT_EQ(c.routing.logits_type, LogitsType::F32);
+  EXPECT_EQ(c.experts.hidden, 7168);
+  EXPECT_EQ(c.experts.intermediate, 2048);
+  EXPECT_EQ(c.experts.activation, Activation::SwiGLU);
+  EXPECT_FALSE(c.experts.has_bias);
+  EXPECT_EQ(c.experts.num_local_experts, -1);
+  EXPECT_EQ(c.experts.quant, QuantVariant::FP8Block128);
+  EXPECT_EQ(c.options.backend, "auto");
 }
 
-TEST(HfConfig, KimiK2IsDeepSeekV3WithOneGroup) {
-  const MoEConfig c = from_fixture("kimi-k2-instruct.json");
-  EXPECT_EQ(c.routing.policy, RoutingPolicy::DeepSeekV3);
-  EXPECT_EQ(c.routing.num_experts, 384);
-  EXPECT_EQ(c.routing.top_k, 8);
-  EXPECT_EQ(c.routing.n_group, 1);
-  EXPECT_EQ(c.routing.topk_group, 1);
-  EXPECT_EQ(c.routing.routed_scaling_factor, 2.827f);
-  EXPECT_TRUE(c.routing.has_bias);
-  expect_experts(c, 7168, 2048, Activation::SwiGLU, false, QuantVariant::FP8Block128);
-  expect_defaults_elsewhere(c);
-  expect_same_as_preset(c, "kimi-k2");
-  // Kimi-K2 also ships with model_type deepseek_v3 and the same fields.
+TEST(HfConfig, KimiK2UnderModelTypeDeepSeekV3) {
   std::string as_v3 = fixture("kimi-k2-instruct.json");
   as_v3.replace(as_v3.find("\"kimi_k2\""), 9, "\"deepseek_v3\"");
-  EXPECT_EQ(config_from_hf_json(as_v3).to_string(), c.to_string());
-}
-
-TEST(HfConfig, GptOss120B) {
-  const MoEConfig c = from_fixture("gpt-oss-120b.json");
-  expect_plain_routing(c, RoutingPolicy::Renormalize, 128, 4);
-  expect_experts(c, 2880, 2880, Activation::SwiGLUOai, true, QuantVariant::MXFP4);
-  EXPECT_EQ(c.experts.swiglu_alpha, 1.702f);
-  EXPECT_EQ(c.experts.swiglu_limit, 7.0f);
-  expect_defaults_elsewhere(c);
-  expect_same_as_preset(c, "gpt-oss-120b");
+  EXPECT_EQ(config_from_hf_json(as_v3).to_string(), from_fixture("kimi-k2-instruct.json").to_string());
 }
 
 TEST(HfConfig, GptOssReadsAlphaAndLimit) {
-  const MoEConfig c = config_from_hf_json(
-      R"({"model_type": "gpt_oss", "swiglu_alpha": 1.5, "swiglu_limit": 5, "hidden_act": "gelu"})");
-  EXPECT_EQ(c.experts.swiglu_alpha, 1.5f);
-  EXPECT_EQ(c.experts.swiglu_limit, 5.0f);
   // gpt-oss's experts apply their own activation, whatever hidden_act says.
-  EXPECT_EQ(c.experts.activation, Activation::SwiGLUOai);
-  EXPECT_EQ(c.experts.quant, QuantVariant::BF16);
+  expect_config(config_from_hf_json(R"({"model_type": "gpt_oss", "swiglu_alpha": 1.5, "swiglu_limit": 5,
+                                        "hidden_act": "gelu"})"),
+                "policy=Renormalize E=128 K=4 H=2880 I=2880 act=SwiGLUOai alpha=1.5 limit=5 expert_bias=1");
 }
 
-TEST(HfConfig, MiniMaxM2) {
-  const MoEConfig c = from_fixture("minimax-m2.json");
-  EXPECT_EQ(c.routing.policy, RoutingPolicy::MiniMax2);
-  EXPECT_EQ(c.routing.num_experts, 256);
-  EXPECT_EQ(c.routing.top_k, 8);
-  EXPECT_EQ(c.routing.n_group, 1);
-  EXPECT_EQ(c.routing.topk_group, 1);
-  EXPECT_EQ(c.routing.routed_scaling_factor, 1.0f);
-  EXPECT_TRUE(c.routing.has_bias);
-  expect_experts(c, 3072, 1536, Activation::SwiGLU, false, QuantVariant::FP8Block128);
-  expect_defaults_elsewhere(c);
-  expect_same_as_preset(c, "minimax-m2");
-  EXPECT_FALSE(config_from_hf_json(R"({"model_type": "minimax_m2", "use_routing_bias": false})")
-                   .routing.has_bias);
+TEST(HfConfig, MiniMaxM2WithoutRoutingBias) {
+  expect_config(config_from_hf_json(R"({"model_type": "minimax_m2", "use_routing_bias": false})"),
+                "policy=MiniMax2 E=256 K=8 H=3072 I=1536");
 }
 
 TEST(HfConfig, MiniMaxTextIsMixtralsRouter) {
-  const MoEConfig c = config_from_hf_json(
-      R"({"model_type": "minimax", "num_local_experts": 32, "num_experts_per_tok": 2,
-          "hidden_size": 6144, "intermediate_size": 9216})");
-  expect_plain_routing(c, RoutingPolicy::Renormalize, 32, 2);
-  expect_experts(c, 6144, 9216, Activation::SwiGLU, false, QuantVariant::BF16);
+  expect_config(config_from_hf_json(R"({"model_type": "minimax", "num_local_experts": 32,
+                                        "num_experts_per_tok": 2, "hidden_size": 6144,
+                                        "intermediate_size": 9216})"),
+                "policy=Renormalize E=32 K=2 H=6144 I=9216");
 }
 
 TEST(HfConfig, KeysLeftOutTakeTransformersDefaults) {
-  const MoEConfig v3 = config_from_hf_json(R"({"model_type": "deepseek_v3"})");
-  EXPECT_EQ(v3.to_string(), find_preset("deepseek-v3").config.to_string());
-  const MoEConfig mixtral = config_from_hf_json(R"({"model_type": "mixtral"})");
-  EXPECT_EQ(mixtral.to_string(), find_preset("mixtral-8x7b").config.to_string());
-  const MoEConfig qwen3 = config_from_hf_json(R"({"model_type": "qwen3_moe"})");
-  expect_plain_routing(qwen3, RoutingPolicy::Default, 128, 8);  // norm_topk_prob defaults to false
-  expect_experts(qwen3, 2048, 768, Activation::SwiGLU, false, QuantVariant::BF16);
-  const MoEConfig qwen2 = config_from_hf_json(R"({"model_type": "qwen2_moe"})");
-  expect_plain_routing(qwen2, RoutingPolicy::Default, 60, 4);
+  expect_same_as_preset(config_from_hf_json(R"({"model_type": "deepseek_v3"})"), "deepseek-v3");
+  expect_same_as_preset(config_from_hf_json(R"({"model_type": "mixtral"})"), "mixtral-8x7b");
+  expect_same_as_preset(config_from_hf_json(R"({"model_type": "gpt_oss"})"), "gpt-oss-120b");
+  expect_same_as_preset(config_from_hf_json(R"({"model_type": "minimax_m2"})"), "minimax-m2");
+  // norm_topk_prob defaults to false.
+  expect_config(config_from_hf_json(R"({"model_type": "qwen3_moe"})"), "policy=Default E=128 K=8 H=2048 I=768");
+  expect_config(config_from_hf_json(R"({"model_type": "qwen2_moe"})"), "policy=Default E=60 K=4 H=2048 I=1408");
   // A null value is the default too, as transformers' None is.
-  EXPECT_EQ(config_from_hf_json(R"({"model_type": "mixtral", "hidden_size": null})").experts.hidden,
-            4096);
+  EXPECT_EQ(config_from_hf_json(R"({"model_type": "mixtral", "hidden_size": null})").experts.hidden, 4096);
 }
 
 TEST(HfConfig, ActivationsAndQuantization) {
@@ -207,10 +155,10 @@ TEST(HfConfig, ActivationsAndQuantization) {
 }
 
 TEST(HfConfig, GroupLimitedGreedyKeepingEveryGroupIsGreedy) {
-  const MoEConfig c = config_from_hf_json(
-      R"({"model_type": "deepseek_v2", "topk_method": "group_limited_greedy", "n_group": 4,
-          "topk_group": 4, "num_experts_per_tok": 6})");
-  expect_plain_routing(c, RoutingPolicy::Default, 64, 6);
+  expect_config(config_from_hf_json(R"({"model_type": "deepseek_v2", "topk_method": "group_limited_greedy",
+                                        "n_group": 4, "topk_group": 4, "num_experts_per_tok": 6,
+                                        "moe_intermediate_size": 1408})"),
+                "policy=Default E=64 K=6 H=4096 I=1408");
 }
 
 // ------------------------------------------------------------- refusals ----

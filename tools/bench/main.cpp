@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
   app.add_option("--quant", quant,
                  "BF16, FP8PerTensor, FP8Block128, MXFP4, NVFP4 (default: BF16 for presets, the "
                  "config's own for --config and --hf-config)");
-  app.add_option("--logits", opt.logits_type, "router logits type for every preset: F32 or BF16 (default: the preset's)")
+  app.add_option("--logits", opt.logits_type, "router logits type for every shape: F32 or BF16 (default: the shape's)")
       ->check(CLI::IsMember({"F32", "BF16"}));
   app.add_option("--routing", opt.routing, "routing distribution of the logits")
       ->check(CLI::IsMember({"uniform", "skewed"}))->capture_default_str();
