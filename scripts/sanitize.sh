@@ -57,11 +57,8 @@
 #   fp8 GEMMs                Sm90Fp8GroupedGemmTest shapes 0, 2 and 4 (both
 #                            tactics, bf16 and fp32 D), Sm90Fp8GroupedGemm.
 #                            GraphReplayServesNewOffsets, Fp8StreamGemm.
-#                            MultiRowTilesAndEmptyExperts, .GraphReplays...
-#                            (both tile paths, every unit width) and the
-#                            in-kernel quantizations (.OwnToken..., .Own
-#                            Output...: shared staging, the group counters;
-#                            racecheck: the first), Fp8RowsGpu.*
+#                            MultiRowTilesAndEmptyExperts and .GraphReplays...
+#                            (both tile paths, every unit width), Fp8RowsGpu.*
 #                            (quantize with group-major scales, gather, fp32
 #                            activation)
 #   fp8 layer                LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows and
@@ -106,8 +103,6 @@ readonly kFullFilter="GpuSmoke.*\
 :Shapes/Sm90Fp8GroupedGemmTest.*/0:Shapes/Sm90Fp8GroupedGemmTest.*/2:Shapes/Sm90Fp8GroupedGemmTest.*/4\
 :Sm90Fp8GroupedGemm.GraphReplayServesNewOffsets\
 :Fp8StreamGemm.MultiRowTilesAndEmptyExperts:Fp8StreamGemm.GraphReplaysForTwoSchedules:Fp8RowsGpu.*\
-:Fp8StreamGemm.OwnTokenQuantizationEqualsTheQuantizeKernel\
-:Fp8StreamGemm.OwnOutputQuantizationEqualsTheQuantizeKernel\
 :LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows:LayerFp8Gpu.PrecomputedRouting"
 readonly kRacecheckFilter="PermuteGpu.GraphReplayOfRoutingAndPermute\
 :FusedRoutingGpu.ClusterWaysAtTheirBound:FusedRoutingGpu.ClusterOfTwoGraphReplayWithNewLogits\
@@ -116,7 +111,6 @@ readonly kRacecheckFilter="PermuteGpu.GraphReplayOfRoutingAndPermute\
 :LayerGpu.PrecomputedRouting:LayerGpu.ExpertParallelRangeDropsOffRankRows\
 :Fp8QuantGpu.RowsSpecialValues:Fp8QuantGpu.TensorSpecialValues:Fp8WeightsGpu.SpecialValues\
 :Shapes/Sm90Fp8GroupedGemmTest.*/4:Fp8StreamGemm.GraphReplaysForTwoSchedules:Fp8RowsGpu.*\
-:Fp8StreamGemm.OwnTokenQuantizationEqualsTheQuantizeKernel\
 :LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows"
 # initcheck, which tracks every byte of device memory, runs the racecheck
 # filter and the CUTLASS workspace's and the gather's tests (the whole

@@ -1,12 +1,9 @@
 // The FP8 experts backends (FP8Block128 and FP8PerTensor; the contract is
 // ExpertsBackend's, backends/experts_backend.h):
-//   Fp8StreamBackend (Stream path, decode): x quantized once per token (by
-//     GEMM1 itself at T = 1), the FP8 stream kernel for GEMM1 (x rows
-//     gathered on load, bias and activation in registers, the activated
-//     output quantized by the last CTA of each 128-column group, except for
-//     FP8PerTensor's dynamic scale, which needs the whole tensor's amax: the
-//     quantize kernels then follow), the FP8 stream kernel for GEMM2 (b2 in
-//     its epilogue, bf16 y);
+//   Fp8StreamBackend (Stream path, decode): x quantized once per token, the
+//     FP8 stream kernel for GEMM1 (x rows gathered on load, bias and
+//     activation in registers, fp32 out), the activation quantized, the FP8
+//     stream kernel for GEMM2 (b2 in its epilogue, bf16 y);
 //   Fp8CutlassBackend (Cutlass path, prefill): x quantized once per token,
 //     its codes and scales gathered into permuted order, CUTLASS's
 //     blockwise-scaled grouped GEMM for GEMM1 (fp32 out: rounding it to
@@ -29,7 +26,6 @@
 #include "backends/experts_backend.h"
 #include "kernels/common/common.cuh"
 #include "kernels/gemm/sm90_fp8_grouped_gemm.cuh"
-#include "kernels/gemm/stream_gemm.cuh"
 #include "kernels/gemm/stream_gemm_fp8.cuh"
 #include "kernels/permute/expert_rows.cuh"
 #include "kernels/quant/fp8_quant.cuh"
@@ -255,25 +251,13 @@ class Fp8StreamBackend final : public Fp8Backend {
   void run_gemm1(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) override {
     require_workspace();
     const KernelStream chain(stream, plan.pdl);
-    // At T = 1 GEMM1 quantizes x itself; it then follows the permute at
-    // once, so it must not read the schedule before its wait.
-    const bool own_x = plan.fp8_fused_quant && call.num_tokens == 1;
-    const bool own_act = plan.fp8_fused_quant && (!per_tensor() || weights_.act_scale);
+    quantize_x(call, chain);
     Fp8StreamGemmParams p = common(call, plan);
-    if (own_x) {
-      p.a_bf16 = static_cast<const uint16_t*>(call.x);
-      p.a_per_tensor = per_tensor();
-      p.a_static_scale = weights_.x_scale;
-      p.a_scale_out = per_tensor() ? tensor_scales_ : nullptr;
-      p.prefetch_before_wait = false;
-    } else {
-      quantize_x(call, chain);
-      p.a = x_codes_;
-      p.a_scales = x_scales_;
-      p.a_scales_ld = x_ld_;
-      p.gather = call.permuted_to_expanded;
-      p.top_k = config_.routing.top_k;
-    }
+    p.a = x_codes_;
+    p.a_scales = x_scales_;
+    p.a_scales_ld = x_ld_;
+    p.gather = call.permuted_to_expanded;
+    p.top_k = config_.routing.top_k;
     p.b = static_cast<const uint8_t*>(weights_.w13);
     p.b_scales = w13_scales_;
     p.bias = weights_.b13;
@@ -285,15 +269,8 @@ class Fp8StreamBackend final : public Fp8Backend {
     p.alpha = config_.experts.swiglu_alpha;
     p.limit = config_.experts.swiglu_limit;
     p.out_f32 = act_f32_;
-    if (own_act) {
-      p.out_codes = act_codes_;
-      p.out_scales = act_scales_;
-      p.out_scales_ld = rows_ld_;
-      p.out_static_scale = weights_.act_scale;
-      p.group_counters = group_counters_;
-    }
     launch_fp8_stream_gemm(p, chain);
-    if (!own_act) quantize_act(call, chain);
+    quantize_act(call, chain);
   }
 
   void run_gemm2(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) override {
@@ -317,21 +294,13 @@ class Fp8StreamBackend final : public Fp8Backend {
   const float* finalize_b2() const override { return nullptr; }
 
  private:
-  // One counter per (tile, 128-column group) of GEMM1's output; the arena
-  // is zeroed once and every GEMM1 leaves them zero.
-  void carve_own(WorkspaceCarver& c) override {
-    const int tiles = max_tiles(static_cast<int>(max_rows_), e_local_, kStreamTileM);
-    group_counters_ = c.take<int>(static_cast<std::size_t>(tiles) * (inter_ / kBlock));
-  }
-
-  int* group_counters_ = nullptr;
+  void carve_own(WorkspaceCarver&) override {}
 
   // The schedule and the PDL behaviour, as the BF16 stream path's: the tile
   // schedule (and the weights) were complete before the kernel ahead of
-  // each GEMM began (that kernel is a quantize kernel or GEMM1, each of
-  // which waited for the permute, or for a kernel that did), so both read
-  // them before their wait (GEMM1 at T = 1 excepted: run_gemm1), and let
-  // the next kernel launch once their loads are done.
+  // each GEMM began (that kernel is a quantize kernel, which waited for the
+  // permute or GEMM1), so both read them before their wait, and let the
+  // next kernel launch once their loads are done.
   Fp8StreamGemmParams common(const ExpertsCall& call, const LayerPlan& plan) const {
     Fp8StreamGemmParams p;
     p.tiles = call.tiles;

@@ -48,7 +48,6 @@ constexpr Knob kKnobs[] = {
     {"stream_one_token", Kind::Switch, &DevOverrides::stream_one_token, nullptr},
     {"stream_max_splits", Kind::Splits, nullptr, &DevOverrides::stream_max_splits},
     {"stream_overlap", Kind::Switch, &DevOverrides::stream_overlap, nullptr},
-    {"fp8_fused_quant", Kind::Switch, &DevOverrides::fp8_fused_quant, nullptr},
 };
 
 // UNIMOE_* variables that belong to the scripts and the test programs, not

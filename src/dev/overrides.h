@@ -46,7 +46,6 @@ struct DevOverrides {
   bool stream_one_token = true;  // UNIMOE_STREAM_ONE_TOKEN
   int stream_max_splits = 0;     // UNIMOE_STREAM_MAX_SPLITS: 0 = measured rule, else 1, 2, 4, 8
   bool stream_overlap = true;    // UNIMOE_STREAM_OVERLAP
-  bool fp8_fused_quant = true;   // UNIMOE_FP8_FUSED_QUANT: FP8 stream GEMM1 quantizes in-kernel
 
   // Every UNIMOE_* variable above that is set, validated; throws
   // std::invalid_argument naming the variable and the allowed values. An

@@ -357,7 +357,6 @@ LayerPlan plan_layer(const MoEConfig& config, int num_tokens, bool precomputed,
   plan.read_before_wait = dev.stream_overlap;
   plan.stream_max_splits = dev.stream_max_splits;
   plan.stream_one_token = dev.stream_one_token;
-  plan.fp8_fused_quant = dev.fp8_fused_quant;
   plan.routing = plan_routing(config, num_tokens, precomputed, caps, dev);
   return plan;
 }

@@ -74,9 +74,6 @@ struct LayerPlan {
   bool read_before_wait = true;
   int stream_max_splits = 0;
   bool stream_one_token = true;
-  // FP8 stream path: GEMM1 quantizes its input x (at T = 1) and its output
-  // itself instead of the quantize kernels doing it around it.
-  bool fp8_fused_quant = true;
   // How routing and permute launch (plan_layer fills it).
   RoutingPlan routing;
 

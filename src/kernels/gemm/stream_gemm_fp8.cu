@@ -57,18 +57,6 @@
 // 16 x groups rows are aligned to that count, which divides 128), rows 1, 2
 // for the up rows (up_offset plus such a multiple: at most two blocks).
 //
-// Quantization in the kernel, which saves a launch each (the quantize
-// kernels' rule and results bit for bit: kernels/quant/fp8_amax.cuh):
-//   - A at T = 1 (a_bf16): every tile row is the one token, so each CTA
-//     copies its bf16 row to shared memory, quantizes it there (a warp per
-//     128-column block) and reads the codes from there on both paths;
-//   - the output (out_codes): a 128-column group of a tile's rows spans
-//     128 / cols_per_cta CTAs; each stores its fp32 values, fences and
-//     counts itself in the group's counter, and the CTA that completes the
-//     count reads the group back through L2 and writes its codes and
-//     scales, then resets the counter, so launches (and graph replays)
-//     find it zero.
-//
 // K split, fixed-order reduction and PDL as in the BF16 kernel: with
 // prefetch_before_wait a CTA reads its tile, issues its first weight loads
 // and stages its B scales before pdl_begin(); A, its scales and the gather
@@ -113,28 +101,16 @@ void validate(const Fp8StreamGemmParams& p) {
   require(!is_gated(p.epilogue) || up_ok, "up_offset",
           is(p.up_offset) + "the up rows [up_offset, up_offset + n_out) must be B rows");
   require(p.max_tiles >= 0, "max_tiles", is(p.max_tiles) + "must be >= 0");
+  require(p.a_scales_ld > 0, "a_scales_ld", is(p.a_scales_ld) + "must be > 0");
   require(p.gather == nullptr || p.top_k >= 1, "top_k", is(p.top_k) + "must be >= 1");
   require((p.out_f32 != nullptr) != (p.out_bf16 != nullptr), "out_f32/out_bf16",
           "exactly one must be set");
-  const bool own_a = p.a_bf16 != nullptr;
-  require(!own_a || aligned(p.a_bf16, 16), "a_bf16", "must be 16-byte aligned");
-  require(own_a || p.a_scales_ld > 0, "a_scales_ld", is(p.a_scales_ld) + "must be > 0");
-  const bool quantize_out = p.out_codes != nullptr;
-  if (quantize_out) {
-    require(p.out_f32 != nullptr, "out_f32", "must be set with out_codes");
-    require(p.out_scales != nullptr && p.group_counters != nullptr, "out_scales/group_counters",
-            "must be set with out_codes");
-    require(p.n_out % kBlockK == 0, "n_out", is(p.n_out) + "must be a multiple of 128 with out_codes");
-    require(aligned(p.out_codes, 16) && aligned(p.out_scales, 4) && aligned(p.group_counters, 4),
-            "out_codes", "out_codes must be 16-byte, out_scales and group_counters 4-byte aligned");
-    require(p.out_scales_ld > 0, "out_scales_ld", is(p.out_scales_ld) + "must be > 0");
-  }
   const struct {
     const void* ptr;
     const char* name;
     size_t align;
     bool required;
-  } pointers[] = {{p.a, "a", 16, !own_a},        {p.a_scales, "a_scales", 4, !own_a},
+  } pointers[] = {{p.a, "a", 16, true},          {p.a_scales, "a_scales", 4, true},
                   {p.gather, "gather", 4, false}, {p.b, "b", 16, true},
                   {p.b_scales, "b_scales", 4, true}, {p.bias, "bias", 4, false},
                   {p.tiles, "tiles", 4, true},    {p.num_tiles, "num_tiles", 4, true},
@@ -165,9 +141,6 @@ void launch_fp8_stream_gemm(const Fp8StreamGemmParams& p, KernelStream stream) {
   args.p = p;
   args.gated = is_gated(p.epilogue);
   args.c = fp8_stream_config(p.k, p.n_out, args.gated, p.max_tiles, current_device_sm_count());
-  require(p.out_codes == nullptr || kBlockK % args.c.cols_per_cta == 0, "n_out",
-          "a CTA's " + std::to_string(args.c.cols_per_cta) +
-              " columns must divide a 128-column group with out_codes");
   args.k_blocks = p.k / kBlockK;
   args.b_row_blocks = ceil_div(p.b_rows, kBlockK);
   const long long blocks = static_cast<long long>(p.max_tiles) * args.c.n_blocks;
@@ -176,10 +149,8 @@ void launch_fp8_stream_gemm(const Fp8StreamGemmParams& p, KernelStream stream) {
   const KernelFn kernel = args.c.unit_lanes == 8    ? kernel_for<8>(args.c.slots)
                           : args.c.unit_lanes == 16 ? kernel_for<16>(args.c.slots)
                                                     : kernel_for<32>(args.c.slots);
-  // The token row (k bytes), its bf16 staging (2k bytes, a_bf16 only), the A
-  // scales [k / 128][16], the B scales [3][k / 128].
-  const size_t smem = static_cast<size_t>(p.a_bf16 != nullptr ? 3 : 1) * p.k +
-                      sizeof(float) * (kStreamTileM + fp8_stream::kScaleRows) * args.k_blocks;
+  // The token row (k bytes), the A scales [k / 128][16], the B scales [3][k / 128].
+  const size_t smem = p.k + sizeof(float) * (kStreamTileM + fp8_stream::kScaleRows) * args.k_blocks;
   if (smem > 48 * 1024)  // past the default limit: opt in
     UNIMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(smem)));

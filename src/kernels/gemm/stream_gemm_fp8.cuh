@@ -42,30 +42,6 @@ struct Fp8StreamGemmParams {
   // fp32 activated values for a later quantize kernel; GEMM2 writes bf16 y).
   float* out_f32 = nullptr;
   uint16_t* out_bf16 = nullptr;
-  // Quantizing A in the kernel (GEMM1 at T = 1): with a_bf16 set, every
-  // CTA quantizes that one token row x [k] (bf16, 16-byte aligned) into
-  // shared memory by the rule of kernels/quant/fp8_quant.cuh, and every
-  // tile row reads it (a, a_scales, a_scales_ld and gather are unused):
-  // FP8Block128 (a_per_tensor false) with a scale per 128 columns;
-  // FP8PerTensor with *a_static_scale, or amax / 448 over the row when that
-  // is null, which CTA 0 then also writes to *a_scale_out (if set).
-  const uint16_t* a_bf16 = nullptr;
-  bool a_per_tensor = false;
-  const float* a_static_scale = nullptr;
-  float* a_scale_out = nullptr;
-  // Quantizing the output (GEMM1, for GEMM2's input): with out_codes set
-  // (out_f32 must be set too, n_out a multiple of 128), the last CTA to
-  // finish each (tile, 128-column group) reads the group's fp32 values back
-  // and writes their e4m3 codes to out_codes [P, n_out] and one scale per
-  // row and group, amax / 448 or *out_static_scale, at
-  // out_scales[g * out_scales_ld + row]: the quantize kernel's codes and
-  // scales bit for bit. group_counters [max_tiles * n_out / 128] must be
-  // zero before the first launch; every launch leaves them zero.
-  uint8_t* out_codes = nullptr;
-  float* out_scales = nullptr;
-  int out_scales_ld = 0;
-  const float* out_static_scale = nullptr;
-  int* group_counters = nullptr;
   // As the BF16 stream kernel: pdl_launch_dependents() once the loads are done.
   bool early_dependents = false;
   // As the BF16 stream kernel: read the schedule and issue the first weight

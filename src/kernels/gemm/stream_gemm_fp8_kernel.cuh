@@ -15,7 +15,6 @@
 #include "kernels/gemm/stream_gemm_fp8.cuh"
 #include "kernels/gemm/stream_gemm_fp8_config.h"
 #include "kernels/gemm/warp_mma.cuh"
-#include "kernels/quant/fp8_amax.cuh"
 
 namespace unimoe::fp8_stream {
 
@@ -149,95 +148,14 @@ __device__ __forceinline__ void stage_a_scales(const Fp8StreamArgs& args, const 
   __syncthreads();
 }
 
-// The token row x (bf16, a_bf16) quantized into x_sm (e4m3 codes) and
-// a_sm (its scale of each 128-column block, given to all 16 tile rows:
-// with a_bf16 every row is that token). After pdl_begin(); every thread of
-// the CTA calls it once (it waits for all the CTA's copies, the B scales'
-// too, and syncs). The bf16 row goes through `stage` (2k bytes) by
-// cp.async, so the weight loads in flight hold no more registers.
-__device__ __forceinline__ void quantize_token(const Fp8StreamArgs& args, uint8_t* x_sm,
-                                               uint16_t* stage, float* a_sm) {
-  using namespace fp8_amax;
-  const Fp8StreamGemmParams& p = args.p;
-  const auto* src = reinterpret_cast<const uint8_t*>(p.a_bf16);
-  const int bytes = 2 * p.k;
-#pragma unroll 1
-  for (int off = kLaneK * threadIdx.x; off < bytes; off += kLaneK * kThreads)
-    cp_async_16(shared_address(reinterpret_cast<uint8_t*>(stage) + off), src + off, kLaneK);
-  cp_async_commit();
-  cp_async_wait<0>();
-  __syncthreads();
-  float tensor_scale = 0.0f;
-  if (p.a_per_tensor) {
-    if (p.a_static_scale != nullptr) {
-      tensor_scale = *p.a_static_scale;
-    } else {
-      float m = 0.0f;
-#pragma unroll 1
-      for (int v = threadIdx.x; v < p.k / kRowVec; v += kThreads) m = abs_max4(m, load4(stage, v));
-      tensor_scale = fp8_scale(block_max<kWarps>(m));
-      if (blockIdx.x == 0 && threadIdx.x == 0 && p.a_scale_out != nullptr)
-        *p.a_scale_out = tensor_scale;
-    }
-  }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  static_assert(kBlockK == 32 * kRowVec, "a warp quantizes one 128-column block");
-#pragma unroll 1
-  for (int kb = warp; kb < args.k_blocks; kb += kWarps) {
-    const Four f = load4(stage, kb * 32 + lane);
-    const float scale = p.a_per_tensor ? tensor_scale : fp8_scale(warp_max(abs_max4(0.0f, f)));
-    reinterpret_cast<uint32_t*>(x_sm)[kb * 32 + lane] = encode4(f, scale);
-    if (lane < kStreamTileM) a_sm[kb * kStreamTileM + lane] = scale;
-  }
-  __syncthreads();
-}
-
-// The output's quantization (out_codes): called by every thread of the CTA
-// after its stores. The CTA that completes the count of its (tile,
-// 128-column group) quantizes that group's rows, a warp a row, reading the
-// fp32 values the group's CTAs stored (through L2: __ldcg) - the
-// threadfence-reduction pattern: each thread fences its stores before the
-// count, the last CTA fences before it reads.
-__device__ __forceinline__ void quantize_out_group(const Fp8StreamArgs& args, int tile_index,
-                                                   const DeviceTile& tile, int block) {
-  using namespace fp8_amax;
-  const Fp8StreamGemmParams& p = args.p;
-  __shared__ int last;
-  const int groups = p.n_out / kBlockK;
-  const int group = block * args.c.cols_per_cta / kBlockK;
-  int* counter = p.group_counters + static_cast<size_t>(tile_index) * groups + group;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const int ctas = kBlockK / args.c.cols_per_cta;
-    last = atomicAdd(counter, 1) == ctas - 1;
-    if (last) *counter = 0;  // every CTA of the group has counted: ready for the next launch
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll 1
-  for (int i = warp; i < tile.rows; i += kWarps) {
-    const size_t row = static_cast<size_t>(tile.row_start) + i;
-    const size_t vec = (row * p.n_out + static_cast<size_t>(group) * kBlockK) / kRowVec + lane;
-    const float4 w = __ldcg(reinterpret_cast<const float4*>(p.out_f32) + vec);
-    const Four f = {{w.x, w.y, w.z, w.w}};
-    const float scale = p.out_static_scale != nullptr ? *p.out_static_scale
-                                                      : fp8_scale(warp_max(abs_max4(0.0f, f)));
-    reinterpret_cast<uint32_t*>(p.out_codes)[vec] = encode4(f, scale);
-    if (lane == 0) p.out_scales[static_cast<size_t>(group) * p.out_scales_ld + row] = scale;
-  }
-}
-
 // ---- One-token tiles: 16L-byte row pieces per unit, the diagonal of each product.
 
 // This warp's kSlots x kUnits pairs over all of K, kChunks pieces of each in
 // flight; slot s of unit u is pair q0 + s * kUnits + u.
 template <int kSlots, int kChunks, int kUnitLanes>
 __device__ __forceinline__ void stream_one_token(const Fp8StreamArgs& args, const DeviceTile& tile,
-                                                 int block, uint8_t* x_sm, uint16_t* stage,
-                                                 float* a_sm, float* b_sm) {
+                                                 int block, uint8_t* x_sm, float* a_sm,
+                                                 float* b_sm) {
   constexpr int kUnits = 32 / kUnitLanes;
   constexpr int kPiece = kLaneK * kUnitLanes;  // K of one unit load
   const Fp8StreamGemmParams& p = args.p;
@@ -269,15 +187,11 @@ __device__ __forceinline__ void stream_one_token(const Fp8StreamArgs& args, cons
     if (k0 == 0) {
       stage_b_scales(args, tile.expert, block, b_sm);
       pdl_begin();
-      if (p.a_bf16 != nullptr) {
-        quantize_token(args, x_sm, stage, a_sm);
-      } else {
-        const uint8_t* x = p.a + static_cast<size_t>(source_row(p, tile.row_start)) * k;
+      const uint8_t* x = p.a + static_cast<size_t>(source_row(p, tile.row_start)) * k;
 #pragma unroll 1
-        for (int off = kLaneK * threadIdx.x; off < p.k; off += kLaneK * kThreads)
-          cp_async_16(shared_address(x_sm + off), x + off, kLaneK);
-        stage_a_scales(args, tile, a_sm);
-      }
+      for (int off = kLaneK * threadIdx.x; off < p.k; off += kLaneK * kThreads)
+        cp_async_16(shared_address(x_sm + off), x + off, kLaneK);
+      stage_a_scales(args, tile, a_sm);
     }
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
@@ -322,8 +236,7 @@ __device__ __forceinline__ void stream_one_token(const Fp8StreamArgs& args, cons
 
 template <int kFrags, int kSlabs>
 __device__ __forceinline__ void stream_rows(const Fp8StreamArgs& args, const DeviceTile& tile,
-                                            int block, uint8_t* x_sm, uint16_t* stage, float* a_sm,
-                                            float* b_sm, float* partial) {
+                                            int block, float* a_sm, float* b_sm, float* partial) {
   static_assert((kSlabs * kSlabK) % kBlockK == 0, "whole blocks per round");
   const Fp8StreamGemmParams& p = args.p;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -363,28 +276,20 @@ __device__ __forceinline__ void stream_rows(const Fp8StreamArgs& args, const Dev
     if (k0 == k_begin) {
       stage_b_scales(args, tile.expert, block, b_sm);
       pdl_begin();
-      if (p.a_bf16 != nullptr) {  // every row is the one token, quantized into x_sm
-        quantize_token(args, x_sm, stage, a_sm);
-      } else {
 #pragma unroll
-        for (int f = 0; f < kFrags; ++f)
-          if (x_ok[f])
-            x_row[f] = p.a + static_cast<size_t>(source_row(p, tile.row_start + 8 * f + g)) * k +
-                       kLaneK * t;
-        stage_a_scales(args, tile, a_sm);
-      }
+      for (int f = 0; f < kFrags; ++f)
+        if (x_ok[f])
+          x_row[f] = p.a + static_cast<size_t>(source_row(p, tile.row_start + 8 * f + g)) * k +
+                     kLaneK * t;
+      stage_a_scales(args, tile, a_sm);
     }
 #pragma unroll
     for (int u = 0; u < kSlabs; ++u)
 #pragma unroll
       for (int f = 0; f < kFrags; ++f) {
         const int kk = k0 + u * kSlabK;
-        if (!(kk < k_end && x_ok[f]))
-          xv[u][f] = zero;
-        else if (p.a_bf16 != nullptr)
-          xv[u][f] = *reinterpret_cast<const uint4*>(x_sm + kk + kLaneK * t);
-        else
-          xv[u][f] = __ldg(reinterpret_cast<const uint4*>(x_row[f] + kk));
+        xv[u][f] =
+            kk < k_end && x_ok[f] ? __ldg(reinterpret_cast<const uint4*>(x_row[f] + kk)) : zero;
       }
 #pragma unroll
     for (int b = 0; b < kSlabs / kSlabsPerBlock; ++b) {
@@ -437,9 +342,7 @@ __device__ __forceinline__ void stream_rows(const Fp8StreamArgs& args, const Dev
 template <int kUnitLanes, int kSlots>
 __global__ void __launch_bounds__(kThreads, 2) fp8_stream_gemm_kernel(const Fp8StreamArgs args) {
   static_assert(kSlots * 32 / kUnitLanes <= kWarps, "at most 8 pairs a warp");
-  // The token row (k codes), its bf16 staging (2k bytes, with a_bf16 only),
-  // the A scales [k / 128][16], the B scales [3][k / 128].
-  extern __shared__ __align__(16) uint8_t smem[];
+  extern __shared__ __align__(16) uint8_t smem[];  // token row, A scales, B scales
   __shared__ float partial[kWarps * 8 * 32];
   const Fp8StreamGemmParams& p = args.p;
   // With prefetch_before_wait the schedule is older than the previous
@@ -449,18 +352,16 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_stream_gemm_kernel(const Fp8S
   if (tile_index >= *p.num_tiles) return;
   const DeviceTile tile = p.tiles[tile_index];
   const int block = blockIdx.x - tile_index * args.c.n_blocks;
-  auto* stage = reinterpret_cast<uint16_t*>(smem + p.k);
-  float* a_sm = reinterpret_cast<float*>(smem + (p.a_bf16 != nullptr ? 3 : 1) * p.k);
+  float* a_sm = reinterpret_cast<float*>(smem + p.k);
   float* b_sm = a_sm + kStreamTileM * args.k_blocks;
   // Both paths cover the same cols_per_cta columns (a CTA-uniform choice).
   if (tile.rows == 1)
     stream_one_token<kSlots, kLoadsInFlight / (2 * kSlots), kUnitLanes>(args, tile, block, smem,
-                                                                        stage, a_sm, b_sm);
+                                                                        a_sm, b_sm);
   else if (tile.rows <= 8)  // one token fragment, more slabs in flight
-    stream_rows<1, kUnrollOneFragment>(args, tile, block, smem, stage, a_sm, b_sm, partial);
+    stream_rows<1, kUnrollOneFragment>(args, tile, block, a_sm, b_sm, partial);
   else
-    stream_rows<2, kUnroll>(args, tile, block, smem, stage, a_sm, b_sm, partial);
-  if (p.out_codes != nullptr) quantize_out_group(args, tile_index, tile, block);
+    stream_rows<2, kUnroll>(args, tile, block, a_sm, b_sm, partial);
 }
 
 }  // namespace unimoe::fp8_stream
