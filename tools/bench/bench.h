@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "support/floor.h"
+#include "support/presets.h"
 #include "support/routing_sweep.h"
 #include "dev/overrides.h"
 #include "unimoe/unimoe.h"
@@ -15,11 +16,12 @@
 namespace unimoe::bench {
 
 struct Options {
-  std::vector<std::string> presets;
+  // The shapes timed, quant variant set (support/shapes.h): presets, or the
+  // one config of --config or --hf-config.
+  std::vector<Preset> shapes;
   std::vector<int> tokens;
   std::vector<std::string> backends = {"auto"};
-  QuantVariant quant = QuantVariant::BF16;
-  std::string logits_type;   // "F32" or "BF16" for every preset ("" = each preset's own)
+  std::string logits_type;   // "F32" or "BF16" for every shape ("" = each shape's own)
   std::string routing = "uniform";  // uniform | skewed
   int iters = 50;
   int rotate = 0;            // input sets rotated through; 0: enough to exceed L2
@@ -28,14 +30,14 @@ struct Options {
   std::string peer_script;   // torch_peer.py to run side by side ("" = none)
   std::string anchors;       // peer timings JSON to compare against ("" = none)
   std::string json_path = "out/bench.json";
-  bool autotune = false;     // tune each (preset, T) bucket not in the cache
+  bool autotune = false;     // tune each (shape, T) bucket not in the cache
   std::string tuning_cache;  // JSON cache of winners ("" = none)
   std::string routing_variant = "auto";  // BackendOptions::routing_variant
   DevOverrides dev;          // the environment's, then --dev name=value on top
 };
 
 struct Point {
-  std::string preset;
+  std::string preset;  // the shape's name: a preset's, "config", or a model_type
   std::string backend;
   std::string config;  // MoEConfig::to_string() of what ran
   int tokens = 0;
@@ -60,7 +62,7 @@ struct RunResult {
   std::vector<Point> points;
 };
 
-// Runs every (preset, T) on the GPU; returns false (and a reason) when no
+// Runs every (shape, T) on the GPU; returns false (and a reason) when no
 // usable GPU or no CUDA build.
 bool gpu_available(std::string* reason);
 // For a GPU-only mode: true with a usable GPU; else prints "unimoe-bench

@@ -1,4 +1,4 @@
-// The CPU reference run, for machines without a GPU: the same presets at a
+// The CPU reference run, for machines without a GPU: the same shapes at a
 // reduced size (H and I capped), T capped, CPU times. It shows the reference
 // works end to end; its times say nothing about GPU speed.
 #include <algorithm>
@@ -6,7 +6,6 @@
 
 #include "bench.h"
 #include "ref/synthetic.h"
-#include "support/presets.h"
 #include "ref/ref.h"
 
 namespace unimoe::bench {
@@ -45,11 +44,11 @@ RunResult run_cpu_reference(const Options& opt, const std::string& why) {
                 std::to_string(kMaxHidden) + ", I <= " + std::to_string(kMaxIntermediate) +
                 ", T <= " + std::to_string(kMaxTokens) +
                 "). Times are CPU times; floors are for the reduced layer on an H200.";
-  for (const std::string& name : opt.presets) {
-    MoEConfig c = find_preset(name).config;
-    c.experts.quant = opt.quant;
+  for (const Preset& shape : opt.shapes) {
+    MoEConfig c = shape.config;
     if (!opt.logits_type.empty()) c.routing.logits_type = parse_logits_type(opt.logits_type);
-    const int mult = std::max(hidden_multiple(opt.quant), intermediate_multiple(opt.quant));
+    const QuantVariant q = c.experts.quant;
+    const int mult = std::max(hidden_multiple(q), intermediate_multiple(q));
     c.experts.hidden = reduce(c.experts.hidden, kMaxHidden, mult);
     c.experts.intermediate = reduce(c.experts.intermediate, kMaxIntermediate, mult);
     validate(c);
@@ -67,7 +66,7 @@ RunResult run_cpu_reference(const Options& opt, const std::string& why) {
       ref::Permutation perm;
       std::vector<float> out;
       Point p;
-      p.preset = name;
+      p.preset = shape.name;
       p.backend = "cpu-reference";
       p.config = c.to_string();
       p.tokens = t;

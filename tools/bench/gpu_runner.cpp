@@ -1,4 +1,4 @@
-// The GPU run: for each preset and T, the layer's median time by CUDA-graph
+// The GPU run: for each shape and T, the layer's median time by CUDA-graph
 // replay (inputs rotated across several sets), the time of each stage,
 // the two ceilings measured in the same run, and a check of the output
 // against the CPU reference on the first tokens.
@@ -24,7 +24,6 @@
 #include "layer/moe_layer.h"
 #include "plan/autotune.h"
 #include "support/device_weights.h"
-#include "support/presets.h"
 #include "plan/tuning.h"
 
 namespace unimoe::bench {
@@ -147,10 +146,10 @@ struct InputSet {
 
 // autotune: tune each T's bucket with the layer's autotuner, which reuses
 // the winners in opt.tuning_cache and saves new ones there.
-void run_preset(const Options& opt, const std::string& name, const std::string& backend,
-                bool autotune, cudaStream_t stream, RunResult& result) {
-  MoEConfig c = find_preset(name).config;
-  c.experts.quant = opt.quant;
+void run_shape(const Options& opt, const Preset& shape, const std::string& backend,
+               bool autotune, cudaStream_t stream, RunResult& result) {
+  const std::string& name = shape.name;
+  MoEConfig c = shape.config;
   if (!opt.logits_type.empty()) c.routing.logits_type = parse_logits_type(opt.logits_type);
   c.options.backend = backend;
   const int max_t = *std::max_element(opt.tokens.begin(), opt.tokens.end());
@@ -311,9 +310,9 @@ RunResult run_gpu(const Options& opt) {
   std::fprintf(stderr, "  bandwidth %.3f TB/s, bf16 matmul %.1f TFLOP/s, e4m3 matmul %.1f TFLOP/s\n",
                result.ceilings.bandwidth_tbps, result.ceilings.matmul_tflops,
                result.ceilings.fp8_matmul_tflops);
-  for (const std::string& name : opt.presets)
+  for (const Preset& shape : opt.shapes)
     for (const std::string& backend : opt.backends)
-      run_preset(opt, name, backend, opt.autotune, stream, result);
+      run_shape(opt, shape, backend, opt.autotune, stream, result);
   cudaStreamDestroy(stream);
   return result;
 }

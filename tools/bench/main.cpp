@@ -1,4 +1,5 @@
-// unimoe-bench: times the MoE layer over model presets and token counts.
+// unimoe-bench: times the MoE layer over model presets (or one config given
+// by --config or --hf-config) and token counts.
 // Prints a table (time, floor, time/floor, TB/s, TFLOP/s, per-stage split,
 // peers) and writes the same as JSON. Without a GPU it runs the CPU
 // reference at a reduced size and says so.
@@ -15,12 +16,13 @@
 #include "json_file.h"
 #include "plan/layer_plan.h"
 #include "support/presets.h"
+#include "support/shapes.h"
 
 namespace unimoe::bench {
 namespace {
 
 std::string preset_help() {
-  std::string s = "model presets, comma-separated, or 'all':";
+  std::string s = "model presets, comma-separated, or 'all' (not with --config, --hf-config):";
   for (const Preset& p : presets()) s += "\n  " + p.name + " (" + p.model + ")";
   return s;
 }
@@ -154,15 +156,25 @@ int main(int argc, char** argv) {
   using namespace unimoe;
   using namespace unimoe::bench;
   Options opt;
-  std::string preset_list = "qwen3-30b-a3b", token_list = "1,8,64,512,4096,16384", quant = "BF16";
+  ShapeRequest shapes;
+  std::string token_list = "1,8,64,512,4096,16384", quant;
   CLI::App app{"unimoe-bench: time the MoE layer over model presets and token counts"};
-  app.add_option("--preset,-p", preset_list, preset_help())->capture_default_str();
+  app.add_option("--preset,-p", shapes.presets, preset_help())->capture_default_str();
+  app.add_option("--config", shapes.config,
+                 "time this one config in place of the presets, in MoEConfig's text form, e.g. "
+                 "\"policy=Renormalize E=128 K=8 H=2048 I=768\" (unset keys take their defaults; "
+                 "docs/benchmarking.md); named 'config'");
+  app.add_option("--hf-config", shapes.hf_config,
+                 "time the routed experts of a Hugging Face config.json in place of the presets "
+                 "(docs/hf-configs.md); named by its model_type");
   app.add_option("--tokens,-t", token_list, "token counts T, comma-separated")->capture_default_str();
   std::string backend_list = "auto";
   app.add_option("--backend", backend_list, "experts backends, comma-separated: auto, mma, cutlass, stream")
       ->capture_default_str();
-  app.add_option("--quant", quant, "BF16, FP8PerTensor, FP8Block128, MXFP4, NVFP4")->capture_default_str();
-  app.add_option("--logits", opt.logits_type, "router logits type for every preset: F32 or BF16 (default: the preset's)")
+  app.add_option("--quant", quant,
+                 "BF16, FP8PerTensor, FP8Block128, MXFP4, NVFP4 (default: BF16 for presets, the "
+                 "config's own for --config and --hf-config)");
+  app.add_option("--logits", opt.logits_type, "router logits type for every shape: F32 or BF16 (default: the shape's)")
       ->check(CLI::IsMember({"F32", "BF16"}));
   app.add_option("--routing", opt.routing, "routing distribution of the logits")
       ->check(CLI::IsMember({"uniform", "skewed"}))->capture_default_str();
@@ -233,6 +245,12 @@ int main(int argc, char** argv) {
     for (const std::string& d : dev_list) opt.dev.set(d);
     if (evict_icache && !routing_sweep)
       throw Error("evict-icache", "--evict-icache applies to --routing-sweep only");
+    const bool other_mode = routing_sweep || stream_patterns || launch_floor || fuzz_cases > 0 ||
+                            !fuzz.only_case.empty();
+    if (other_mode && !(shapes.config.empty() && shapes.hf_config.empty()))
+      throw Error(shapes.config.empty() ? "hf-config" : "config",
+                  "gives the layer run its shape; --routing-sweep, --stream-patterns, "
+                  "--launch-floor and --fuzz take none");
     if (fuzz_cases > 0 || !fuzz.only_case.empty()) {
       if (fuzz_cases > 0) fuzz.cases = fuzz_cases;
       fuzz.force_cpu = opt.force_cpu;
@@ -271,13 +289,9 @@ int main(int argc, char** argv) {
       if (app.count("--json") > 0) so.json_path = opt.json_path;
       return run_routing_sweep(so);
     }
-    opt.quant = parse_quant_variant(quant);
-    if (preset_list == "all") {
-      for (const Preset& p : presets()) opt.presets.push_back(p.name);
-    } else {
-      std::stringstream ss(preset_list);
-      for (std::string name; std::getline(ss, name, ',');) opt.presets.push_back(find_preset(name).name);
-    }
+    if (!quant.empty()) shapes.quant = parse_quant_variant(quant);
+    shapes.presets_given = app.count("--preset") > 0;
+    opt.shapes = bench_shapes(shapes);
     opt.backends = split_list(backend_list);
     for (const std::string& b : opt.backends) check_backend_name(b);
     opt.tokens = parse_counts(token_list, "tokens");

@@ -32,7 +32,8 @@ void add_torch_peer(const Options& opt, RunResult& result) {
   if (opt.peer_script.empty()) return;
   std::string tokens;
   for (int t : opt.tokens) tokens += (tokens.empty() ? "" : ",") + std::to_string(t);
-  for (const std::string& preset : opt.presets) {
+  for (const Preset& shape : opt.shapes) {
+    const std::string& preset = shape.name;
     if (!kTorchPeerShapes.count(preset)) {
       std::fprintf(stderr, "peer: torch_peer.py has no shape %s; skipped\n", preset.c_str());
       continue;
