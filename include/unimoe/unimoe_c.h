@@ -72,6 +72,10 @@ UNIMOE_C_API const char* unimoe_last_error_field(void);
  * also unimoe::validate. */
 UNIMOE_C_API int unimoe_config_normalize(const char* text, int validate, const char** out);
 
+/* The text form of config_from_hf_json (unimoe/hf_config.h): the MoEConfig
+ * of the routed experts of a Hugging Face config.json's text. */
+UNIMOE_C_API int unimoe_config_from_hf_json(const char* json_text, const char** out);
+
 /* ---- the GPU layer ---- */
 
 /* MoELayer::create on the device current on this thread. */

@@ -51,6 +51,7 @@ def _load():
         "unimoe_last_error": ([], s),
         "unimoe_last_error_field": ([], s),
         "unimoe_config_normalize": ([s, i, out_str], i),
+        "unimoe_config_from_hf_json": ([s, out_str], i),
         "unimoe_layer_create": ([s, i, ctypes.POINTER(p)], i),
         "unimoe_layer_destroy": ([p], None),
         "unimoe_layer_set_weights": ([p, ctypes.POINTER(Weights)], i),

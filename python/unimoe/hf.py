@@ -6,9 +6,15 @@ computes router_logits with it, and so do shared experts (Qwen2-MoE,
 DeepSeek-V3, Llama-4), which the caller adds to the layer's output.
 """
 
+import json
+import os
+import pathlib
+
 import torch
 
+from . import _lib
 from ._lib import Error
+from .config import MoEConfig
 
 # Experts classes that store their matrices transposed ([E, H, 2I] and
 # [E, I, H]) without saying so in an is_transposed attribute.
@@ -103,3 +109,35 @@ def load_hf_experts(module, dtype=torch.bfloat16):
         return _fused(experts, dtype)
     raise Error(f"module: {type(experts).__name__} is no experts layout this function knows "
                 "(gate_up_proj/down_proj parameters, or a ModuleList of expert MLPs)", "module")
+
+
+def _config_dict(hf_config):
+    """A PretrainedConfig's dict with its attribute_map's aliases filled in:
+    transformers 5 writes some keys under another name than the published
+    config.json files (Qwen3-MoE's num_experts as num_local_experts)."""
+    d = hf_config.to_dict()
+    for alias in getattr(hf_config, "attribute_map", {}):
+        if alias not in d and hasattr(hf_config, alias):
+            d[alias] = getattr(hf_config, alias)
+    return d
+
+
+def from_hf_config(hf_config):
+    """The MoEConfig of a transformers model's routed experts, from its
+    config: a PretrainedConfig, the dict of a config.json, or the path of a
+    config.json (or of the folder holding it). The C++ config_from_hf_json
+    reads it (docs/hf-configs.md: the model types, the mapping, and what is
+    refused, as unimoe.Error naming the key, e.g. "hf_config.model_type")."""
+    if isinstance(hf_config, (str, os.PathLike)):
+        path = pathlib.Path(hf_config)
+        if path.is_dir():
+            path = path / "config.json"
+        text = path.read_text()
+    elif isinstance(hf_config, dict):
+        text = json.dumps(hf_config)
+    elif hasattr(hf_config, "to_dict"):
+        text = json.dumps(_config_dict(hf_config), default=str)
+    else:
+        raise TypeError(f"hf_config: {type(hf_config).__name__} is neither a PretrainedConfig, "
+                        "a dict nor a path")
+    return MoEConfig.parse(_lib.call_str(_lib.lib.unimoe_config_from_hf_json, text.encode()))

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "capi/capi_status.h"
+#include "unimoe/hf_config.h"
 
 struct unimoe_layer {
   std::unique_ptr<unimoe::MoELayer> impl;
@@ -92,6 +93,13 @@ int unimoe_config_normalize(const char* text, int validate, const char** out) {
     const unimoe::MoEConfig c = unimoe::MoEConfig::parse(text);
     if (validate) unimoe::validate(c);
     return_string(c.to_string(), out);
+  });
+}
+
+int unimoe_config_from_hf_json(const char* json_text, const char** out) {
+  return guarded([&] {
+    require_pointer(json_text, "hf_config");
+    return_string(unimoe::config_from_hf_json(json_text).to_string(), out);
   });
 }
 
