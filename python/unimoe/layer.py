@@ -53,6 +53,11 @@ def _ptr(t):
     return None if t is None else t.data_ptr()
 
 
+def _fits(t, dtype, shape, align, device_index):
+    return (t.dtype is dtype and t.get_device() == device_index and t.shape == shape
+            and t.is_contiguous() and not t.data_ptr() % align)
+
+
 class MoELayer:
     """One MoE layer: config, max_tokens, weights set once, then calls.
 
@@ -67,6 +72,13 @@ class MoELayer:
     def __init__(self, config, max_tokens, device=None):
         self.config = as_config(config)
         self._text = self.config.to_string().encode()
+        c = self.config
+        self._hidden, self._num_experts, self._top_k = (c.experts.hidden, c.routing.num_experts,
+                                                        c.routing.top_k)
+        self._has_bias = c.routing.has_bias
+        bf16_logits = c.routing.logits_type == "BF16"
+        self._logits_dtype, self._logits_align = (_BF16, 2) if bf16_logits else (_F32, 4)
+        self._destroy = _lib.lib.unimoe_layer_destroy
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
             raise TypeError(f"max_tokens: {max_tokens!r} is not an int")
         self.max_tokens = max_tokens
@@ -104,7 +116,7 @@ class MoELayer:
     def __del__(self):
         c = getattr(self, "_c", None)
         if c is not None:
-            _lib.lib.unimoe_layer_destroy(c)
+            self._destroy(c)
             self._c = None
 
     # ---------------------------------------------------------- weights ----
@@ -182,7 +194,7 @@ class MoELayer:
         if t.get_device() != want:
             where = "cpu" if want < 0 else f"cuda:{want}"
             raise Error(f"{name}: on {t.device}; expected {where}", name)
-        if shape is not None and tuple(t.shape) != shape:
+        if shape is not None and t.shape != shape:
             raise Error(f"{name}: shape {tuple(t.shape)}; expected {shape}", name)
         if not t.is_contiguous():
             raise Error(f"{name}: not contiguous; pass .contiguous()", name)
@@ -204,6 +216,54 @@ class MoELayer:
         return self._forward(x, router_logits, routing_bias, topk_ids, topk_weights)
 
     def _forward(self, x, router_logits, routing_bias, topk_ids, topk_weights):
+        if not self._call_fits(x, router_logits, routing_bias, topk_ids, topk_weights):
+            self._check_call(x, router_logits, routing_bias, topk_ids, topk_weights)
+        t, dev = x.shape[0], x.get_device()
+        out = x.new_empty((t, self._hidden))  # bf16 on x's device; faster than torch.empty
+        if t == 0:
+            return out
+        precomputed = topk_ids is not None
+        logits = None if precomputed else router_logits
+        bias = routing_bias if self._has_bias and not precomputed else None
+        if dev < 0:
+            w = _lib.Weights(**{k: v.data_ptr() for k, v in self._weights_on_host().items()})
+            _lib.check(_lib.lib.unimoe_ref_forward(
+                self._text, t, x.data_ptr(), _ptr(logits), _ptr(bias), _ptr(topk_ids),
+                _ptr(topk_weights), ctypes.byref(w), out.data_ptr(), 0))
+            return out
+        if torch._C._cuda_getDevice() != dev:
+            raise RuntimeError(f"unimoe: the layer is on cuda:{dev} but the current device is "
+                               f"cuda:{torch._C._cuda_getDevice()}; call it under "
+                               f"torch.cuda.device({dev})")
+        _lib.check(_lib.lib.unimoe_layer_forward(
+            self._c, t, x.data_ptr(), _ptr(logits), _ptr(bias), _ptr(topk_ids),
+            _ptr(topk_weights), out.data_ptr(), torch._C._cuda_getCurrentRawStream(dev)))
+        return out
+
+    def _call_fits(self, x, logits, bias, ids, weights):
+        """Whether a call's arguments are all as they must be: the few
+        attribute reads of the common call, with no message built.
+        _check_call finds what is wrong where this says no."""
+        try:
+            t, dev = x.shape[0], x.get_device()
+            if (x.dim() != 2 or t > self.max_tokens or not self._weights
+                    or (dev >= 0 and dev != self._device_index)
+                    or not _fits(x, _BF16, (t, self._hidden), 16, dev)):
+                return False
+            if ids is None and weights is None:
+                if not _fits(logits, self._logits_dtype, (t, self._num_experts),
+                             self._logits_align, dev):
+                    return False
+                if self._has_bias:
+                    return _fits(bias, _F32, (self._num_experts,), 4, dev)
+                return bias is None
+            return (_fits(ids, _I32, (t, self._top_k), 4, dev)
+                    and _fits(weights, _F32, (t, self._top_k), 4, dev))
+        except (AttributeError, IndexError, TypeError):
+            return False
+
+    def _check_call(self, x, router_logits, routing_bias, topk_ids, topk_weights):
+        """Raises the exception that names what is wrong with a call's arguments."""
         c = self.config
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"x: {type(x).__name__} is not a torch.Tensor")
@@ -215,53 +275,27 @@ class MoELayer:
         t = x.shape[0]
         if t > self.max_tokens:
             raise Error(f"x: {t} tokens; the layer's max_tokens is {self.max_tokens}", "x")
-        h = c.experts.hidden
-        self._check("x", x, _BF16, (t, h), 16, dev)
-        precomputed = topk_ids is not None or topk_weights is not None
-        if precomputed:
-            k = c.routing.top_k
-            self._require("topk_ids", topk_ids, "precomputed routing needs both topk_ids and "
-                          "topk_weights")
-            self._require("topk_weights", topk_weights, "precomputed routing needs both "
-                          "topk_ids and topk_weights")
-            self._check("topk_ids", topk_ids, _I32, (t, k), 4, dev)
-            self._check("topk_weights", topk_weights, _F32, (t, k), 4, dev)
+        self._check("x", x, _BF16, (t, self._hidden), 16, dev)
+        if topk_ids is not None or topk_weights is not None:
+            both = "precomputed routing needs both topk_ids and topk_weights"
+            self._require("topk_ids", topk_ids, both)
+            self._require("topk_weights", topk_weights, both)
+            self._check("topk_ids", topk_ids, _I32, (t, self._top_k), 4, dev)
+            self._check("topk_weights", topk_weights, _F32, (t, self._top_k), 4, dev)
         else:
             self._require("router_logits", router_logits, "pass router_logits (or topk_ids "
                           "and topk_weights)")
-            bf16_logits = c.routing.logits_type == "BF16"
-            self._check("router_logits", router_logits, _BF16 if bf16_logits else _F32,
-                        (t, c.routing.num_experts), 2 if bf16_logits else 4, dev)
-            if c.routing.has_bias:
+            self._check("router_logits", router_logits, self._logits_dtype,
+                        (t, self._num_experts), self._logits_align, dev)
+            if self._has_bias:
                 self._require("routing_bias", routing_bias, "the config has a routing bias "
                               "(routing_bias=1)")
-                self._check("routing_bias", routing_bias, _F32, (c.routing.num_experts,), 4,
-                            dev)
+                self._check("routing_bias", routing_bias, _F32, (self._num_experts,), 4, dev)
             elif routing_bias is not None:
                 raise Error("routing_bias: given, but the config has no routing bias",
                             "routing_bias")
-            routing_bias = routing_bias if c.routing.has_bias else None
         if not self._weights:
             raise Error("weights: set_weights was not called", "weights")
-        out = torch.empty((t, h), dtype=_BF16, device=x.device)
-        if t == 0:
-            return out
-        logits = None if precomputed else router_logits
-        if dev < 0:
-            w = _lib.Weights(**{k: v.data_ptr() for k, v in self._weights_on_host().items()})
-            _lib.check(_lib.lib.unimoe_ref_forward(
-                self._text, t, x.data_ptr(), _ptr(logits), _ptr(routing_bias), _ptr(topk_ids),
-                _ptr(topk_weights), ctypes.byref(w), out.data_ptr(), 0))
-            return out
-        if torch._C._cuda_getDevice() != dev:
-            raise RuntimeError(f"unimoe: the layer is on cuda:{dev} but the current device is "
-                               f"cuda:{torch._C._cuda_getDevice()}; call it under "
-                               f"torch.cuda.device({dev})")
-        stream = torch._C._cuda_getCurrentRawStream(dev)
-        _lib.check(_lib.lib.unimoe_layer_forward(
-            self._c, t, x.data_ptr(), _ptr(logits), _ptr(routing_bias), _ptr(topk_ids),
-            _ptr(topk_weights), out.data_ptr(), stream))
-        return out
 
     def _weights_on_host(self):
         if self.device.type == "cpu":
