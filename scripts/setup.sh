@@ -19,7 +19,7 @@ CUTLASS_SHA256=f9599ada45c7bcb6bf53f7d3f0a7d154183e53451c01bfa59eecd37dd4a693f6
 DEPS=.deps
 
 need_apt=()
-for pkg in cmake ninja-build g++ libgtest-dev nlohmann-json3-dev libcli11-dev ccache python3-pip unzip; do
+for pkg in cmake ninja-build g++ libgtest-dev nlohmann-json3-dev libcli11-dev ccache python3-pip python3-venv unzip; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
