@@ -70,10 +70,8 @@ _PART_TYPES = {"routing": RoutingConfig, "experts": ExpertsConfig, "options": Ba
 
 # Flat keyword names of MoEConfig(...): each field's own name, except the two
 # has_bias fields, which take their text keys.
-_FLAT = {}
-for _key, _part, _name in _KEYS:
-    _FLAT["routing_bias" if _key == "routing_bias" else
-          "expert_bias" if _key == "expert_bias" else _name] = (_part, _name)
+_FLAT = {key if key in ("routing_bias", "expert_bias") else name: (part, name)
+         for key, part, name in _KEYS}
 
 
 def _value_text(part, name, value):
