@@ -70,8 +70,9 @@ def test_qwen3_moe(device, norm_topk_prob):
     from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
     cfg = transformers.Qwen3MoeConfig(hidden_size=H, moe_intermediate_size=I, num_experts=16,
                                       num_experts_per_tok=4, norm_topk_prob=norm_topk_prob)
-    assert unimoe.from_hf_config(cfg).routing.policy == ("Renormalize" if norm_topk_prob
-                                                          else "Default")
+    config = unimoe.from_hf_config(cfg)
+    assert config.routing.policy == ("Renormalize" if norm_topk_prob else "Default")
+    assert (config.routing.num_experts, config.routing.top_k) == (16, 4)
     block = randomize(Qwen3MoeSparseMoeBlock(cfg), 2)
     x = inputs(2)
     want = block(x.view(1, T, H)).view(T, H)

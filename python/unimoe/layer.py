@@ -25,6 +25,11 @@ _BF16, _F32, _I32 = torch.bfloat16, torch.float32, torch.int32
 _E4M3 = torch.float8_e4m3fn
 _FP8 = ("FP8Block128", "FP8PerTensor")
 
+# What every eager GPU call uses, looked up once.
+_c_forward = _lib.lib.unimoe_layer_forward
+_current_device = getattr(torch._C, "_cuda_getDevice", None)  # absent from CPU-only torch
+_current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
 _layers = weakref.WeakValueDictionary()
 _handles = itertools.count(1)
 
@@ -232,13 +237,14 @@ class MoELayer:
                 self._text, t, x.data_ptr(), _ptr(logits), _ptr(bias), _ptr(topk_ids),
                 _ptr(topk_weights), ctypes.byref(w), out.data_ptr(), 0))
             return out
-        if torch._C._cuda_getDevice() != dev:
+        if _current_device() != dev:
             raise RuntimeError(f"unimoe: the layer is on cuda:{dev} but the current device is "
-                               f"cuda:{torch._C._cuda_getDevice()}; call it under "
+                               f"cuda:{_current_device()}; call it under "
                                f"torch.cuda.device({dev})")
-        _lib.check(_lib.lib.unimoe_layer_forward(
-            self._c, t, x.data_ptr(), _ptr(logits), _ptr(bias), _ptr(topk_ids),
-            _ptr(topk_weights), out.data_ptr(), torch._C._cuda_getCurrentRawStream(dev)))
+        status = _c_forward(self._c, t, x.data_ptr(), _ptr(logits), _ptr(bias), _ptr(topk_ids),
+                            _ptr(topk_weights), out.data_ptr(), _current_raw_stream(dev))
+        if status:
+            _lib.check(status)
         return out
 
     def _call_fits(self, x, logits, bias, ids, weights):
