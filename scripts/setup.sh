@@ -6,15 +6,20 @@
 #   - copies of GoogleTest's source and the header-only libraries under .deps,
 #     so that a copy of the tree with its .deps folder also builds on a
 #     machine without network access or these packages.
+#   - with --python: the Python package's test dependencies (torch,
+#     transformers, pytest: python/requirements-test.txt) in the ignored
+#     virtualenv .venv (see "Python test dependencies" below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+with_python=0
+[ "${1:-}" = "--python" ] && with_python=1
 
 CUTLASS_VERSION=4.2.0.0
 CUTLASS_SHA256=f9599ada45c7bcb6bf53f7d3f0a7d154183e53451c01bfa59eecd37dd4a693f6
 DEPS=.deps
 
 need_apt=()
-for pkg in cmake ninja-build g++ libgtest-dev nlohmann-json3-dev libcli11-dev ccache python3-pip unzip; do
+for pkg in cmake ninja-build g++ libgtest-dev nlohmann-json3-dev libcli11-dev ccache python3-pip python3-venv unzip; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -53,3 +58,40 @@ if [ ! -f "$DEPS/include/CLI/CLI.hpp" ] || [ ! -f "$DEPS/include/nlohmann/json.h
   cp -r /usr/include/CLI /usr/include/nlohmann "$DEPS/include/"
 fi
 echo "setup: dependencies ready under $DEPS"
+
+# ---- Python test dependencies, in .venv --------------------------------------
+# PyPI's torch for Linux is the CUDA build: the torch wheel (530 MB) needs
+# about 2.2 GB of CUDA library wheels besides (cuBLAS, cuDNN, NCCL, ...). The
+# tests use torch on the CPU only, and a machine with the CUDA toolkit
+# (nvcc) already has most of those libraries, so the torch wheel goes in
+# without its dependencies, with the few libraries the toolkit lacks
+# (cuFile, cuSPARSELt, NVSHMEM) and torch's pure-Python dependencies. Where
+# torch still does not import, the full set is installed. The CPU-only
+# wheels of PyTorch's own index would be smaller, but only PyPI is reachable
+# from the machines this runs on.
+[ "$with_python" = 1 ] || exit 0
+VENV=.venv
+REQ=python/requirements-test.txt
+stamp="$VENV/unimoe-requirements.sha256"
+want=$(sha256sum "$REQ" | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing the Python test dependencies into $VENV ($REQ)"
+  start=$SECONDS
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+  pip=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
+  torch_line=$(grep -E '^torch==' "$REQ")
+  torch_slim=$(sed -n 's/^# slim: //p' "$REQ")
+  # shellcheck disable=SC2086  # the slim list is words
+  "${pip[@]}" --no-deps "$torch_line" $torch_slim
+  if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+    echo "setup: torch needs its CUDA library wheels here; installing them"
+    "${pip[@]}" "$torch_line"
+  fi
+  grep -v '^torch==' "$REQ" >"$VENV/requirements-rest.txt"
+  "${pip[@]}" -r "$VENV/requirements-rest.txt"
+  "$VENV/bin/python" -c "import torch, transformers, pytest"
+  echo "$want" >"$stamp"
+  echo "setup: Python test dependencies installed in $((SECONDS - start)) s"
+fi
+echo "setup: Python test dependencies ready in $VENV"

@@ -1,0 +1,21 @@
+"""unimoe: the Mixture-of-Experts layer of LLM inference on NVIDIA Hopper,
+from PyTorch. docs/python.md has the API, the weight layouts and how the
+layer behaves under torch.compile and CUDA graphs."""
+
+try:
+    import torch  # noqa: F401  (the package's tensors are torch tensors)
+except ImportError as e:
+    raise ImportError("unimoe needs PyTorch: install torch (pip install torch), then "
+                      "import unimoe again") from e
+
+from ._lib import Error, has_cuda, version
+from .config import BackendOptions, ExpertsConfig, MoEConfig, RoutingConfig
+from .hf import from_hf_config, load_hf_experts
+from .layer import MoELayer, moe_forward
+
+__version__ = version()
+
+__all__ = [
+    "BackendOptions", "Error", "ExpertsConfig", "MoEConfig", "MoELayer", "RoutingConfig",
+    "from_hf_config", "has_cuda", "load_hf_experts", "moe_forward", "__version__",
+]

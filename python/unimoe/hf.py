@@ -1,0 +1,143 @@
+"""Hugging Face transformers models: their MoE experts in unimoe's layout.
+
+unimoe's layer is the routed experts and their routing: a model's router
+weights (the gate Linear that makes the logits) stay with the model, which
+computes router_logits with it, and so do shared experts (Qwen2-MoE,
+DeepSeek-V3, Llama-4), which the caller adds to the layer's output.
+"""
+
+import json
+import os
+import pathlib
+
+import torch
+
+from . import _lib
+from ._lib import Error
+from .config import MoEConfig
+
+# Experts classes that store their matrices transposed ([E, H, 2I] and
+# [E, I, H]) without saying so in an is_transposed attribute.
+_TRANSPOSED = ("Llama4TextExperts",)
+
+
+def _experts_of(module):
+    experts = getattr(module, "experts", module)
+    if experts is None:
+        raise Error(f"module: {type(module).__name__} has no experts", "module")
+    return experts
+
+
+def _fused(experts, dtype):
+    """Experts with 3-D parameters gate_up_proj (or up_proj) and down_proj,
+    as transformers 5 stores them. Their layout attributes (is_transposed,
+    is_concatenated, has_gate, has_bias) say how; classes without them are
+    [E, 2I, H] with the gate half first, except those in _TRANSPOSED."""
+    name = type(experts).__name__
+    transposed = getattr(experts, "is_transposed", name in _TRANSPOSED)
+    concatenated = getattr(experts, "is_concatenated", True)
+    gated = getattr(experts, "has_gate", True)
+    w13 = experts.gate_up_proj if gated else experts.up_proj
+    w2 = experts.down_proj
+    if w13.dim() != 3 or w2.dim() != 3:
+        raise Error(f"module: {name}'s expert matrices are not 3-D", "module")
+    if transposed:  # [E, H, 2I] and [E, I, H]
+        w13, w2 = w13.transpose(1, 2), w2.transpose(1, 2)
+    e, n1, h = w13.shape
+    if tuple(w2.shape[:2]) != (e, h):
+        read_as = "transposed" if transposed else "not transposed"
+        raise Error(f"module: {name}'s down_proj {tuple(w2.shape)} does not match "
+                    f"gate_up_proj {tuple(w13.shape)} (read as {read_as})", "module")
+    b13 = getattr(experts, "gate_up_proj_bias" if gated else "up_proj_bias", None)
+    b2 = getattr(experts, "down_proj_bias", None)
+    if gated and not concatenated:  # gate and up columns interleaved: g0 u0 g1 u1 ...
+        w13 = torch.cat([w13[:, 0::2], w13[:, 1::2]], dim=1)
+        if b13 is not None:
+            b13 = torch.cat([b13[:, 0::2], b13[:, 1::2]], dim=1)
+    out = {"w13": w13.detach().to(dtype).contiguous(), "w2": w2.detach().to(dtype).contiguous()}
+    if b13 is not None and b2 is not None:
+        out["b13"] = b13.detach().float().contiguous()
+        out["b2"] = b2.detach().float().contiguous()
+    return out
+
+
+# Names of the gate, up and down Linear of one expert module, by checkpoint style.
+_PER_EXPERT = (("w1", "w3", "w2"), ("gate_proj", "up_proj", "down_proj"))
+
+
+def _per_expert(experts, dtype):
+    """A ModuleList of expert MLPs, each with a gate, up and down Linear
+    (older Mixtral: w1, w3, w2; older Qwen and DeepSeek: gate_proj,
+    up_proj, down_proj)."""
+    first = experts[0]
+    for gate, up, down in _PER_EXPERT:
+        if all(hasattr(first, n) for n in (gate, up, down)):
+            break
+    else:
+        raise Error(f"module: the expert {type(first).__name__} has none of the known "
+                    "gate/up/down Linear names (w1/w3/w2, gate_proj/up_proj/down_proj)", "module")
+    w13 = torch.stack([torch.cat([getattr(m, gate).weight, getattr(m, up).weight])
+                       for m in experts])
+    w2 = torch.stack([getattr(m, down).weight for m in experts])
+    out = {"w13": w13.detach().to(dtype).contiguous(), "w2": w2.detach().to(dtype).contiguous()}
+    if getattr(first, gate).bias is not None:
+        out["b13"] = torch.stack([torch.cat([getattr(m, gate).bias, getattr(m, up).bias])
+                                  for m in experts]).detach().float().contiguous()
+        out["b2"] = torch.stack([getattr(m, down).bias
+                                 for m in experts]).detach().float().contiguous()
+    return out
+
+
+def load_hf_experts(module, dtype=torch.bfloat16):
+    """The routed experts of a transformers MoE block (or of its experts
+    module) as set_weights' keyword arguments, on the module's device:
+    w13 [E, gemm1_cols, H] (gate rows, then up rows), w2 [E, H, I] in
+    `dtype`, and fp32 biases b13 [E, gemm1_cols], b2 [E, H] where the model
+    has them (gpt-oss).
+
+    Reads transformers 5's fused experts (gate_up_proj [E, 2I, H] and
+    down_proj [E, H, I]: Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3; the
+    transposed [E, H, 2I] / [E, I, H] of Llama-4; gpt-oss's transposed,
+    interleaved gate/up columns with biases) and a ModuleList of per-expert
+    Linear layers (w1/w3/w2 or gate_proj/up_proj/down_proj). Not the router
+    and not the shared experts: see the module's docstring."""
+    experts = _experts_of(module)
+    if isinstance(experts, torch.nn.ModuleList):
+        return _per_expert(experts, dtype)
+    if hasattr(experts, "down_proj") and (hasattr(experts, "gate_up_proj")
+                                          or hasattr(experts, "up_proj")):
+        return _fused(experts, dtype)
+    raise Error(f"module: {type(experts).__name__} is no experts layout this function knows "
+                "(gate_up_proj/down_proj parameters, or a ModuleList of expert MLPs)", "module")
+
+
+def _config_dict(hf_config):
+    """A PretrainedConfig's dict with its attribute_map's aliases filled in:
+    transformers 5 writes some keys under another name than the published
+    config.json files (Qwen3-MoE's num_experts as num_local_experts)."""
+    d = hf_config.to_dict()
+    for alias in getattr(hf_config, "attribute_map", {}):
+        if alias not in d and hasattr(hf_config, alias):
+            d[alias] = getattr(hf_config, alias)
+    return d
+
+
+def from_hf_config(hf_config):
+    """The MoEConfig of a transformers model's routed experts, from its
+    config: a PretrainedConfig, the dict of a config.json, or the path of a
+    config.json (or of the folder holding it). The C++ config_from_hf_json
+    reads it (docs/hf-configs.md: the model types, the mapping, and what is
+    refused, as unimoe.Error naming the key, e.g. "hf_config.model_type")."""
+    if isinstance(hf_config, (str, os.PathLike)):
+        path = pathlib.Path(hf_config)
+        if path.is_dir():
+            path = path / "config.json"
+        text = path.read_text()
+    elif isinstance(hf_config, dict):
+        text = json.dumps(hf_config)
+    elif hasattr(hf_config, "to_dict"):
+        text = json.dumps(_config_dict(hf_config), default=str)
+    else:
+        raise TypeError(f"hf_config: {type(hf_config).__name__} is neither a PretrainedConfig, "
+                        "a dict nor a path")
+    return MoEConfig.parse(_lib.call_str(_lib.lib.unimoe_config_from_hf_json, text.encode()))
