@@ -47,6 +47,14 @@ class Fields {
     return static_cast<int>(v.get<long long>());
   }
   int integer(const char* key, int fallback) const { return has(key) ? integer(key) : fallback; }
+  // A key transformers also writes under another name (`alias`, its
+  // attribute_map's): either may be present; both must then agree.
+  int integer(const char* key, const char* alias, int fallback) const {
+    if (has(key) && has(alias) && integer(key) != integer(alias))
+      refuse(alias, "is " + std::to_string(integer(alias)) + " but " + key + " is " +
+                        std::to_string(integer(key)) + "; the two name one field");
+    return has(key) ? integer(key) : integer(alias, fallback);
+  }
 
   float number(const char* key, float fallback) const {
     if (!has(key)) return fallback;
@@ -182,7 +190,9 @@ MoEConfig minimax(const Fields& f) {
 MoEConfig qwen_moe(const Fields& f, int experts, int top_k, int intermediate) {
   const bool renormalize = f.boolean("norm_topk_prob", false);
   MoEConfig c = base(renormalize ? RoutingPolicy::Renormalize : RoutingPolicy::Default,
-                     f.integer("num_experts", experts), f.integer("num_experts_per_tok", top_k),
+                     // transformers 5 saves num_experts as num_local_experts
+                     f.integer("num_experts", "num_local_experts", experts),
+                     f.integer("num_experts_per_tok", top_k),
                      f.integer("hidden_size", 2048), f.integer("moe_intermediate_size", intermediate));
   c.experts.activation = gated_activation(f);
   return c;

@@ -138,6 +138,10 @@ TEST(HfConfig, KeysLeftOutTakeTransformersDefaults) {
   // norm_topk_prob defaults to false.
   expect_config(config_from_hf_json(R"({"model_type": "qwen3_moe"})"), "policy=Default E=128 K=8 H=2048 I=768");
   expect_config(config_from_hf_json(R"({"model_type": "qwen2_moe"})"), "policy=Default E=60 K=4 H=2048 I=1408");
+  // transformers 5 saves Qwen-MoE's num_experts as num_local_experts.
+  EXPECT_EQ(config_from_hf_json(R"({"model_type": "qwen3_moe", "num_local_experts": 64})")
+                .routing.num_experts,
+            64);
   // A null value is the default too, as transformers' None is.
   EXPECT_EQ(config_from_hf_json(R"({"model_type": "mixtral", "hidden_size": null})").experts.hidden, 4096);
 }
@@ -183,6 +187,8 @@ TEST(HfConfig, RefusalsNameTheKey) {
        "expected an integer"},
       {"integer out of range", R"({"model_type": "mixtral", "hidden_size": 4294967296})",
        "hf_config.hidden_size", "range"},
+      {"both names of E, differing", R"({"model_type": "qwen3_moe", "num_experts": 128, "num_local_experts": 64})",
+       "hf_config.num_local_experts", "name one field"},
       {"boolean as a number", R"({"model_type": "qwen3_moe", "norm_topk_prob": 1})",
        "hf_config.norm_topk_prob", "true or false"},
       {"number as a string", R"({"model_type": "deepseek_v3", "routed_scaling_factor": "2.5"})",
