@@ -16,11 +16,18 @@ function it makes:
 Host times come from bursts of calls short enough that the launch queue
 never fills, so the GPU does not pace them; each figure is the median burst.
 Weights and inputs are random (bf16), so the routing is near uniform.
+
+With --peer PATH (bench/peers/torch_peer.py of the repository) the PyTorch
+peer times the same preset in the same run, in a child process, and its
+figure (graph replay of a layer of PyTorch operators) stands beside
+unimoe's replay time: peer_us. The peer knows the presets by name only.
 """
 
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 import time
 
 import torch
@@ -101,6 +108,17 @@ def measure(layer, t, iters):
     }
 
 
+def peer_times(path, preset, tokens):
+    """{T: us} of the PyTorch peer script for a preset, timed in a child
+    process on the same GPU (one JSON line per token count)."""
+    cmd = [sys.executable, path, "--shape", preset, "--tokens", ",".join(map(str, tokens))]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"unimoe.bench: the peer failed ({' '.join(cmd)}):\n{done.stderr}")
+    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return {r["T"]: r["torch_grouped_us"] for r in rows}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m unimoe.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -109,10 +127,14 @@ def main(argv=None):
     p.add_argument("--tokens", default="1,8,64,512", help="token counts, comma-separated")
     p.add_argument("--iters", type=int, default=200, help="timed calls per figure")
     p.add_argument("--json", help="also write the rows to this JSON file")
+    p.add_argument("--peer", help="the PyTorch peer script (bench/peers/torch_peer.py), timed "
+                   "beside unimoe on the same preset")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("unimoe.bench: no CUDA device")
     tokens = [int(v) for v in args.tokens.split(",")]
+    if args.peer and args.config not in PRESETS:
+        raise SystemExit(f"unimoe.bench: --peer times presets only ({', '.join(PRESETS)})")
     text = PRESETS.get(args.config, args.config)
     layer = MoELayer(text, max(tokens))
     c = layer.config
@@ -125,16 +147,19 @@ def main(argv=None):
         w["b2"] = torch.zeros(e, h, device="cuda")
     layer.set_weights(**w)
     print(f"{torch.cuda.get_device_name()}  {c}")
+    peer = peer_times(args.peer, args.config, tokens) if args.peer else {}
     head = ("T", "replay us", "eager wall us", "eager host us", "C host us", "ctypes us",
-            "overhead us")
-    print("%6s %10s %14s %14s %10s %10s %12s" % head)
+            "overhead us", "peer us")
+    print("%6s %10s %14s %14s %10s %10s %12s %9s" % head)
     rows = []
     for t in tokens:
         r = measure(layer, t, args.iters)
+        if t in peer:
+            r["peer_us"] = peer[t]
         rows.append(r)
-        print("%6d %10.2f %14.2f %14.2f %10.2f %10.2f %12.2f" % (
+        print("%6d %10.2f %14.2f %14.2f %10.2f %10.2f %12.2f %9.1f" % (
             t, r["graph_replay_us"], r["eager_wall_us"], r["eager_host_us"], r["c_host_us"],
-            r["ctypes_us"], r["overhead_us"]))
+            r["ctypes_us"], r["overhead_us"], r.get("peer_us", float("nan"))))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "config": str(c), "rows": rows},
