@@ -62,9 +62,6 @@ TEST(RoutingGpu, DeepSeekOctets) {
           if (n_group == 0) c.policy = RoutingPolicy::MiniMax2;
           if (!test::legal_routing(c)) continue;
           const int t = octet_tokens(e, k, c.n_group, cases % 2 == 0, 13);  // both modes
-          RoutingParams rp;
-          rp.config = c;
-          rp.num_tokens = t;
           ASSERT_EQ(split_plan(c, t).kernel, RoutingKernel::SplitOctets)
               << "UNIMOE_SPLIT_OCTETS_MIN_TOKENS set?";
           SCOPED_TRACE(describe(c, t));
