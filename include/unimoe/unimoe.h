@@ -199,7 +199,8 @@ struct AutotuneOptions {
   // candidates are timed at the largest count listed for it. Empty: every
   // bucket up to max_tokens, each timed at min(bucket, max_tokens).
   std::vector<int> tokens;
-  // Routing distribution of the synthetic logits: "uniform" or "skewed".
+  // Routing distribution of the synthetic logits: "uniform", "skewed",
+  // "zipf:S" or "hot:P" (docs/benchmarking.md, "Routing distributions").
   std::string routing = "uniform";
   int iters = 20;        // timed graph replays per candidate (>= 1)
   int check_tokens = 2;  // tokens compared with the CPU reference (>= 1)

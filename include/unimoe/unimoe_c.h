@@ -95,7 +95,7 @@ UNIMOE_C_API int unimoe_layer_workspace_bytes(const unimoe_layer* layer, size_t*
 UNIMOE_C_API int unimoe_layer_use_tuning_cache(unimoe_layer* layer, const char* path,
                                                const char** out);
 /* AutotuneOptions as arguments: tokens[num_tokens_list] (none: every
- * bucket), routing "uniform" or "skewed", iters, check_tokens, cache_path
+ * bucket), routing "uniform", "skewed", "zipf:S" or "hot:P", iters, check_tokens, cache_path
  * (null or empty: none); quiet != 0 drops the progress lines that otherwise
  * go to stderr. out: the per-bucket report. */
 UNIMOE_C_API int unimoe_layer_autotune(unimoe_layer* layer, const int* tokens,

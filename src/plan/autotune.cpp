@@ -8,6 +8,7 @@
 
 #include "plan/tuning.h"
 #include "ref/ref.h"
+#include "ref/synthetic.h"
 
 namespace unimoe {
 
@@ -20,9 +21,7 @@ void check_autotune_options(const AutotuneOptions& o, int max_tokens) {
     if (t < 1 || t > max_tokens)
       throw Error("autotune.tokens", "holds " + std::to_string(t) + "; allowed: 1.." +
                                          std::to_string(max_tokens) + " (the layer's max_tokens)");
-  // The names ref::make_logits knows; it takes any other name as uniform.
-  if (o.routing != "uniform" && o.routing != "skewed")
-    throw Error("autotune.routing", "is '" + o.routing + "'; allowed: uniform, skewed");
+  ref::check_routing_distribution(o.routing, "autotune.routing");
   if (o.iters < 1) throw Error("autotune.iters", "is " + std::to_string(o.iters) + "; must be >= 1");
   if (o.check_tokens < 1)
     throw Error("autotune.check_tokens", "is " + std::to_string(o.check_tokens) +

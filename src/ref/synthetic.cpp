@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
+#include <functional>
+#include <string>
+#include <utility>
 
 #include "core/hash_random.h"
 
@@ -25,14 +29,93 @@ Seeds seeds_for(uint64_t base) {
 float w13_scale(const MoEConfig& c) { return std::sqrt(3.0f / c.experts.hidden); }
 float w2_scale(const MoEConfig& c) { return std::sqrt(3.0f / c.experts.intermediate); }
 
+namespace {
+
+struct Distribution {
+  enum Kind { Uniform, Skewed, Zipf, Hot } kind = Uniform;
+  double param = 0;  // S of zipf, P of hot
+};
+
+Distribution parse_distribution(const std::string& name, const std::string& field) {
+  if (name == "uniform") return {};
+  if (name == "skewed") return {Distribution::Skewed, 0};
+  const std::size_t colon = name.find(':');
+  const std::string kind = name.substr(0, colon);
+  const auto refuse = [&](const std::string& why) {
+    throw Error(field, "is '" + name + "'; " + why +
+                           " (allowed: uniform, skewed, zipf:S with S > 0, hot:P with 0 < P <= 1)");
+  };
+  if (colon == std::string::npos || (kind != "zipf" && kind != "hot")) refuse("unknown distribution");
+  const std::string value = name.substr(colon + 1);
+  double v = 0;
+  std::size_t used = 0;
+  try {
+    v = std::stod(value, &used);
+  } catch (const std::exception&) {
+    refuse("'" + value + "' is not a number");
+  }
+  if (used != value.size() || !std::isfinite(v)) refuse("'" + value + "' is not a number");
+  if (kind == "zipf" && !(v > 0)) refuse("S must be > 0");
+  if (kind == "hot" && !(v > 0 && v <= 1)) refuse("P must be in (0, 1]");
+  return {kind == "zipf" ? Distribution::Zipf : Distribution::Hot, v};
+}
+
+// A uniform draw in (0, 1] from value i of stream `seed`.
+double unit_draw(uint64_t seed, uint64_t i) { return (1.0 - hash_uniform(seed, i)) / 2.0; }
+
+}  // namespace
+
+void check_routing_distribution(const std::string& name, const std::string& field) {
+  parse_distribution(name, field);
+}
+
+int hot_expert(int num_experts) {
+  return static_cast<int>(hash64(0x4057ull ^ static_cast<uint64_t>(num_experts)) %
+                          static_cast<uint64_t>(num_experts));
+}
+
+std::vector<int> popularity_order(int num_experts) {
+  std::vector<int> order(num_experts);
+  for (int i = 0; i < num_experts; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [](int a, int b) {
+    return hash64(0x21ffull ^ static_cast<uint64_t>(a)) < hash64(0x21ffull ^ static_cast<uint64_t>(b));
+  });
+  return order;
+}
+
 std::vector<float> make_logits(const MoEConfig& c, int num_tokens, uint64_t seed,
                                const std::string& routing) {
+  const Distribution d = parse_distribution(routing, "routing");
   const int e = c.routing.num_experts;
   std::vector<float> logits(static_cast<std::size_t>(num_tokens) * e);
   for (std::size_t i = 0; i < logits.size(); ++i) {
     float v = hash_uniform(seed, 3 * i) + hash_uniform(seed, 3 * i + 1) + hash_uniform(seed, 3 * i + 2);
-    if (routing == "skewed") v -= 1.5f * std::log1p(static_cast<float>(i % e));
+    if (d.kind == Distribution::Skewed) v -= 1.5f * std::log1p(static_cast<float>(i % e));
     logits[i] = v;
+  }
+  // Draws of their own stream, apart from the noise's.
+  const uint64_t draws = hash64(seed ^ 0xd157ull);
+  if (d.kind == Distribution::Hot) {
+    const int hot = hot_expert(e);
+    for (int t = 0; t < num_tokens; ++t)
+      if (unit_draw(draws, static_cast<uint64_t>(t)) <= d.param)
+        logits[static_cast<std::size_t>(t) * e + hot] += kChosenMargin;
+  } else if (d.kind == Distribution::Zipf) {
+    // Weighted sampling without replacement: the K largest keys
+    // log(u) / weight (Efraimidis and Spirakis) over the experts.
+    const std::vector<int> order = popularity_order(e);
+    std::vector<double> inv_weight(e);
+    for (int r = 0; r < e; ++r) inv_weight[order[r]] = std::pow(r + 1.0, d.param);
+    const int k = std::min(c.routing.top_k, e);
+    std::vector<std::pair<double, int>> keys(e);
+    for (int t = 0; t < num_tokens; ++t) {
+      for (int x = 0; x < e; ++x) {
+        const uint64_t i = static_cast<uint64_t>(t) * e + x;
+        keys[x] = {std::log(unit_draw(draws, i)) * inv_weight[x], x};
+      }
+      std::partial_sort(keys.begin(), keys.begin() + k, keys.end(), std::greater<>());
+      for (int j = 0; j < k; ++j) logits[static_cast<std::size_t>(t) * e + keys[j].second] += kChosenMargin;
+    }
   }
   return logits;
 }

@@ -30,9 +30,29 @@ inline constexpr float kBiasScale = 0.1f;
 inline constexpr float kRoutingBiasScale = 0.01f;
 inline constexpr float kXScale = 1.0f;
 
+// The routing distributions of the synthetic logits, by name:
+//   "uniform"  every expert equally likely;
+//   "skewed"   a mild preference for low expert ids (1.5 log(1 + id) off
+//              each logit);
+//   "zipf:S"   each token's K experts drawn without replacement, expert of
+//              popularity rank r (a fixed order of the E experts) with
+//              weight 1 / (r + 1)^S, S > 0;
+//   "hot:P"    one fixed expert is among the first choices of a fraction P
+//              (0 < P <= 1) of the tokens, the rest uniform.
+// The drawn experts' logits are raised by kChosenMargin, so every top-K
+// policy picks them (grouped policies keep their group limit on top).
+// Throws Error naming `field` for any other text.
+void check_routing_distribution(const std::string& name, const std::string& field);
+inline constexpr float kChosenMargin = 16.0f;
+
+// The expert that "hot:P" favours and the popularity order "zipf:S" uses
+// (rank -> expert id): fixed for a given E, the same for every input set.
+int hot_expert(int num_experts);
+std::vector<int> popularity_order(int num_experts);
+
 // logits [T, E]: mean 0, standard deviation 1 (the sum of three uniform
-// draws), like a trained router's; "skewed" adds a Zipf-like preference for
-// low expert ids.
+// draws), like a trained router's, shaped by the routing distribution
+// (check_routing_distribution's names; an unknown name throws).
 std::vector<float> make_logits(const MoEConfig& c, int num_tokens, uint64_t seed,
                                const std::string& routing);
 

@@ -15,6 +15,7 @@
 #include "bench.h"
 #include "json_file.h"
 #include "plan/layer_plan.h"
+#include "ref/synthetic.h"
 #include "support/presets.h"
 #include "support/shapes.h"
 
@@ -176,8 +177,18 @@ int main(int argc, char** argv) {
                  "config's own for --config and --hf-config)");
   app.add_option("--logits", opt.logits_type, "router logits type for every shape: F32 or BF16 (default: the shape's)")
       ->check(CLI::IsMember({"F32", "BF16"}));
-  app.add_option("--routing", opt.routing, "routing distribution of the logits")
-      ->check(CLI::IsMember({"uniform", "skewed"}))->capture_default_str();
+  app.add_option("--routing", opt.routing,
+                 "routing distribution of the logits: uniform, skewed, zipf:S (expert popularity "
+                 "~ 1/(rank+1)^S), hot:P (one expert chosen by a fraction P of the tokens)")
+      ->check([](const std::string& s) {
+        try {
+          ref::check_routing_distribution(s, "--routing");
+          return std::string();
+        } catch (const Error& e) {  // CLI11 names the option itself
+          return std::string(e.what()).substr(e.field().size() + 2);
+        }
+      })
+      ->capture_default_str();
   app.add_option("--iters", opt.iters, "timed graph replays per point")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--rotate", opt.rotate, "input sets rotated per replay (0: default 4)")->capture_default_str();
   app.add_option("--check-tokens", opt.check_tokens, "tokens checked against the CPU reference")->capture_default_str();
