@@ -141,9 +141,10 @@ int intermediate_multiple(QuantVariant q);
 // -------------------------------------------------- weights and activations ----
 // All pointers are device pointers. Shapes are for the E_local experts of this
 // rank: w13 [E_local, gemm1_cols, H] with the gate rows first then the up rows
-// (interleaved checkpoints are reordered by the caller for now); w2
-// [E_local, H, I]. Elements are bf16 for BF16 and e4m3 ("fn", one byte) for
-// the FP8 variants. Biases (has_bias) are fp32: b13 [E_local, gemm1_cols],
+// (for BF16 and FP8, interleaved checkpoints are reordered by the caller;
+// MXFP4 and NVFP4 take them as they are, w13_interleaved below); w2
+// [E_local, H, I]. Elements are bf16 for BF16, e4m3 ("fn", one byte) for
+// the FP8 variants and packed e2m1 for MXFP4 and NVFP4 (below). Biases (has_bias) are fp32: b13 [E_local, gemm1_cols],
 // b2 [E_local, H]. A NaN or inf in one expert's weights reaches only the
 // tokens routed to that expert (docs/design.md, "Inputs outside the usual range").
 //
@@ -160,6 +161,24 @@ int intermediate_multiple(QuantVariant q);
 // computed on the device per call (amax / 448, no host sync) when the
 // pointer is null, or the calibrated static scale a checkpoint ships
 // (input_scale; one device float, values beyond 448 * scale saturate).
+//
+// MXFP4 and NVFP4 (W4A16, docs/quantization.md): w13 and w2 hold e2m1 codes
+// packed two a byte along K, the even K index in the low nibble, as the
+// checkpoints store them: w13 [E_local, gemm1_cols, H / 2] and w2
+// [E_local, H, I / 2] bytes. One scale byte per block of K values, row-major:
+//   MXFP4: e8m0 per 32: w13_block_scale [E_local, gemm1_cols, H / 32],
+//     w2_block_scale [E_local, H, I / 32] (gpt-oss's *_scales tensors);
+//   NVFP4: e4m3 per 16: w13_block_scale [E_local, gemm1_cols, H / 16],
+//     w2_block_scale [E_local, H, I / 16], and the fp32 scale of each
+//     expert's matrix in w13_scale [E_local] and w2_scale [E_local]
+//     (weight = e2m1 * block scale * matrix scale).
+// w13_interleaved: the w13 rows (and their block scales and b13) alternate
+// gate, up, gate, up, ... as gpt-oss checkpoints store them; set_weights
+// reorders them into the prepared copy (MXFP4 and NVFP4 only). The 4-bit
+// variants keep a prepared copy of w13, w2 and their block scales (and of
+// b13 when interleaved) on the device, the checkpoint's size; the
+// caller's copies of those may be freed once set_weights returns, while
+// every other pointer is read in place, as for the other variants.
 // Every pointer must be 16-byte aligned; set_weights throws Error naming the
 // field that is missing, misplaced or not allowed for the config's variant.
 struct ExpertWeights {
@@ -167,10 +186,13 @@ struct ExpertWeights {
   const void* w2 = nullptr;
   const float* b13 = nullptr;
   const float* b2 = nullptr;
-  const float* w13_scale = nullptr;  // FP8 variants only
-  const float* w2_scale = nullptr;   // FP8 variants only
+  const float* w13_scale = nullptr;  // FP8 variants and NVFP4
+  const float* w2_scale = nullptr;   // FP8 variants and NVFP4
   const float* x_scale = nullptr;    // FP8PerTensor only: static scale of GEMM1's input x
   const float* act_scale = nullptr;  // FP8PerTensor only: static scale of GEMM2's input
+  const uint8_t* w13_block_scale = nullptr;  // MXFP4 and NVFP4 only
+  const uint8_t* w2_block_scale = nullptr;   // MXFP4 and NVFP4 only
+  bool w13_interleaved = false;              // MXFP4 and NVFP4 only
 };
 
 // One call's inputs and output, all device memory. Any values are safe: no
