@@ -175,10 +175,10 @@ int intermediate_multiple(QuantVariant q);
 // w13_interleaved: the w13 rows (and their block scales and b13) alternate
 // gate, up, gate, up, ... as gpt-oss checkpoints store them; set_weights
 // reorders them into the prepared copy (MXFP4 and NVFP4 only). The 4-bit
-// variants keep a prepared copy of w13, w2 and their block scales (and of
-// b13 when interleaved) on the device, the checkpoint's size; the
-// caller's copies of those may be freed once set_weights returns, while
-// every other pointer is read in place, as for the other variants.
+// variants make that copy of w13, w2 and their block scales (and of b13
+// when interleaved) on the device in set_weights, the checkpoint's size
+// again; the caller's arrays must still outlive the layer, as for every
+// variant (autotune's reference check reads them).
 // Every pointer must be 16-byte aligned; set_weights throws Error naming the
 // field that is missing, misplaced or not allowed for the config's variant.
 struct ExpertWeights {

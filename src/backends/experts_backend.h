@@ -93,5 +93,8 @@ std::unique_ptr<ExpertsBackend> make_experts_backend(ExpertsPath p, const MoECon
 // for FP8Block128 and FP8PerTensor; nullptr for the Mma path.
 std::unique_ptr<ExpertsBackend> make_fp8_experts_backend(ExpertsPath p, const MoEConfig& config,
                                                          int max_tokens, int sm_count);
+// The W4A16 backend (backends/w4_backends.cu) for MXFP4 and NVFP4: the
+// Stream path; nullptr for the others.
+std::unique_ptr<ExpertsBackend> make_w4_experts_backend(ExpertsPath p, const MoEConfig& config);
 
 }  // namespace unimoe

@@ -203,6 +203,8 @@ std::unique_ptr<ExpertsBackend> make_experts_backend(ExpertsPath p, const MoECon
   if (q == QuantVariant::FP8Block128 || q == QuantVariant::FP8PerTensor)
     if (std::unique_ptr<ExpertsBackend> fp8 = make_fp8_experts_backend(p, config, max_tokens, sm_count))
       return fp8;
+  if (q == QuantVariant::MXFP4 || q == QuantVariant::NVFP4)
+    if (std::unique_ptr<ExpertsBackend> w4 = make_w4_experts_backend(p, config)) return w4;
   switch (p) {
     case ExpertsPath::Mma:
     case ExpertsPath::Stream: return std::make_unique<TileScheduleBackend>(p, config);

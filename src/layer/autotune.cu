@@ -5,6 +5,8 @@
 // Tuner). Host code: it launches only the layer's forward and fills.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <memory>
 #include <mutex>
@@ -65,6 +67,40 @@ std::vector<float> download_fp8(QuantVariant q, const void* codes, std::size_t o
   return values;
 }
 
+// The values of one expert's 4-bit matrix [rows, cols] (MXFP4 or NVFP4):
+// its packed codes at byte `offset` of `codes`, block scale bytes at
+// `scale_offset` of `block_scales` and, for NVFP4, the matrix scale
+// `global`, as ref::dequantize reads them. interleaved: the rows alternate
+// gate and up (ExpertWeights::w13_interleaved); the result is in gate-then-
+// up order, as the reference and the layer's prepared copy have them.
+std::vector<float> download_fp4(QuantVariant q, const void* codes, std::size_t offset,
+                                const uint8_t* block_scales, std::size_t scale_offset,
+                                const float* global, int rows, int cols, bool interleaved) {
+  ref::QuantMatrix m;
+  m.variant = q;
+  m.rows = rows;
+  m.cols = cols;
+  m.data.resize(static_cast<std::size_t>(rows) * cols / 2);
+  m.block_scales.resize(static_cast<std::size_t>(rows) * (cols / (q == QuantVariant::MXFP4 ? 32 : 16)));
+  UNIMOE_CUDA_CHECK(cudaMemcpy(m.data.data(), static_cast<const uint8_t*>(codes) + offset,
+                               m.data.size(), cudaMemcpyDeviceToHost));
+  UNIMOE_CUDA_CHECK(cudaMemcpy(m.block_scales.data(), block_scales + scale_offset,
+                               m.block_scales.size(), cudaMemcpyDeviceToHost));
+  if (global != nullptr)
+    UNIMOE_CUDA_CHECK(cudaMemcpy(&m.global_scale, global, 4, cudaMemcpyDeviceToHost));
+  std::vector<float> values = ref::dequantize(m);
+  if (!interleaved) return values;
+  std::vector<float> ordered(values.size());
+  const int half = rows / 2;
+  for (int r = 0; r < rows; ++r) {
+    const int to = r % 2 == 0 ? r / 2 : half + r / 2;
+    std::copy(values.begin() + static_cast<std::ptrdiff_t>(r) * cols,
+              values.begin() + static_cast<std::ptrdiff_t>(r + 1) * cols,
+              ordered.begin() + static_cast<std::ptrdiff_t>(to) * cols);
+  }
+  return ordered;
+}
+
 // The layer's device weights as the reference's WeightSource: each local
 // expert the reference asks for is downloaded once (bf16, or e4m3 codes and
 // their scales, -> float) and kept for the life of this object, so the
@@ -98,12 +134,24 @@ class DeviceWeightSource {
         const std::size_t s13 = block ? (n1 / 128) * (h / 128) : 1, s2 = block ? (h / 128) * (i / 128) : 1;
         x.w13 = download_fp8(q, w_.w13, e * n1 * h, w_.w13_scale + e * s13, int(n1), int(h));
         x.w2 = download_fp8(q, w_.w2, e * h * i, w_.w2_scale + e * s2, int(h), int(i));
+      } else if (q == QuantVariant::MXFP4 || q == QuantVariant::NVFP4) {
+        const std::size_t block = q == QuantVariant::MXFP4 ? 32 : 16;
+        const bool nv = q == QuantVariant::NVFP4;
+        x.w13 = download_fp4(q, w_.w13, e * n1 * h / 2, w_.w13_block_scale, e * n1 * (h / block),
+                             nv ? w_.w13_scale + e : nullptr, int(n1), int(h), w_.w13_interleaved);
+        x.w2 = download_fp4(q, w_.w2, e * h * i / 2, w_.w2_block_scale, e * h * (i / block),
+                            nv ? w_.w2_scale + e : nullptr, int(h), int(i), false);
       } else {
         x.w13 = download_bf16(w_.w13, e * n1 * h, n1 * h);  // [gemm1_cols, H]
         x.w2 = download_bf16(w_.w2, e * h * i, h * i);      // [H, I]
       }
       if (c_.experts.has_bias) {
         x.b13 = download_f32(w_.b13, e * n1, n1);  // [gemm1_cols]
+        if (w_.w13_interleaved) {  // gate, up, gate, ... -> gate rows then up rows
+          std::vector<float> ordered(n1);
+          for (std::size_t r = 0; r < n1; ++r) ordered[r % 2 == 0 ? r / 2 : n1 / 2 + r / 2] = x.b13[r];
+          x.b13 = std::move(ordered);
+        }
         x.b2 = download_f32(w_.b2, e * h, h);      // [H]
       }
       it = cache_.emplace(e, std::move(x)).first;

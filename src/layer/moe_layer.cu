@@ -70,10 +70,11 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens, const DevOve
     expanded_to_permuted_ = c.take<int32_t>(rows);
     tiles_ = c.take<DeviceTile>(max_tiles(static_cast<int>(rows), e_local, kSmallestTileM));
     num_tiles_ = c.take<int32_t>(1);
-    // The FP8 backends keep their activation (fp32, then e4m3) themselves.
-    act_ = c.take<uint16_t>(config_.experts.quant == QuantVariant::BF16
-                                ? rows * config_.experts.intermediate
-                                : 0);
+    // The FP8 backends keep their activation (fp32, then e4m3) themselves;
+    // BF16 and the W4A16 variants use this bf16 one.
+    const QuantVariant quant = config_.experts.quant;
+    const bool fp8 = quant == QuantVariant::FP8Block128 || quant == QuantVariant::FP8PerTensor;
+    act_ = c.take<uint16_t>(fp8 ? 0 : rows * config_.experts.intermediate);
     y_ = c.take<uint16_t>(rows * config_.experts.hidden);
     permute_scratch_ = c.take<char>(permute_scratch_bytes(max_tokens, k, e_local));
   };
@@ -230,17 +231,37 @@ void MoELayerImpl::set_weights(const ExpertWeights& w) {
 void MoELayerImpl::check_quant_weights(const ExpertWeights& w) const {
   const QuantVariant q = config_.experts.quant;
   const bool fp8 = q == QuantVariant::FP8Block128 || q == QuantVariant::FP8PerTensor;
+  const bool w4 = q == QuantVariant::MXFP4 || q == QuantVariant::NVFP4;
+  const bool matrix_scales = fp8 || q == QuantVariant::NVFP4;
   const std::string variant = "quant " + to_string(q);
-  if (fp8 && (!w.w13_scale || !w.w2_scale))
+  if (matrix_scales && (!w.w13_scale || !w.w2_scale))
     throw Error(!w.w13_scale ? "weights.w13_scale" : "weights.w2_scale",
-                variant + " needs the weight scales w13_scale and w2_scale");
-  if (!fp8 && (w.w13_scale || w.w2_scale))
+                variant + " needs the weight scales w13_scale and w2_scale" +
+                    (fp8 ? "" : " (one fp32 scale per expert and matrix)"));
+  if (!matrix_scales && (w.w13_scale || w.w2_scale))
     throw Error(w.w13_scale ? "weights.w13_scale" : "weights.w2_scale",
-                variant + " has no weight scales; set them only for the FP8 variants");
+                variant + " has no fp32 weight scales; set them only for the FP8 variants and NVFP4" +
+                    (w4 ? " (MXFP4's scales are the e8m0 block scales)" : ""));
+  if (w4 && (!w.w13_block_scale || !w.w2_block_scale))
+    throw Error(!w.w13_block_scale ? "weights.w13_block_scale" : "weights.w2_block_scale",
+                variant + " needs the block scales w13_block_scale and w2_block_scale");
+  if (!w4 && (w.w13_block_scale || w.w2_block_scale))
+    throw Error(w.w13_block_scale ? "weights.w13_block_scale" : "weights.w2_block_scale",
+                variant + " has no block scales; set them only for MXFP4 and NVFP4");
+  if (!w4 && w.w13_interleaved)
+    throw Error("weights.w13_interleaved",
+                variant + " reads w13 as given: reorder interleaved gate/up rows to gate rows "
+                          "then up rows (MXFP4 and NVFP4 reorder them in set_weights)");
+  if (w.w13_interleaved && config_.gemm1_cols() != 2 * config_.experts.intermediate)
+    throw Error("weights.w13_interleaved",
+                "needs a gated activation (w13 holds gate and up rows); " +
+                    to_string(config_.experts.activation) + " has one set of rows");
   if (q != QuantVariant::FP8PerTensor && (w.x_scale || w.act_scale))
     throw Error(w.x_scale ? "weights.x_scale" : "weights.act_scale",
                 variant + " takes no static activation scale (FP8PerTensor only); " +
                     (fp8 ? "FP8Block128 computes one per token and 128 columns" : "leave it null"));
+  require_aligned(w.w13_block_scale, 16, "weights.w13_block_scale");
+  require_aligned(w.w2_block_scale, 16, "weights.w2_block_scale");
   require_aligned(w.w13_scale, 16, "weights.w13_scale");
   require_aligned(w.w2_scale, 16, "weights.w2_scale");
   require_aligned(w.x_scale, 4, "weights.x_scale");

@@ -26,8 +26,9 @@ inline constexpr double kFp8Tolerance = 1e-2;
 
 // The largest relative L2 error against the CPU reference that a GPU
 // forward of `quant` may show (the benchmark fails a point above it; the
-// tuner rejects a candidate): kTuningTolerance for BF16, kFp8Tolerance for
-// the FP8 variants (docs/benchmarking.md, "Correctness").
+// tuner rejects a candidate): kTuningTolerance for BF16 and the W4A16
+// variants (MXFP4, NVFP4), kFp8Tolerance for the FP8 variants
+// (docs/benchmarking.md, "Correctness").
 double reference_tolerance(QuantVariant quant);
 
 // Input sets (fresh x and logits each) in one timed graph, so that a

@@ -136,6 +136,8 @@ bool is_fp8(QuantVariant q) {
   return q == QuantVariant::FP8Block128 || q == QuantVariant::FP8PerTensor;
 }
 
+bool is_w4(QuantVariant q) { return q == QuantVariant::MXFP4 || q == QuantVariant::NVFP4; }
+
 }  // namespace
 
 const char* path_name(ExpertsPath p) {
@@ -178,6 +180,10 @@ std::string backend_unsupported_reason(ExpertsPath p, const MoEConfig& config,
   // FP8 GEMMs' scale blocks) the layer's rules and validate() already ask.
   if (const std::string why = gpu_unsupported_reason(config); !why.empty())
     return std::string(path_name(p)) + ": " + why;
+  // The 4-bit variants have one kernel so far, the W4A16 stream GEMM.
+  if (p != ExpertsPath::Stream && is_w4(config.experts.quant))
+    return std::string(path_name(p)) + ": " + to_string(config.experts.quant) +
+           " runs on the stream path only (no W4A16 kernel of this path yet)";
   // The Mma path's kernels read bf16 operands only.
   if (p == ExpertsPath::Mma && is_fp8(config.experts.quant))
     return std::string(path_name(p)) + ": bf16 weights only; " +
@@ -210,7 +216,9 @@ LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens,
   const bool stream_rule = per_expert <= kStreamAnyIRowsPerExpert ||
                            (config.experts.intermediate <= kStreamMaxIntermediate &&
                             per_expert <= kStreamRowsPerExpert);
-  if (backend == "auto" && is_fp8(config.experts.quant))
+  if (backend == "auto" && is_w4(config.experts.quant))
+    plan.path = ExpertsPath::Stream;  // the only W4A16 path so far
+  else if (backend == "auto" && is_fp8(config.experts.quant))
     plan.path = per_expert > kFp8StreamRowsPerExpert ? ExpertsPath::Cutlass : ExpertsPath::Stream;
   else if (backend == "auto")
     plan.path = per_expert > kCutlassRowsPerExpert ? ExpertsPath::Cutlass
@@ -375,10 +383,15 @@ RoutingVariant routing_variant_for(const RoutingConfig& routing, int num_tokens)
 
 std::string gpu_unsupported_reason(const MoEConfig& config) {
   const QuantVariant q = config.experts.quant;
-  // The 4-bit variants have no device kernels yet; the CPU reference serves them.
-  if (q == QuantVariant::MXFP4 || q == QuantVariant::NVFP4)
-    return "quant " + to_string(q) +
-           " has no GPU kernels yet; BF16, FP8Block128 and FP8PerTensor run on the device";
+  // The W4A16 kernel loads 16 bytes (32 values) of a weight row at a time:
+  // H and I must be multiples of 32. validate() already asks it of MXFP4;
+  // NVFP4's format alone needs only 16.
+  if (q == QuantVariant::NVFP4 &&
+      (config.experts.hidden % 32 != 0 || config.experts.intermediate % 32 != 0))
+    return "NVFP4 on the GPU needs hidden and intermediate multiples of 32 (the W4A16 kernel "
+           "loads 32 values of a row at a time); got hidden=" +
+           std::to_string(config.experts.hidden) +
+           " intermediate=" + std::to_string(config.experts.intermediate);
   // The FP8 GEMMs take one scale per 128-wide K block (FP8PerTensor's one
   // scale is broadcast to them), and quantize each GEMM input per 128
   // columns: H and I must be multiples of 128. validate() already asks it
@@ -393,6 +406,6 @@ std::string gpu_unsupported_reason(const MoEConfig& config) {
   return "";
 }
 
-int gpu_shape_multiple(QuantVariant q) { return is_fp8(q) ? 128 : 1; }
+int gpu_shape_multiple(QuantVariant q) { return is_fp8(q) ? 128 : is_w4(q) ? 32 : 1; }
 
 }  // namespace unimoe

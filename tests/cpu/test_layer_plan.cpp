@@ -169,7 +169,29 @@ TEST(LayerPlan, BackendNamesAndUnsupportedConfigsSayWhy) {
   MoEConfig c = find_preset("gpt-oss-120b").config;
   EXPECT_EQ(gpu_unsupported_reason(c), "");
   c.experts.quant = QuantVariant::MXFP4;
-  EXPECT_NE(gpu_unsupported_reason(c).find("MXFP4 has no GPU kernels yet"), std::string::npos);
+  EXPECT_EQ(gpu_unsupported_reason(c), "");
+}
+
+TEST(LayerPlan, FourBitTakesTheStreamPathOnly) {
+  for (QuantVariant q : {QuantVariant::MXFP4, QuantVariant::NVFP4}) {
+    MoEConfig c = find_preset("gpt-oss-120b").config;  // H = I = 2880: 90 x 32
+    c.experts.quant = q;
+    EXPECT_EQ(gpu_unsupported_reason(c), "");
+    for (int t : {1, 64, 4096, 16384}) EXPECT_EQ(plan_for_tokens(c, t).path, ExpertsPath::Stream) << t;
+    const DeviceArch hopper{9, 0, 132};
+    EXPECT_EQ(backend_unsupported_reason(ExpertsPath::Stream, c, hopper), "");
+    for (ExpertsPath p : {ExpertsPath::Mma, ExpertsPath::Cutlass}) {
+      const std::string why = backend_unsupported_reason(p, c, hopper);
+      EXPECT_NE(why.find("runs on the stream path only"), std::string::npos) << why;
+    }
+    EXPECT_EQ(gpu_shape_multiple(q), 32);
+  }
+  // NVFP4's format allows H and I in multiples of 16; the W4A16 kernel needs 32.
+  MoEConfig c = moe_config(RoutingPolicy::Renormalize, 8, 2, 272, 256);
+  c.experts.quant = QuantVariant::NVFP4;
+  EXPECT_NO_THROW(validate(c));
+  EXPECT_NE(gpu_unsupported_reason(c).find("multiples of 32"), std::string::npos)
+      << gpu_unsupported_reason(c);
 }
 
 TEST(LayerPlan, Fp8TakesTheStreamThenTheCutlassPathAndNoMma) {

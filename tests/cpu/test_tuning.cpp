@@ -202,11 +202,13 @@ TEST(Candidates, BackendsThatCannotServeAreNotOffered) {
     const std::string why = backend_unsupported_reason(p, c, ampere);
     EXPECT_TRUE(contains(why, "built for sm_90a") && contains(why, "sm_80")) << why;
   }
-  // No quantized kernels yet.
+  // The 4-bit variants: the stream path's candidates only.
   c.experts.quant = QuantVariant::NVFP4;
-  EXPECT_TRUE(candidates_for(c, 1, kH200Arch).empty());
+  const std::vector<TuningChoice> w4 = candidates_for(c, 1, kH200Arch);
+  EXPECT_FALSE(w4.empty());
+  for (const TuningChoice& choice : w4) EXPECT_EQ(choice.path, ExpertsPath::Stream) << choice.to_string();
   EXPECT_TRUE(contains(backend_unsupported_reason(ExpertsPath::Cutlass, c, kH200Arch),
-                       "cutlass: quant NVFP4 has no GPU kernels yet"));
+                       "cutlass: NVFP4 runs on the stream path only"));
 }
 
 // ------------------------------------------------------------------ tuner ----

@@ -99,6 +99,8 @@ class LayerRig {
   }
 
   MoELayer& layer() { return *layer_; }
+  // The synthetic device weights the layer was given.
+  ExpertWeights device_weights() const { return weights_.weights(); }
   // The implementation, for what the public interface does not offer
   // (trying tuning candidates).
   MoELayerImpl& impl() { return static_cast<MoELayerImpl&>(*layer_); }

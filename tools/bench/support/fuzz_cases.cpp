@@ -182,7 +182,10 @@ FuzzLayer fuzz_layer(uint64_t seed, int layer) {
   const int cap = static_cast<int>(std::min<double>(kMaxTokens, kMaxCallElements / per_token));
   f.max_tokens = r.log_range(1, std::max(1, r.chance(0.9) ? std::min(cap, 4096) : cap));
   // Backends: auto, or one forced that serves the variant; routing variants likewise.
-  std::vector<std::string> backends = {"auto", "auto", "cutlass", "stream"};
+  const bool w4 = c.experts.quant == QuantVariant::MXFP4 || c.experts.quant == QuantVariant::NVFP4;
+  // The 4-bit variants run on the stream path only.
+  std::vector<std::string> backends = w4 ? std::vector<std::string>{"auto", "auto", "stream"}
+                                         : std::vector<std::string>{"auto", "auto", "cutlass", "stream"};
   if (c.experts.quant == QuantVariant::BF16) backends.push_back("mma");
   c.options.backend = r.pick(backends);
   const std::vector<std::string> variants = {"auto", "auto", "split", "fused", "cluster"};
