@@ -104,7 +104,7 @@ struct Rig {
         scales(fp8_weight_scale_count(v, s.experts, s.rows, s.cols) + kTail),
         scratch(quantize_fp8_weights_scratch_floats(v, s.experts, s.rows, s.cols)) {}
 
-  Fp8WeightQuantParams params(const Fp8WeightSource& source) const {
+  Fp8WeightQuantParams params(const WeightSource& source) const {
     Fp8WeightQuantParams p;
     p.variant = variant;
     p.experts = shape.experts;
@@ -116,7 +116,7 @@ struct Rig {
     p.scratch = scratch.get();
     return p;
   }
-  void run(const Fp8WeightSource& source) {
+  void run(const WeightSource& source) {
     codes.poison();
     scales.poison();
     scratch.poison();

@@ -18,9 +18,9 @@
 
 #include "core/e4m3.h"
 #include "kernels/common/common.cuh"
-#include "kernels/common/fill.cuh"
 #include "kernels/quant/fp8_amax.cuh"
 #include "kernels/quant/fp8_weights.cuh"
+#include "kernels/quant/weight_source.cuh"
 
 namespace unimoe {
 namespace {
@@ -29,8 +29,10 @@ using fp8_amax::block_max;
 using fp8_amax::fp8_scale;
 using fp8_amax::kWarpSize;
 using fp8_amax::warp_max;
+using weight_source::Bf16Loader;
+using weight_source::kVec;  // values a thread loads and encodes at once: 16 bytes of bf16, 8 codes
+using weight_source::SyntheticLoader;
 constexpr int kColsMultiple = 16;
-constexpr int kVec = 8;  // values a thread loads and encodes at once: 16 bytes of bf16, 8 codes
 static_assert(kColsMultiple % kVec == 0, "8 values never straddle two rows");
 static_assert(kFp8WeightBlock % kVec == 0, "8 values never straddle two tiles");
 
@@ -48,36 +50,6 @@ static_assert(kFp8WeightBlock % kTileRowsPerStep == 0, "whole steps a tile");
 // Tensor form: each expert's vectors are split over `chunks` CTAs of grid-
 // stride loops, the same split in both kernels.
 constexpr int kMaxChunks = 1024;  // per expert; every CTA of the second kernel reads them all
-
-__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
-
-// The bf16 array: 8 values from one 16-byte load.
-struct Bf16Loader {
-  const uint4* values;  // [E * rows * cols / 8]
-  __device__ __forceinline__ void load(int64_t i, float (&v)[kVec]) const {
-    const uint4 w = __ldg(values + i / kVec);
-    v[0] = bf16_lo(w.x);
-    v[1] = bf16_hi(w.x);
-    v[2] = bf16_lo(w.y);
-    v[3] = bf16_hi(w.y);
-    v[4] = bf16_lo(w.z);
-    v[5] = bf16_hi(w.z);
-    v[6] = bf16_lo(w.w);
-    v[7] = bf16_hi(w.w);
-  }
-};
-
-// The values launch_fill_bf16(seed, scale) writes, made on the fly.
-struct SyntheticLoader {
-  uint64_t seed;
-  float scale;
-  __device__ __forceinline__ void load(int64_t i, float (&v)[kVec]) const {
-#pragma unroll
-    for (int k = 0; k < kVec; ++k)
-      v[k] = __uint_as_float(static_cast<uint32_t>(fill_bf16_element(seed, i + k, scale)) << 16);
-  }
-};
 
 __device__ __forceinline__ float abs_max(float m, const float (&v)[kVec]) {
 #pragma unroll
@@ -253,9 +225,9 @@ std::size_t quantize_fp8_weights_scratch_floats(QuantVariant variant, int expert
 void launch_quantize_fp8_weights(const Fp8WeightQuantParams& p, KernelStream stream) {
   check_variant(p.variant);
   check_shape(p.experts, p.rows, p.cols);
-  const Fp8WeightSource& s = p.source;
-  require(s.kind == Fp8WeightSourceKind::Bf16 || s.kind == Fp8WeightSourceKind::Synthetic, "source",
-          "kind is not an Fp8WeightSourceKind");
+  const WeightSource& s = p.source;
+  require(s.kind == WeightSourceKind::Bf16 || s.kind == WeightSourceKind::Synthetic, "source",
+          "kind is not a WeightSourceKind");
   if (p.experts == 0) return;
   require(p.scales != nullptr || fp8_weight_scale_count(p.variant, p.experts, p.rows, p.cols) == 0,
           "scales", "is null");
@@ -263,10 +235,10 @@ void launch_quantize_fp8_weights(const Fp8WeightQuantParams& p, KernelStream str
           "is null (FP8PerTensor needs quantize_fp8_weights_scratch_floats floats)");
   if (static_cast<int64_t>(p.rows) * p.cols > 0) {
     require(p.codes != nullptr && aligned16(p.codes), "codes", "must be a 16-byte aligned device pointer");
-    require(s.kind != Fp8WeightSourceKind::Bf16 || (s.bf16 != nullptr && aligned16(s.bf16)), "source",
+    require(s.kind != WeightSourceKind::Bf16 || (s.bf16 != nullptr && aligned16(s.bf16)), "source",
             "bf16 must be a 16-byte aligned device pointer");
   }
-  if (s.kind == Fp8WeightSourceKind::Bf16)
+  if (s.kind == WeightSourceKind::Bf16)
     launch_with(p, Bf16Loader{reinterpret_cast<const uint4*>(s.bf16)}, stream);
   else
     launch_with(p, SyntheticLoader{s.seed, s.scale}, stream);

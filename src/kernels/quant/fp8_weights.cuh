@@ -12,10 +12,9 @@
 // code = e4m3(x / scale) with one IEEE fp32 division, RNE, saturating to
 // +-448, NaN -> 0x7f.
 //
-// The values come from a source: a bf16 device array [E, rows, cols], or the
-// synthetic values of launch_fill_bf16 (kernels/common/fill.cuh) generated
-// on the fly, so that a layer's weights never exist in bf16 on the device
-// (a DeepSeek-V3 layer's would take 15 GB).
+// The values come from a WeightSource (kernels/quant/weight_source.cuh): a
+// bf16 device array [E, rows, cols], or the synthetic values of
+// launch_fill_bf16 generated on the fly.
 //
 // Weights are prepared once: these kernels are not on the forward's path.
 // No host synchronization and no atomics: the per-tensor amax is two
@@ -29,38 +28,19 @@
 #include <cstdint>
 
 #include "kernels/common/common.cuh"
+#include "kernels/quant/weight_source.cuh"
 #include "unimoe/unimoe.h"
 
 namespace unimoe {
 
 constexpr int kFp8WeightBlock = 128;  // rows and columns of an FP8Block128 scale tile
 
-// Element i of the whole [E, rows, cols] array (64-bit i) is:
-//   Bf16:      bf16[i];
-//   Synthetic: the bf16 value launch_fill_bf16(out, E * rows * cols, seed,
-//              scale) writes at i (fill_bf16_element(seed, i, scale)).
-enum class Fp8WeightSourceKind { Bf16, Synthetic };
-
-struct Fp8WeightSource {
-  Fp8WeightSourceKind kind = Fp8WeightSourceKind::Bf16;
-  const uint16_t* bf16 = nullptr;  // Bf16: [E, rows, cols], 16-byte aligned
-  uint64_t seed = 0;               // Synthetic
-  float scale = 0.0f;              // Synthetic
-};
-
-inline Fp8WeightSource bf16_weight_source(const uint16_t* values) {
-  return {Fp8WeightSourceKind::Bf16, values, 0, 0.0f};
-}
-inline Fp8WeightSource synthetic_weight_source(uint64_t seed, float scale) {
-  return {Fp8WeightSourceKind::Synthetic, nullptr, seed, scale};
-}
-
 struct Fp8WeightQuantParams {
   QuantVariant variant = QuantVariant::FP8Block128;  // FP8Block128 or FP8PerTensor
   int experts = 0;  // E >= 0
   int rows = 0;     // >= 0
   int cols = 0;     // >= 0, a multiple of 16
-  Fp8WeightSource source;
+  WeightSource source;
   uint8_t* codes = nullptr;   // [E, rows, cols] e4m3, 16-byte aligned
   float* scales = nullptr;    // fp8_weight_scale_count(variant, E, rows, cols) floats
   float* scratch = nullptr;   // FP8PerTensor: quantize_fp8_weights_scratch_floats(...) floats,
