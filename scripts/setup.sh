@@ -9,10 +9,19 @@
 #   - with --python: the Python package's test dependencies (torch,
 #     transformers, pytest: python/requirements-test.txt) in the ignored
 #     virtualenv .venv (see "Python test dependencies" below).
+#   - with --peers: the sources the benchmark peers import, under
+#     .deps/peers (see "Benchmark peers" below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 with_python=0
-[ "${1:-}" = "--python" ] && with_python=1
+with_peers=0
+for arg in "$@"; do
+  case "$arg" in
+    --python) with_python=1 ;;
+    --peers) with_peers=1 ;;
+    *) echo "setup: unknown option '$arg' (known: --python, --peers)" >&2; exit 2 ;;
+  esac
+done
 
 CUTLASS_VERSION=4.2.0.0
 CUTLASS_SHA256=f9599ada45c7bcb6bf53f7d3f0a7d154183e53451c01bfa59eecd37dd4a693f6
@@ -58,6 +67,40 @@ if [ ! -f "$DEPS/include/CLI/CLI.hpp" ] || [ ! -f "$DEPS/include/nlohmann/json.h
   cp -r /usr/include/CLI /usr/include/nlohmann "$DEPS/include/"
 fi
 echo "setup: dependencies ready under $DEPS"
+
+# ---- Benchmark peers, in .deps/peers -----------------------------------------
+# bench/peers/oai_mxfp4_peer.py times OpenAI's triton_kernels (matmul_ogs,
+# MXFP4 weights) as vLLM ships it: the copy vendored in the vLLM wheel under
+# vllm/third_party/triton_kernels. Only that folder is kept (pure Python and
+# Triton, a few hundred KB), as .deps/peers/triton_kernels, so that
+# `sys.path.insert(0, ".deps/peers")` makes `import triton_kernels` work on a
+# machine without vLLM; its modules import each other as `triton_kernels.*`.
+# The wheel (about 300 MB) is deleted; SOURCE records its version and sha256.
+# The PyPI project named triton-kernels is unrelated and is not used.
+if [ "$with_peers" = 1 ]; then
+  VLLM_VERSION=0.26.0
+  peers="$DEPS/peers"
+  if [ "$(sed -n 's/^vllm==//p' "$peers/SOURCE" 2>/dev/null)" != "$VLLM_VERSION" ] ||
+     [ ! -f "$peers/triton_kernels/matmul_ogs.py" ]; then
+    echo "setup: fetching vllm==$VLLM_VERSION (for its vendored triton_kernels only)"
+    tmp=$(mktemp -d)
+    python3 -m pip download -q --no-deps --only-binary=:all: "vllm==$VLLM_VERSION" -d "$tmp"
+    whl=$(ls "$tmp"/vllm-"$VLLM_VERSION"-*.whl)
+    sha=$(sha256sum "$whl" | cut -d' ' -f1)
+    unzip -q "$whl" 'vllm/third_party/triton_kernels/*' -d "$tmp/x"
+    rm -rf "$peers/triton_kernels"
+    mkdir -p "$peers"
+    mv "$tmp/x/vllm/third_party/triton_kernels" "$peers/triton_kernels"
+    {
+      echo "vllm==$VLLM_VERSION"
+      echo "wheel $(basename "$whl")"
+      echo "sha256 $sha"
+      echo "path vllm/third_party/triton_kernels"
+    } >"$peers/SOURCE"
+    rm -rf "$tmp"
+  fi
+  echo "setup: triton_kernels of vllm==$VLLM_VERSION in $peers ($(du -sh "$peers" | cut -f1))"
+fi
 
 # ---- Python test dependencies, in .venv --------------------------------------
 # PyPI's torch for Linux is the CUDA build: the torch wheel (530 MB) needs
