@@ -187,14 +187,13 @@ ref::ExpertView HostWeights::view(int e) {
   fill_bf16(x.w13, e * n1 * h, s_.w13, w13_scale(c_));
   fill_bf16(x.w2, e * h * i, s_.w2, w2_scale(c_));
   const QuantVariant q = c_.experts.quant;
-  if (q == QuantVariant::FP8Block128 || q == QuantVariant::FP8PerTensor) {
+  if (q != QuantVariant::BF16) {
     // What the device's weights mean: the bf16 values quantized one expert
-    // matrix at a time (kernels/quant/fp8_weights.cuh), then dequantized.
+    // matrix at a time (kernels/quant/fp8_weights.cuh, fp4_weights.cuh),
+    // then dequantized.
     x.w13 = dequantize(quantize(q, x.w13.data(), static_cast<int>(n1), static_cast<int>(h)));
     x.w2 = dequantize(quantize(q, x.w2.data(), static_cast<int>(h), static_cast<int>(i)));
   }
-  // MXFP4 and NVFP4 keep the bf16 values: no GPU kernel quantizes weights to
-  // them yet, so there is no device form for these values to match.
   if (c_.experts.has_bias) {
     x.b13.resize(n1);
     x.b2.resize(h);

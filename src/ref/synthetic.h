@@ -89,11 +89,10 @@ std::vector<float> host_bias(const MoEConfig& c, const Seeds& s);
 // A WeightSource regenerating (and caching) each hit expert's weights: the
 // bf16 values launch_fill_bf16(seeds.w13, w13_scale(c)) and (seeds.w2,
 // w2_scale(c)) write for the whole [E_local, rows, cols] arrays, and the
-// biases of launch_fill_f32(seeds.b13 / b2, kBiasScale). For FP8Block128
-// and FP8PerTensor each expert's matrix is dequantize(quantize(quant, its
-// bf16 values)): what the device weights quantized from the same values
-// (kernels/quant/fp8_weights.cuh) mean. MXFP4 and NVFP4 give the bf16
-// values (they have no device weights yet).
+// biases of launch_fill_f32(seeds.b13 / b2, kBiasScale). For every variant
+// but BF16 each expert's matrix is dequantize(quantize(quant, its bf16
+// values)): what the device weights quantized from the same values
+// (kernels/quant/fp8_weights.cuh, fp4_weights.cuh) mean.
 class HostWeights {
  public:
   HostWeights(const MoEConfig& c, const Seeds& s) : c_(c), s_(s) {}

@@ -1,8 +1,8 @@
 // ref::HostWeights: the weights the reference runs on are what the device
-// holds. BF16 (and MXFP4 / NVFP4, which have no device weights yet) give the
-// bf16 fill's values; FP8Block128 and FP8PerTensor give each expert matrix
-// of that fill quantized and dequantized on its own, bit for bit, which
-// differs from the bf16 values. Biases are the fp32 fill in every variant.
+// holds. BF16 gives the bf16 fill's values; FP8Block128, FP8PerTensor,
+// MXFP4 and NVFP4 give each expert matrix of that fill quantized and
+// dequantized on its own, bit for bit, which differs from the bf16 values.
+// Biases are the fp32 fill in every variant.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -20,7 +20,8 @@ namespace {
 constexpr uint64_t kSeed = 42;
 
 // E_local 3 of E 4 (local experts 1..3), H 256, I 384: FP8Block128's tiles
-// are whole, FP8PerTensor's matrix is the expert's.
+// are whole, FP8PerTensor's and NVFP4's matrix scale is the expert's, and
+// both widths hold whole MXFP4 and NVFP4 blocks.
 MoEConfig config_for(QuantVariant q, Activation act, bool has_bias) {
   MoEConfig c;
   c.routing.num_experts = 4;
@@ -68,8 +69,9 @@ std::vector<float> round_trip(QuantVariant q, const std::vector<float>& v, int r
   return dequantize(quantize(q, v.data(), rows, cols));
 }
 
-TEST(SyntheticWeights, Fp8ViewIsTheQuantizedBf16Fill) {
-  for (const QuantVariant q : {QuantVariant::FP8Block128, QuantVariant::FP8PerTensor})
+TEST(SyntheticWeights, QuantizedViewIsTheQuantizedBf16Fill) {
+  for (const QuantVariant q : {QuantVariant::FP8Block128, QuantVariant::FP8PerTensor, QuantVariant::MXFP4,
+                               QuantVariant::NVFP4})
     for (const Activation act : {Activation::SwiGLU, Activation::ReLU2}) {
       SCOPED_TRACE(to_string(q) + " " + to_string(act));
       const MoEConfig c = config_for(q, act, false);
@@ -84,7 +86,7 @@ TEST(SyntheticWeights, Fp8ViewIsTheQuantizedBf16Fill) {
         const std::vector<float> w2 = round_trip(q, bf16.w2, h, i);
         EXPECT_TRUE(same_bits(view.w13, w13));
         EXPECT_TRUE(same_bits(view.w2, w2));
-        // e4m3 keeps 3 mantissa bits of bf16's 7: most values move.
+        // e4m3 keeps 3 mantissa bits of bf16's 7, e2m1 1: most values move.
         EXPECT_GT(count_different(view.w13, bf16.w13), static_cast<int>(bf16.w13.size() / 2));
         EXPECT_GT(count_different(view.w2, bf16.w2), static_cast<int>(bf16.w2.size() / 2));
         EXPECT_EQ(view.b13, nullptr);
@@ -93,21 +95,19 @@ TEST(SyntheticWeights, Fp8ViewIsTheQuantizedBf16Fill) {
     }
 }
 
-TEST(SyntheticWeights, Bf16AndW4A16ViewsAreTheBf16Fill) {
-  for (const QuantVariant q : {QuantVariant::BF16, QuantVariant::MXFP4, QuantVariant::NVFP4}) {
-    SCOPED_TRACE(to_string(q));
-    const MoEConfig c = config_for(q, Activation::SwiGLU, false);
-    const Seeds s = seeds_for(kSeed);
-    HostWeights weights(c, s);
-    const Matrices bf16 = bf16_matrices(c, s, 1);
-    const ExpertView view = weights.view(1);
-    EXPECT_TRUE(same_bits(view.w13, bf16.w13));
-    EXPECT_TRUE(same_bits(view.w2, bf16.w2));
-  }
+TEST(SyntheticWeights, Bf16ViewIsTheBf16Fill) {
+  const MoEConfig c = config_for(QuantVariant::BF16, Activation::SwiGLU, false);
+  const Seeds s = seeds_for(kSeed);
+  HostWeights weights(c, s);
+  const Matrices bf16 = bf16_matrices(c, s, 1);
+  const ExpertView view = weights.view(1);
+  EXPECT_TRUE(same_bits(view.w13, bf16.w13));
+  EXPECT_TRUE(same_bits(view.w2, bf16.w2));
 }
 
 TEST(SyntheticWeights, BiasesAreTheFp32FillInEveryVariant) {
-  for (const QuantVariant q : {QuantVariant::BF16, QuantVariant::FP8Block128, QuantVariant::FP8PerTensor}) {
+  for (const QuantVariant q : {QuantVariant::BF16, QuantVariant::FP8Block128, QuantVariant::FP8PerTensor,
+                               QuantVariant::MXFP4, QuantVariant::NVFP4}) {
     SCOPED_TRACE(to_string(q));
     const MoEConfig c = config_for(q, Activation::SwiGLUOai, true);
     const Seeds s = seeds_for(kSeed);

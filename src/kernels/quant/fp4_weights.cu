@@ -17,7 +17,6 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 
 #include "core/e2m1.h"
 #include "core/fp4_layout.h"
@@ -87,8 +86,7 @@ __global__ void __launch_bounds__(kThreads)
                                 float* __restrict__ global_scales) {
   constexpr bool kNv = kBlock == kNvBlock;
   constexpr int kLoads = kBlock / kVec;  // also the 32-bit words of codes a block
-  using CodeVector = std::conditional_t<kLoads == 4, uint4, uint2>;
-  static_assert(sizeof(CodeVector) == kLoads * sizeof(uint32_t), "one vector store of codes a block");
+  static_assert(kLoads == 4 || kLoads == 2, "one 16- or 8-byte store of codes a block");
   pdl_begin();
   const int64_t expert = blockIdx.x / chunks;
   const int64_t chunk = blockIdx.x % chunks;

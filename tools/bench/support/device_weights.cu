@@ -6,6 +6,7 @@
 
 #include "kernels/common/common.cuh"
 #include "kernels/common/fill.cuh"
+#include "kernels/quant/fp4_weights.cuh"
 #include "kernels/quant/fp8_weights.cuh"
 
 namespace unimoe {
@@ -13,17 +14,33 @@ namespace {
 
 bool is_fp8(QuantVariant q) { return q == QuantVariant::FP8Block128 || q == QuantVariant::FP8PerTensor; }
 
+// A scratch buffer of `floats` floats allocated and freed in stream order,
+// so nothing waits for the kernels that use it.
+class StreamScratch {
+ public:
+  StreamScratch(std::size_t floats, cudaStream_t stream) : stream_(stream) {
+    if (floats > 0) UNIMOE_CUDA_CHECK(cudaMallocAsync(&p_, floats * sizeof(float), stream));
+  }
+  StreamScratch(const StreamScratch&) = delete;
+  StreamScratch& operator=(const StreamScratch&) = delete;
+  ~StreamScratch() {
+    if (p_) cudaFreeAsync(p_, stream_);
+  }
+  float* get() const { return p_; }
+
+ private:
+  float* p_ = nullptr;
+  cudaStream_t stream_;
+};
+
 // The e4m3 codes and scales of the synthetic [experts, rows, cols] bf16
-// fill (seed, scale), into new buffers. The per-tensor form's scratch is
-// allocated and freed in stream order, so nothing waits for the kernels.
+// fill (seed, scale), into new buffers.
 void quantize_synthetic(QuantVariant q, int experts, int rows, int cols, uint64_t seed, float scale,
                         cudaStream_t stream, std::unique_ptr<DeviceMem>& codes,
                         std::unique_ptr<DeviceMem>& scales) {
   codes = std::make_unique<DeviceMem>(static_cast<std::size_t>(experts) * rows * cols);
   scales = std::make_unique<DeviceMem>(fp8_weight_scale_count(q, experts, rows, cols) * sizeof(float));
-  const std::size_t scratch_floats = quantize_fp8_weights_scratch_floats(q, experts, rows, cols);
-  float* scratch = nullptr;
-  if (scratch_floats > 0) UNIMOE_CUDA_CHECK(cudaMallocAsync(&scratch, scratch_floats * sizeof(float), stream));
+  const StreamScratch scratch(quantize_fp8_weights_scratch_floats(q, experts, rows, cols), stream);
   Fp8WeightQuantParams p;
   p.variant = q;
   p.experts = experts;
@@ -32,14 +49,31 @@ void quantize_synthetic(QuantVariant q, int experts, int rows, int cols, uint64_
   p.source = synthetic_weight_source(seed, scale);
   p.codes = codes->as<uint8_t>();
   p.scales = scales->as<float>();
-  p.scratch = scratch;
-  try {
-    launch_quantize_fp8_weights(p, stream);
-  } catch (...) {
-    if (scratch) cudaFreeAsync(scratch, stream);
-    throw;
-  }
-  if (scratch) UNIMOE_CUDA_CHECK(cudaFreeAsync(scratch, stream));
+  p.scratch = scratch.get();
+  launch_quantize_fp8_weights(p, stream);
+}
+
+// The packed e2m1 codes, block scale bytes and (NVFP4) matrix scales of the
+// same fill, into new buffers.
+void quantize_synthetic_fp4(QuantVariant q, int experts, int rows, int cols, uint64_t seed, float scale,
+                            cudaStream_t stream, std::unique_ptr<DeviceMem>& codes,
+                            std::unique_ptr<DeviceMem>& block_scales, std::unique_ptr<DeviceMem>& globals) {
+  const std::size_t values = static_cast<std::size_t>(experts) * rows * cols;
+  codes = std::make_unique<DeviceMem>(values / 2);
+  block_scales = std::make_unique<DeviceMem>(values / fp4_block_size(q));
+  if (q == QuantVariant::NVFP4) globals = std::make_unique<DeviceMem>(experts * sizeof(float));
+  const StreamScratch scratch(quantize_fp4_weights_scratch_floats(q, experts, rows, cols), stream);
+  Fp4WeightQuantParams p;
+  p.variant = q;
+  p.experts = experts;
+  p.rows = rows;
+  p.cols = cols;
+  p.source = synthetic_weight_source(seed, scale);
+  p.codes = codes->as<uint8_t>();
+  p.block_scales = block_scales->as<uint8_t>();
+  p.global_scales = globals ? globals->as<float>() : nullptr;
+  p.scratch = scratch.get();
+  launch_quantize_fp4_weights(p, stream);
 }
 
 // One device float holding `value` (its own allocation: ExpertWeights'
@@ -56,9 +90,6 @@ std::unique_ptr<DeviceMem> device_float(float value, cudaStream_t stream) {
 SyntheticDeviceWeights::SyntheticDeviceWeights(const MoEConfig& c, const ref::Seeds& s,
                                                cudaStream_t stream, bool static_scales) {
   const QuantVariant q = c.experts.quant;
-  if (q != QuantVariant::BF16 && !is_fp8(q))
-    throw std::invalid_argument("quant: " + to_string(q) +
-                                " has no device weights; BF16, FP8Block128 and FP8PerTensor have");
   if (static_scales && q != QuantVariant::FP8PerTensor)
     throw std::invalid_argument("static_scales: only FP8PerTensor takes static activation scales, not " +
                                 to_string(q));
@@ -71,7 +102,7 @@ SyntheticDeviceWeights::SyntheticDeviceWeights(const MoEConfig& c, const ref::Se
     launch_fill_bf16(w13_->as<uint16_t>(), e * w13_values, s.w13, ref::w13_scale(c), stream);
     launch_fill_bf16(w2_->as<uint16_t>(), e * w2_values, s.w2, ref::w2_scale(c), stream);
     weight_bytes_ = (w13_values + w2_values) * sizeof(uint16_t);
-  } else {
+  } else if (is_fp8(q)) {
     quantize_synthetic(q, e, n1, h, s.w13, ref::w13_scale(c), stream, w13_, w13_scale_);
     quantize_synthetic(q, e, h, i, s.w2, ref::w2_scale(c), stream, w2_, w2_scale_);
     weights_.w13_scale = w13_scale_->as<float>();
@@ -79,6 +110,18 @@ SyntheticDeviceWeights::SyntheticDeviceWeights(const MoEConfig& c, const ref::Se
     const std::size_t scales_per_expert =
         fp8_weight_scale_count(q, 1, n1, h) + fp8_weight_scale_count(q, 1, h, i);
     weight_bytes_ = w13_values + w2_values + scales_per_expert * sizeof(float);
+  } else {
+    quantize_synthetic_fp4(q, e, n1, h, s.w13, ref::w13_scale(c), stream, w13_, w13_block_scale_, w13_scale_);
+    quantize_synthetic_fp4(q, e, h, i, s.w2, ref::w2_scale(c), stream, w2_, w2_block_scale_, w2_scale_);
+    weights_.w13_block_scale = w13_block_scale_->as<uint8_t>();
+    weights_.w2_block_scale = w2_block_scale_->as<uint8_t>();
+    const std::size_t block = fp4_block_size(q);
+    weight_bytes_ = (w13_values + w2_values) / 2 + (w13_values + w2_values) / block;
+    if (q == QuantVariant::NVFP4) {
+      weights_.w13_scale = w13_scale_->as<float>();
+      weights_.w2_scale = w2_scale_->as<float>();
+      weight_bytes_ += 2 * sizeof(float);
+    }
   }
   weights_.w13 = w13_->p;
   weights_.w2 = w2_->p;

@@ -1,5 +1,5 @@
-// One layer's synthetic expert weights on the device, for every variant the
-// GPU serves, with the values ref::HostWeights regenerates on the host
+// One layer's synthetic expert weights on the device, for every variant,
+// with the values ref::HostWeights regenerates on the host
 // (ref/synthetic.h), so that a reference check needs no copy back:
 //   BF16: w13, w2 the bf16 fills (seeds.w13, ref::w13_scale(c)) and
 //     (seeds.w2, ref::w2_scale(c)) over [E_local, rows, cols];
@@ -7,9 +7,13 @@
 //     values, quantized on the device from the generator
 //     (kernels/quant/fp8_weights.cuh) with no bf16 copy, in
 //     ExpertWeights' layouts;
+//   MXFP4, NVFP4: packed e2m1 codes and block scale bytes of those same
+//     values (w13_block_scale, w2_block_scale), and for NVFP4 each expert
+//     matrix's fp32 scale (w13_scale, w2_scale), quantized on the device
+//     from the generator (kernels/quant/fp4_weights.cuh) in the checkpoint
+//     layout, gate rows before up rows (w13_interleaved false);
 //   biases (has_bias): the fp32 fills (seeds.b13 / b2, ref::kBiasScale).
-// FP8PerTensor may also carry static activation scales (below). MXFP4 and
-// NVFP4 have no device weights: the constructor refuses them.
+// FP8PerTensor may also carry static activation scales (below).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,8 +47,8 @@ class SyntheticDeviceWeights {
   // Allocates and fills (or quantizes) on `stream`, without waiting for it.
   // static_scales: FP8PerTensor only, the static activation scales above in
   // two device floats; otherwise the layer computes them per call. Throws
-  // std::invalid_argument naming the field for a variant with no device
-  // weights ("quant") or static scales for another variant ("static_scales").
+  // std::invalid_argument naming the field for static scales for another
+  // variant ("static_scales").
   SyntheticDeviceWeights(const MoEConfig& c, const ref::Seeds& seeds, cudaStream_t stream,
                          bool static_scales = false);
 
@@ -56,11 +60,14 @@ class SyntheticDeviceWeights {
   ref::ActivationScales static_scales() const { return static_scales_; }
 
   // Bytes of one expert's weights that a forward streams: codes (or bf16
-  // values) and scales of w13 and w2; biases not counted (as layer_floor).
+  // values) and scales of w13 and w2 (for the 4-bit variants the packed
+  // codes, the block scale bytes and, NVFP4, the two matrix scales); biases
+  // not counted (as layer_floor).
   std::size_t weight_bytes() const { return weight_bytes_; }
 
  private:
-  std::unique_ptr<DeviceMem> w13_, w2_, w13_scale_, w2_scale_, b13_, b2_, x_scale_, act_scale_;
+  std::unique_ptr<DeviceMem> w13_, w2_, w13_scale_, w2_scale_, w13_block_scale_, w2_block_scale_, b13_, b2_,
+      x_scale_, act_scale_;
   ExpertWeights weights_;
   ref::ActivationScales static_scales_;
   std::size_t weight_bytes_ = 0;
