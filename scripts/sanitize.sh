@@ -64,6 +64,14 @@
 #   fp8 layer                LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows and
 #                            .PrecomputedRouting (every FP8 form on both paths);
 #                            racecheck and initcheck: the first
+#   4-bit weights            Fp4WeightsGpu.* but .IndicesPast32Bits (quantize
+#                            both formats, special values, the prepare kernel
+#                            with and without the gate/up reorder)
+#   W4A16 layer              LayerW4Gpu.OddSizes (K of one lane and of one step,
+#                            every tile path), .ExpertParallelRangeDropsOffRank
+#                            Rows, .InterleavedGateUpMatchesBitForBit,
+#                            .BlockScaleCodesOverTheirRange (both formats);
+#                            racecheck and initcheck: the second and fourth
 #   finalize, the layer      LayerGpu.OddSizesAndEveryActivation (every backend
 #                            and activation, b2 in the finalize on cutlass),
 #                            .ExpertParallelRangeDropsOffRankRows, .Precomputed
@@ -103,7 +111,12 @@ readonly kFullFilter="GpuSmoke.*\
 :Shapes/Sm90Fp8GroupedGemmTest.*/0:Shapes/Sm90Fp8GroupedGemmTest.*/2:Shapes/Sm90Fp8GroupedGemmTest.*/4\
 :Sm90Fp8GroupedGemm.GraphReplayServesNewOffsets\
 :Fp8StreamGemm.MultiRowTilesAndEmptyExperts:Fp8StreamGemm.GraphReplaysForTwoSchedules:Fp8RowsGpu.*\
-:LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows:LayerFp8Gpu.PrecomputedRouting"
+:LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows:LayerFp8Gpu.PrecomputedRouting\
+:Fp4WeightsGpu.Bf16SourceMatchesReference:Fp4WeightsGpu.SyntheticSourceMatchesReference\
+:Fp4WeightsGpu.SpecialValues:Fp4WeightsGpu.EmptyShapes:Fp4WeightsGpu.PrepareMatchesHost\
+:Fp4WeightsGpu.QuantizeBadArguments:Fp4WeightsGpu.PrepareBadArguments\
+:LayerW4Gpu.OddSizes:LayerW4Gpu.ExpertParallelRangeDropsOffRankRows\
+:LayerW4Gpu.InterleavedGateUpMatchesBitForBit:LayerW4Gpu.BlockScaleCodesOverTheirRange"
 readonly kRacecheckFilter="PermuteGpu.GraphReplayOfRoutingAndPermute\
 :FusedRoutingGpu.ClusterWaysAtTheirBound:FusedRoutingGpu.ClusterOfTwoGraphReplayWithNewLogits\
 :GroupedGemm.OddSizesEveryActivation:GroupedGemm.StreamOneTokenTilesAtEveryKSplit\
@@ -111,7 +124,8 @@ readonly kRacecheckFilter="PermuteGpu.GraphReplayOfRoutingAndPermute\
 :LayerGpu.PrecomputedRouting:LayerGpu.ExpertParallelRangeDropsOffRankRows\
 :Fp8QuantGpu.RowsSpecialValues:Fp8QuantGpu.TensorSpecialValues:Fp8WeightsGpu.SpecialValues\
 :Shapes/Sm90Fp8GroupedGemmTest.*/4:Fp8StreamGemm.GraphReplaysForTwoSchedules:Fp8RowsGpu.*\
-:LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows"
+:LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows\
+:LayerW4Gpu.ExpertParallelRangeDropsOffRankRows:LayerW4Gpu.BlockScaleCodesOverTheirRange"
 # initcheck, which tracks every byte of device memory, runs the racecheck
 # filter and the CUTLASS workspace's and the gather's tests (the whole
 # filter took over 140 s on an H100, mostly in the layer tests at H=2048).

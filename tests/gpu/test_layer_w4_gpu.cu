@@ -298,6 +298,8 @@ TEST(LayerW4Gpu, BlockScaleCodesOverTheirRange) {
       x[j] = ref::bf16_to_f32(x_bits[j]);
     }
     ref::Routing routing;
+    routing.num_tokens = t;
+    routing.top_k = 1;
     routing.ids.assign(t, 0);
     routing.weights.assign(t, 1.0f);
     DeviceBuffer<uint16_t> dx(x_bits), out(std::size_t(t) * h);
