@@ -33,8 +33,9 @@ extern "C" {
 #define UNIMOE_C_API
 #endif
 
-/* Bumped when a function's signature or meaning changes. */
-#define UNIMOE_C_ABI_VERSION 1
+/* Bumped when a function's signature or meaning, or a struct's layout,
+ * changes. */
+#define UNIMOE_C_ABI_VERSION 2
 
 typedef enum unimoe_status {
   UNIMOE_OK = 0,
@@ -47,7 +48,10 @@ typedef enum unimoe_status {
 typedef struct unimoe_layer unimoe_layer;
 
 /* The weights, as unimoe::ExpertWeights: shapes, dtypes and alignment as
- * unimoe.h documents them. */
+ * unimoe.h documents them (MXFP4 and NVFP4: packed e2m1 codes in w13 and
+ * w2, their scale bytes in the block scales, w13_interleaved != 0 for
+ * gpt-oss's alternating gate and up rows). Zero-initialize it: a null
+ * pointer or 0 is "not given". */
 typedef struct unimoe_weights {
   const void* w13;
   const void* w2;
@@ -57,6 +61,9 @@ typedef struct unimoe_weights {
   const float* w2_scale;
   const float* x_scale;
   const float* act_scale;
+  const uint8_t* w13_block_scale;
+  const uint8_t* w2_block_scale;
+  int w13_interleaved;
 } unimoe_weights;
 
 UNIMOE_C_API int unimoe_abi_version(void);
@@ -105,14 +112,15 @@ UNIMOE_C_API int unimoe_layer_autotune(unimoe_layer* layer, const int* tokens,
 
 /* ---- the CPU reference ----
  * ref::moe_forward on host memory, with the quantization emulation of the
- * config's variant (BF16, FP8Block128 or FP8PerTensor): the output the GPU
- * layer must match, slowly. Inputs as for the GPU layer but in host memory:
- * x [T, H] bf16, logits [T, E] fp32 or bf16 (the config's logits type),
- * routing_bias [E] fp32, or topk_ids [T, K] int32 with topk_weights [T, K]
- * fp32; weights as unimoe_weights (FP8PerTensor with null x_scale or
- * act_scale computes that scale per call, as the layer does); out [T, H]
- * bf16, rounded once from the reference's fp32 result. threads 0: all
- * cores. */
+ * config's variant (BF16, FP8Block128, FP8PerTensor, MXFP4 or NVFP4;
+ * 4-bit weights dequantized exactly, interleaved w13 rows and b13 put in
+ * gate-then-up order): the output the GPU layer must match, slowly.
+ * Inputs as for the GPU layer but in host memory: x [T, H] bf16, logits
+ * [T, E] fp32 or bf16 (the config's logits type), routing_bias [E] fp32,
+ * or topk_ids [T, K] int32 with topk_weights [T, K] fp32; weights as
+ * unimoe_weights (FP8PerTensor with null x_scale or act_scale computes
+ * that scale per call, as the layer does); out [T, H] bf16, rounded once
+ * from the reference's fp32 result. threads 0: all cores. */
 UNIMOE_C_API int unimoe_ref_forward(const char* config_text, int num_tokens, const void* x,
                                     const void* logits, const float* routing_bias,
                                     const int32_t* topk_ids, const float* topk_weights,

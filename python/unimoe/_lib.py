@@ -10,7 +10,7 @@ import ctypes
 import os
 
 _OK, _ERROR_VALUE, _ERROR_RUNTIME, _ERROR_UNSUPPORTED = 0, 1, 2, 3
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 
 class Error(ValueError):
@@ -23,7 +23,8 @@ class Error(ValueError):
 
 class Weights(ctypes.Structure):
     _fields_ = [(name, ctypes.c_void_p) for name in (
-        "w13", "w2", "b13", "b2", "w13_scale", "w2_scale", "x_scale", "act_scale")]
+        "w13", "w2", "b13", "b2", "w13_scale", "w2_scale", "x_scale", "act_scale",
+        "w13_block_scale", "w2_block_scale")] + [("w13_interleaved", ctypes.c_int)]
 
 
 def _library_path():

@@ -52,6 +52,9 @@ ExpertWeights to_weights(const unimoe_weights& w) {
   out.w2_scale = w.w2_scale;
   out.x_scale = w.x_scale;
   out.act_scale = w.act_scale;
+  out.w13_block_scale = w.w13_block_scale;
+  out.w2_block_scale = w.w2_block_scale;
+  out.w13_interleaved = w.w13_interleaved != 0;
   return out;
 }
 

@@ -1,5 +1,6 @@
 // unimoe_ref_forward: the CPU reference (ref::moe_forward) on host memory
 // laid out as the GPU layer's inputs, for the Python package's CPU path.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -15,29 +16,46 @@ bool is_fp8(QuantVariant q) {
   return q == QuantVariant::FP8Block128 || q == QuantVariant::FP8PerTensor;
 }
 
+bool is_fp4(QuantVariant q) { return q == QuantVariant::MXFP4 || q == QuantVariant::NVFP4; }
+
 // The weight fields the config's variant needs and allows, as
 // MoELayer::set_weights checks them.
 void check_weights(const MoEConfig& c, const unimoe_weights& w) {
   const QuantVariant q = c.experts.quant;
-  if (!is_fp8(q) && q != QuantVariant::BF16)
-    throw Error("quant", to_string(q) + " has no host weight layout in this API; "
-                "allowed here: BF16, FP8Block128, FP8PerTensor");
+  const bool fp8 = is_fp8(q), fp4 = is_fp4(q);
+  const std::string variant = "quant " + to_string(q);
   require_pointer(w.w13, "weights.w13");
   require_pointer(w.w2, "weights.w2");
   if (c.experts.has_bias) {
     require_pointer(w.b13, "weights.b13");
     require_pointer(w.b2, "weights.b2");
   }
-  if (is_fp8(q)) {
+  if (fp8 || q == QuantVariant::NVFP4) {
     require_pointer(w.w13_scale, "weights.w13_scale");
     require_pointer(w.w2_scale, "weights.w2_scale");
   } else if (w.w13_scale || w.w2_scale) {
     throw Error(w.w13_scale ? "weights.w13_scale" : "weights.w2_scale",
-                "quant " + to_string(q) + " has no weight scales");
+                variant + " has no fp32 weight scales" +
+                    (fp4 ? " (MXFP4's scales are the e8m0 block scales)" : ""));
   }
+  if (fp4) {
+    require_pointer(w.w13_block_scale, "weights.w13_block_scale");
+    require_pointer(w.w2_block_scale, "weights.w2_block_scale");
+  } else if (w.w13_block_scale || w.w2_block_scale) {
+    throw Error(w.w13_block_scale ? "weights.w13_block_scale" : "weights.w2_block_scale",
+                variant + " has no block scales; set them only for MXFP4 and NVFP4");
+  }
+  if (w.w13_interleaved && !fp4)
+    throw Error("weights.w13_interleaved",
+                variant + " reads w13 as given: reorder interleaved gate/up rows to gate rows "
+                          "then up rows (MXFP4 and NVFP4 reorder them)");
+  if (w.w13_interleaved && c.gemm1_cols() != 2 * c.experts.intermediate)
+    throw Error("weights.w13_interleaved",
+                "needs a gated activation (w13 holds gate and up rows); " +
+                    to_string(c.experts.activation) + " has one set of rows");
   if (q != QuantVariant::FP8PerTensor && (w.x_scale || w.act_scale))
     throw Error(w.x_scale ? "weights.x_scale" : "weights.act_scale",
-                "quant " + to_string(q) + " takes no static activation scale (FP8PerTensor only)");
+                variant + " takes no static activation scale (FP8PerTensor only)");
 }
 
 // One matrix [rows, cols] of expert e as floats: bf16 values, or e4m3 codes
@@ -64,6 +82,40 @@ std::vector<float> expert_matrix(QuantVariant q, const void* data, const float* 
   return v;
 }
 
+// Row r of an interleaved [rows] (gate, up, gate, up, ...) in gate-then-up
+// order: even rows to the first half, odd rows to the second.
+int gate_up_row(int r, int rows) { return r % 2 == 0 ? r / 2 : rows / 2 + r / 2; }
+
+// One 4-bit matrix [rows, cols] of expert e as floats, exactly as
+// ref::dequantize gives them: packed e2m1 codes [rows, cols / 2] bytes,
+// block scale bytes [rows, cols / block] (MXFP4 e8m0 per 32, NVFP4 e4m3
+// per 16) and NVFP4's matrix scale global_scales[e]. interleaved: the rows
+// alternate gate and up; the result is in gate-then-up order.
+std::vector<float> expert_fp4_matrix(QuantVariant q, const void* data,
+                                     const uint8_t* block_scales, const float* global_scales,
+                                     int e, int rows, int cols, bool interleaved) {
+  const std::size_t bytes = static_cast<std::size_t>(rows) * cols / 2;
+  const std::size_t scale_bytes =
+      static_cast<std::size_t>(rows) * (cols / (q == QuantVariant::MXFP4 ? 32 : 16));
+  ref::QuantMatrix m;
+  m.variant = q;
+  m.rows = rows;
+  m.cols = cols;
+  const uint8_t* codes = static_cast<const uint8_t*>(data) + e * bytes;
+  m.data.assign(codes, codes + bytes);
+  const uint8_t* scales = block_scales + e * scale_bytes;
+  m.block_scales.assign(scales, scales + scale_bytes);
+  if (q == QuantVariant::NVFP4) m.global_scale = global_scales[e];
+  std::vector<float> v = ref::dequantize(m);
+  if (!interleaved) return v;
+  std::vector<float> ordered(v.size());
+  for (int r = 0; r < rows; ++r)
+    std::copy(v.begin() + static_cast<std::ptrdiff_t>(r) * cols,
+              v.begin() + static_cast<std::ptrdiff_t>(r + 1) * cols,
+              ordered.begin() + static_cast<std::ptrdiff_t>(gate_up_row(r, rows)) * cols);
+  return ordered;
+}
+
 // The host weights as the reference's WeightSource: the reference asks for
 // each hit expert once, from its worker threads, so each slot is written by
 // one thread only.
@@ -78,19 +130,31 @@ class HostWeights {
 
  private:
   struct Expert {
-    std::vector<float> w13, w2;
+    std::vector<float> w13, w2, b13;
   };
 
   ref::ExpertView view(int e) {
     const int h = c_.experts.hidden, i = c_.experts.intermediate, n1 = c_.gemm1_cols();
     const QuantVariant q = c_.experts.quant;
     Expert& x = experts_[e];
-    x.w13 = expert_matrix(q, w_.w13, w_.w13_scale, e, n1, h);  // [gemm1_cols, H]
-    x.w2 = expert_matrix(q, w_.w2, w_.w2_scale, e, h, i);      // [H, I]
+    const bool interleaved = w_.w13_interleaved != 0;
+    if (is_fp4(q)) {  // w13 [gemm1_cols, H] gate rows then up rows, w2 [H, I]
+      x.w13 = expert_fp4_matrix(q, w_.w13, w_.w13_block_scale, w_.w13_scale, e, n1, h,
+                                interleaved);
+      x.w2 = expert_fp4_matrix(q, w_.w2, w_.w2_block_scale, w_.w2_scale, e, h, i, false);
+    } else {
+      x.w13 = expert_matrix(q, w_.w13, w_.w13_scale, e, n1, h);  // [gemm1_cols, H]
+      x.w2 = expert_matrix(q, w_.w2, w_.w2_scale, e, h, i);      // [H, I]
+    }
     ref::ExpertView v{x.w13.data(), x.w2.data(), nullptr, nullptr};
     if (c_.experts.has_bias) {
       v.b13 = w_.b13 + static_cast<std::size_t>(e) * n1;  // [gemm1_cols]
-      v.b2 = w_.b2 + static_cast<std::size_t>(e) * h;     // [H]
+      if (interleaved) {
+        x.b13.resize(n1);
+        for (int r = 0; r < n1; ++r) x.b13[gate_up_row(r, n1)] = v.b13[r];
+        v.b13 = x.b13.data();
+      }
+      v.b2 = w_.b2 + static_cast<std::size_t>(e) * h;  // [H]
     }
     return v;
   }

@@ -74,6 +74,41 @@ int main(void) {
   EXPECT(unimoe_ref_forward(cfg, 1, x, logits, NULL, NULL, NULL, &w, out, 1) == UNIMOE_ERROR_VALUE);
   EXPECT(strcmp(unimoe_last_error_field(), "weights.w2") == 0);
 
+  /* MXFP4 with gpt-oss's interleaved rows (gate j at row 2j, up j at row
+   * 2j + 1): code 0x2 (1.0) on the diagonals, every block scale 127 (2^0),
+   * so the same silu(x) * x */
+  enum { H4 = 32, I4 = 32 };
+  static unsigned char c13[E][2 * I4][H4 / 2], c2[E][H4][I4 / 2];
+  static unsigned char s13[E][2 * I4][H4 / 32], s2[E][H4][I4 / 32];
+  static unsigned short x4[H4], out4[H4];
+  memset(s13, 127, sizeof s13);
+  memset(s2, 127, sizeof s2);
+  for (int e = 0; e < E; ++e)
+    for (int j = 0; j < I4; ++j) {
+      const unsigned char one = (unsigned char)(0x2 << (4 * (j % 2)));
+      c13[e][2 * j][j / 2] |= one;
+      c13[e][2 * j + 1][j / 2] |= one;
+      c2[e][j][j / 2] |= one;
+    }
+  for (int j = 0; j < H4; ++j) x4[j] = bf16((float)j - 3.0f);
+  unimoe_weights w4;
+  memset(&w4, 0, sizeof w4);
+  w4.w13 = c13;
+  w4.w2 = c2;
+  w4.w13_block_scale = &s13[0][0][0];
+  w4.w2_block_scale = &s2[0][0][0];
+  w4.w13_interleaved = 1;
+  const char* cfg4 = "policy=Renormalize E=2 K=1 H=32 I=32 quant=MXFP4";
+  EXPECT(unimoe_ref_forward(cfg4, 1, x4, logits, NULL, NULL, NULL, &w4, out4, 1) == UNIMOE_OK);
+  for (int j = 0; j < H4; ++j) {
+    const double v = (double)j - 3.0, a = from_bf16(bf16((float)(v / (1.0 + exp(-v)) * v)));
+    EXPECT(fabs(from_bf16(out4[j]) - a) <= fabs(a) / 128.0);
+  }
+  w4.w2_block_scale = NULL;
+  EXPECT(unimoe_ref_forward(cfg4, 1, x4, logits, NULL, NULL, NULL, &w4, out4, 1) ==
+         UNIMOE_ERROR_VALUE);
+  EXPECT(strcmp(unimoe_last_error_field(), "weights.w2_block_scale") == 0);
+
   /* the GPU layer: refused with a runtime error where there is no GPU or
    * no CUDA library; a null layer is an error naming it */
   unimoe_layer* layer = NULL;
