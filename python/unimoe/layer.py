@@ -22,8 +22,16 @@ from ._lib import Error
 from .config import as_config
 
 _BF16, _F32, _I32 = torch.bfloat16, torch.float32, torch.int32
-_E4M3 = torch.float8_e4m3fn
+_E4M3, _U8 = torch.float8_e4m3fn, torch.uint8
 _FP8 = ("FP8Block128", "FP8PerTensor")
+_FP4 = ("MXFP4", "NVFP4")
+_FP4_BLOCK = {"MXFP4": 32, "NVFP4": 16}  # values per block scale along K
+# The 1-byte dtypes that 4-bit codes and block scales may come in, besides
+# uint8 (viewed as uint8); each only where the installed torch has it.
+_FP4_CODES = tuple(d for d in (getattr(torch, "float4_e2m1fn_x2", None),) if d is not None)
+_BLOCK_SCALE_DTYPES = {"MXFP4": tuple(d for d in (getattr(torch, "float8_e8m0fnu", None),)
+                                      if d is not None),
+                       "NVFP4": (_E4M3,)}
 
 # What every eager GPU call uses, looked up once.
 _c_forward = _lib.lib.unimoe_layer_forward
@@ -70,9 +78,9 @@ class MoELayer:
     device: "cuda" or "cuda:N" for the GPU layer (created on that device;
     None: the current CUDA device), "cpu" for the CPU reference, which
     computes what the GPU layer must (fp64 accumulation, the same bf16 and
-    FP8 roundings) and is slow: it is for testing and checking. A GPU layer
-    called with CPU tensors also runs the reference, on host copies of its
-    weights.
+    FP8 roundings, 4-bit weights dequantized exactly) and is slow: it is for
+    testing and checking. A GPU layer called with CPU tensors also runs the
+    reference, on host copies of its weights.
     """
 
     def __init__(self, config, max_tokens, device=None):
@@ -90,6 +98,7 @@ class MoELayer:
         self.max_tokens = max_tokens
         self._c = None
         self._weights = {}
+        self._interleaved = False
         self._host_weights = None
         if device is None:
             if not torch.cuda.is_available():
@@ -128,7 +137,8 @@ class MoELayer:
     # ---------------------------------------------------------- weights ----
 
     def set_weights(self, w13, w2, b13=None, b2=None, w13_scale=None, w2_scale=None,
-                    x_scale=None, act_scale=None):
+                    x_scale=None, act_scale=None, w13_block_scale=None, w2_block_scale=None,
+                    w13_interleaved=False):
         """Sets the experts' weights in unimoe's layout (docs/python.md):
         w13 [E_local, gemm1_cols, H] gate rows then up rows, w2 [E_local, H, I];
         bf16 for BF16, float8_e4m3fn for the FP8 variants; fp32 biases
@@ -136,17 +146,33 @@ class MoELayer:
         scales (FP8Block128: per 128 x 128 block, w13_scale
         [E_local, gemm1_cols/128, H/128], w2_scale [E_local, H/128, I/128];
         FP8PerTensor: [E_local] each, optional static x_scale and act_scale
-        of one element). Tensors on the layer's device, contiguous, 16-byte
-        aligned. The layer keeps references to them."""
+        of one element).
+
+        MXFP4 and NVFP4 (W4A16): w13 [E_local, gemm1_cols, H/2] and w2
+        [E_local, H, I/2] uint8, e2m1 codes packed two a byte along K, the
+        even K index in the low nibble (or float4_e2m1fn_x2); block scales
+        uint8, one per block of K values: MXFP4 e8m0 per 32 (or
+        float8_e8m0fnu) w13_block_scale [E_local, gemm1_cols, H/32] and
+        w2_block_scale [E_local, H, I/32]; NVFP4 e4m3 per 16 (or
+        float8_e4m3fn) [E_local, gemm1_cols, H/16] and [E_local, H, I/16],
+        and fp32 matrix scales w13_scale and w2_scale [E_local].
+        w13_interleaved=True: the w13 rows, their block scales and b13
+        alternate gate, up, gate, up (gpt-oss checkpoints); 4-bit variants
+        and gated activations only.
+
+        Tensors on the layer's device, contiguous, 16-byte aligned. The
+        layer keeps references to them."""
         c = self.config
         q = c.experts.quant
-        if q not in ("BF16",) + _FP8:
-            raise Error(f"quant: {q} has no weight layout in the Python API; allowed: BF16, "
-                        "FP8Block128, FP8PerTensor", "quant")
         e, h, i, n1 = c.local_experts(), c.experts.hidden, c.experts.intermediate, c.gemm1_cols()
-        wdtype = _BF16 if q == "BF16" else _E4M3
-        self._check("w13", w13, wdtype, (e, n1, h), 16)
-        self._check("w2", w2, wdtype, (e, h, i), 16)
+        fp4 = q in _FP4
+        if fp4:
+            w13 = self._check_fp4("w13", w13, (e, n1, h // 2), _FP4_CODES)
+            w2 = self._check_fp4("w2", w2, (e, h, i // 2), _FP4_CODES)
+        else:
+            wdtype = _BF16 if q == "BF16" else _E4M3
+            self._check("w13", w13, wdtype, (e, n1, h), 16)
+            self._check("w2", w2, wdtype, (e, h, i), 16)
         given = {"w13": w13, "w2": w2}
         for name, t, shape in (("b13", b13, (e, n1)), ("b2", b2, (e, h))):
             if c.experts.has_bias:
@@ -160,6 +186,7 @@ class MoELayer:
             "FP8Block128": {"w13_scale": (e, -(-n1 // 128), -(-h // 128)),
                             "w2_scale": (e, -(-h // 128), -(-i // 128))},
             "FP8PerTensor": {"w13_scale": (e,), "w2_scale": (e,)},
+            "NVFP4": {"w13_scale": (e,), "w2_scale": (e,)},
         }.get(q, {})
         for name, t in (("w13_scale", w13_scale), ("w2_scale", w2_scale)):
             if name in scale_shapes:
@@ -167,7 +194,26 @@ class MoELayer:
                 self._check(name, t, _F32, scale_shapes[name], 16)
                 given[name] = t
             elif t is not None:
-                raise Error(f"{name}: given, but quant {q} has no weight scales", name)
+                why = " (MXFP4's scales are the e8m0 block scales)" if q == "MXFP4" else ""
+                raise Error(f"{name}: given, but quant {q} has no fp32 weight scales{why}", name)
+        for name, t, rows, k in (("w13_block_scale", w13_block_scale, n1, h),
+                                 ("w2_block_scale", w2_block_scale, h, i)):
+            if fp4:
+                self._require(name, t, f"quant {q} needs block scales")
+                given[name] = self._check_fp4(name, t, (e, rows, k // _FP4_BLOCK[q]),
+                                              _BLOCK_SCALE_DTYPES[q])
+            elif t is not None:
+                raise Error(f"{name}: given, but quant {q} has no block scales (MXFP4 and NVFP4 "
+                            "only)", name)
+        if not isinstance(w13_interleaved, bool):
+            raise TypeError(f"w13_interleaved: {type(w13_interleaved).__name__} is not a bool")
+        if w13_interleaved and not fp4:
+            raise Error(f"w13_interleaved: quant {q} reads w13 as given; reorder interleaved "
+                        "gate/up rows to gate rows then up rows (MXFP4 and NVFP4 only)",
+                        "w13_interleaved")
+        if w13_interleaved and n1 != 2 * i:
+            raise Error(f"w13_interleaved: needs a gated activation (w13 holds gate and up "
+                        f"rows); {c.experts.activation} has one set of rows", "w13_interleaved")
         for name, t in (("x_scale", x_scale), ("act_scale", act_scale)):
             if t is None:
                 continue
@@ -179,11 +225,24 @@ class MoELayer:
                 raise Error(f"{name}: shape {tuple(t.shape)}; expected one element", name)
             given[name] = t
         if self._c is not None:
-            w = _lib.Weights(**{k: t.data_ptr() for k, t in given.items()})
+            w = _lib.Weights(w13_interleaved=int(w13_interleaved),
+                             **{k: t.data_ptr() for k, t in given.items()})
             with torch.cuda.device(self.device):
                 _lib.check(_lib.lib.unimoe_layer_set_weights(self._c, ctypes.byref(w)))
         self._weights = given
+        self._interleaved = w13_interleaved
         self._host_weights = None
+
+    def _check_fp4(self, name, t, shape, other_dtypes):
+        """_check for a 4-bit layout's bytes: uint8, or one of other_dtypes
+        (1-byte dtypes of the same bytes); returns the tensor as uint8."""
+        if isinstance(t, torch.Tensor) and t.dtype in other_dtypes:
+            t = t.view(_U8)
+        if isinstance(t, torch.Tensor) and t.dtype != _U8:
+            allowed = ", ".join(str(d) for d in (_U8,) + tuple(other_dtypes))
+            raise TypeError(f"{name}: dtype {t.dtype}; expected one of {allowed}")
+        self._check(name, t, _U8, shape, 16)
+        return t
 
     def _require(self, name, t, why):
         if t is None:
@@ -232,7 +291,8 @@ class MoELayer:
         logits = None if precomputed else router_logits
         bias = routing_bias if self._has_bias and not precomputed else None
         if dev < 0:
-            w = _lib.Weights(**{k: v.data_ptr() for k, v in self._weights_on_host().items()})
+            w = _lib.Weights(w13_interleaved=int(self._interleaved),
+                             **{k: v.data_ptr() for k, v in self._weights_on_host().items()})
             _lib.check(_lib.lib.unimoe_ref_forward(
                 self._text, t, x.data_ptr(), _ptr(logits), _ptr(bias), _ptr(topk_ids),
                 _ptr(topk_weights), ctypes.byref(w), out.data_ptr(), 0))
