@@ -2,7 +2,8 @@
 path against a plain torch dequantization (a 16-entry e2m1 table times
 2^(code - 127) per 32 values, or times the e4m3 block scale per 16 and the
 matrix scale) and conftest.py's fp64 MoE, with and without gpt-oss's
-interleaved gate/up rows; the argument refusals; and, where there is a
+interleaved gate/up rows; the argument refusals; load_gpt_oss_mxfp4 on a
+checkpoint's *_blocks and *_scales tensors; and, where there is a
 Hopper GPU, the GPU layer against the CPU path on the same weights, eagerly
 and inside a CUDA graph.
 
@@ -166,6 +167,54 @@ def test_fp4_argument_refusals():
                              w2_block_scale=mx["w2_block_scale"]), "w2_block_scale")
     refused(fp8_config, dict(fp8, w13_scale=torch.ones(E), w2_scale=torch.ones(E)),
             "w13_interleaved", w13_interleaved=True)
+
+
+def test_gpt_oss_mxfp4_checkpoint_tensors():
+    """load_gpt_oss_mxfp4 reads a gpt-oss checkpoint's *_blocks and *_scales:
+    the same output as the codes passed in unimoe's layout, interleaved."""
+    g = torch.Generator().manual_seed(25)
+    w = fp4_weights("MXFP4", 2 * I, g, bias=True)
+    prefix = "model.layers.3.mlp.experts."
+    tensors = {
+        prefix + "gate_up_proj_blocks": w["w13"].view(E, 2 * I, H // 32, 16),
+        prefix + "gate_up_proj_scales": w["w13_block_scale"],
+        prefix + "gate_up_proj_bias": w["b13"].bfloat16(),
+        prefix + "down_proj_blocks": w["w2"].view(E, H, I // 32, 16),
+        prefix + "down_proj_scales": w["w2_block_scale"],
+        prefix + "down_proj_bias": w["b2"].bfloat16(),
+    }
+    got = unimoe.load_gpt_oss_mxfp4(tensors, prefix)
+    assert got["w13_interleaved"] is True
+    for name in ("w13", "w2", "w13_block_scale", "w2_block_scale"):
+        assert torch.equal(got[name], w[name]), name
+    assert got["b13"].dtype == torch.float32
+    config = f"policy=Renormalize E={E} K=4 H={H} I={I} quant=MXFP4 act=SwiGLUOai expert_bias=1"
+    layer = unimoe.MoELayer(config, 32, device="cpu")
+    layer.set_weights(**got)
+    x, logits = bf16_values(T, H, generator=g).bfloat16(), torch.randn(T, E, generator=g)
+    w13 = gate_then_up(dequant("MXFP4", w["w13"], w["w13_block_scale"], None))
+    w2 = dequant("MXFP4", w["w2"], w["w2_block_scale"], None)
+    b13 = gate_then_up(w["b13"].bfloat16().float())
+    ids, rw = route("Renormalize", logits, 4)
+    want = experts(x, ids, rw, w13, w2, "SwiGLUOai", b13, w["b2"].bfloat16().float())
+    assert rel_err(layer(x, logits), want) < CPU_BOUND
+    with pytest.raises(unimoe.Error) as e:
+        unimoe.load_gpt_oss_mxfp4(tensors, "model.layers.4.mlp.experts.")
+    assert e.value.field == "tensors" and "gate_up_proj_blocks" in str(e.value)
+
+
+def test_load_hf_experts_refuses_swizzled_mxfp4_modules():
+    class Mxfp4GptOssExperts(torch.nn.Module):  # the loaded form: uint8, not the checkpoint's
+        def __init__(self):
+            super().__init__()
+            self.gate_up_proj = torch.nn.Parameter(
+                torch.zeros(E, 2 * I, H // 32, 16, dtype=torch.uint8), requires_grad=False)
+            self.down_proj = torch.nn.Parameter(
+                torch.zeros(E, H, I // 32, 16, dtype=torch.uint8), requires_grad=False)
+
+    with pytest.raises(unimoe.Error) as e:
+        unimoe.load_hf_experts(Mxfp4GptOssExperts())
+    assert e.value.field == "module" and "load_gpt_oss_mxfp4" in str(e.value)
 
 
 # ----------------------------------------------------------------- GPU ----

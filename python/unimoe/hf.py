@@ -39,6 +39,10 @@ def _fused(experts, dtype):
     gated = getattr(experts, "has_gate", True)
     w13 = experts.gate_up_proj if gated else experts.up_proj
     w2 = experts.down_proj
+    if not isinstance(w13, torch.Tensor) or not w13.is_floating_point():
+        raise Error(f"module: {name}'s experts are quantized ({type(w13).__name__} "
+                    f"{getattr(w13, 'dtype', '')}); for gpt-oss's MXFP4 read the checkpoint's "
+                    "tensors with load_gpt_oss_mxfp4", "module")
     if w13.dim() != 3 or w2.dim() != 3:
         raise Error(f"module: {name}'s expert matrices are not 3-D", "module")
     if transposed:  # [E, H, 2I] and [E, I, H]
@@ -109,6 +113,42 @@ def load_hf_experts(module, dtype=torch.bfloat16):
         return _fused(experts, dtype)
     raise Error(f"module: {type(experts).__name__} is no experts layout this function knows "
                 "(gate_up_proj/down_proj parameters, or a ModuleList of expert MLPs)", "module")
+
+
+def load_gpt_oss_mxfp4(tensors, prefix=""):
+    """set_weights' keyword arguments for a quant=MXFP4 layer from the
+    MXFP4 experts of a gpt-oss checkpoint. tensors maps names to tensors
+    (a state dict, or safetensors.torch.load_file of a checkpoint file);
+    prefix is the experts module's, e.g. "model.layers.0.mlp.experts.".
+    Reads {prefix}gate_up_proj_blocks [E, 2I, H/32, 16] and
+    down_proj_blocks [E, H, I/32, 16] (uint8, e2m1 pairs), their _scales
+    [E, 2I, H/32] and [E, H, I/32] (uint8, e8m0) and the biases
+    gate_up_proj_bias [E, 2I] and down_proj_bias [E, H]. Returns the codes
+    and scales as they are (w13 and w2 viewed as [E, rows, K/2], no copy),
+    the biases as fp32 copies, and w13_interleaved=True: gpt-oss's w13 rows
+    alternate gate and up, and set_weights reorders them. Not for a loaded
+    transformers model: its Mxfp4GptOssExperts holds triton_kernels'
+    swizzled layout, not these tensors."""
+    def get(name):
+        key = prefix + name
+        if key not in tensors:
+            raise Error(f"tensors: no {key}", "tensors")
+        return tensors[key]
+
+    out = {"w13_interleaved": True}
+    for proj, codes, scales, bias in (("gate_up_proj", "w13", "w13_block_scale", "b13"),
+                                      ("down_proj", "w2", "w2_block_scale", "b2")):
+        blocks, s = get(proj + "_blocks"), get(proj + "_scales")
+        if (blocks.dtype != torch.uint8 or blocks.dim() != 4 or blocks.shape[-1] != 16
+                or s.dtype != torch.uint8 or tuple(s.shape) != tuple(blocks.shape[:3])):
+            raise Error(f"tensors: {prefix}{proj}_blocks {blocks.dtype} {tuple(blocks.shape)} "
+                        f"and _scales {s.dtype} {tuple(s.shape)}; expected uint8 "
+                        "[E, rows, K/32, 16] and [E, rows, K/32]", "tensors")
+        e, rows, k_blocks, _ = blocks.shape
+        out[codes] = blocks.contiguous().view(e, rows, k_blocks * 16)
+        out[scales] = s.contiguous()
+        out[bias] = get(proj + "_bias").detach().float().contiguous()
+    return out
 
 
 def _config_dict(hf_config):
