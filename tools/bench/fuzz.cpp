@@ -227,6 +227,7 @@ class FuzzRig {
     coverage["logits"][to_string(call.logits)]++;
     coverage["routing"][to_string(call.routing)]++;
     coverage["activation"][to_string(c_.experts.activation)]++;
+    coverage["quant"][to_string(c_.experts.quant)]++;
     coverage["T"][t == 0 ? "0" : t == 1 ? "1" : t == layer_.max_tokens ? "max" : t % 2 ? "odd" : "even"]++;
 
     std::vector<uint16_t> out(m * h), replay(m * h);

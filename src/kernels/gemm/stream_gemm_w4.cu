@@ -26,14 +26,9 @@
 // MXFP4 codes above 128 (scales of 2 and more) take a second multiply,
 // since 2^126 times their scale is not a bf16; code 255 (NaN) gives NaN.
 //
-// Token rows: a tile whose rows fit 40 KB (rows * k * 2 bytes; decode's
-// tiles have a few rows) stages them in shared memory once, and every warp
-// reads them there; larger tiles read their rows from global memory (L1/L2)
-// per step. kFrags n8 fragments: 1 for tiles of up to 8 rows, else 2.
-//
-// The weight loads are double-buffered: each warp keeps the loads of the
-// next two steps in flight while it dequantizes and multiplies the current
-// two, so memory stays busy through the ALU work.
+// Token rows: a one-row tile (decode: most tiles) stages its row in shared
+// memory once, and every warp reads it there; larger tiles read their rows
+// from global memory (L1/L2) per step, kFrags n8 fragments (8 or 16 rows).
 //
 // PDL as the other stream kernels: with prefetch_before_wait (GEMM2, whose
 // schedule and weights are older than the kernel ahead of it) the CTA
@@ -45,7 +40,6 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
-#include <algorithm>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -65,11 +59,8 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kLaneK = 32;           // K values of one lane's 16-byte load
 constexpr int kStepK = 4 * kLaneK;   // K values of one warp step
 constexpr int kMinKPerSplit = 512;
-constexpr int kSteps = 2;              // steps a chunk; two chunks in flight (double-buffered)
-constexpr int kStepsTwoFragments = 1;  // the same for 16-row tiles (2 would spill)
-// Token rows staged in shared memory, at most: with the 8 KB of the split
-// reduction, within the 48 KB a kernel gets without opting in.
-constexpr int kSmemBytes = 40 * 1024;
+constexpr int kStepsOneRow = 4;      // steps in flight: one-row tiles (token row in shared memory)
+constexpr int kStepsRows = 2;        // the same for larger tiles (token rows in registers)
 constexpr uint32_t kNegZero2 = 0x80008000u;  // bf16x2 (-0, -0): a * b + -0 is a * b exactly
 static_assert(kStreamTileM == 16, "two n8 token fragments per tile");
 
@@ -80,7 +71,6 @@ struct Args {
   int cols_per_cta = 0;
   int n_blocks = 0;
   int scales_per_row = 0;  // k / block
-  int smem_rows = 0;       // tiles of at most this many rows stage them in shared memory
   bool gated = false;
 };
 
@@ -163,73 +153,8 @@ __device__ __forceinline__ int source_row(const W4StreamGemmParams& p, int permu
   return p.gather != nullptr ? p.gather[permuted_row] / p.top_k : permuted_row;
 }
 
-// The weights (and their scale bytes) of kSteps steps from K offset k0.
-template <int kSteps>
-struct Chunk {
-  uint4 lo[kSteps], hi[kSteps];
-  uint32_t s_lo[kSteps], s_hi[kSteps];
-};
-
-struct RowPointers {
-  const uint8_t *w_lo, *w_hi, *s_lo, *s_hi;
-  bool lo_ok, hi_ok;
-  int k_end, scales_per_step;
-};
-
-template <int kSteps>
-__device__ __forceinline__ void load_chunk(const Args& a, const RowPointers& r, int k0, int t,
-                                           Chunk<kSteps>& c) {
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-#pragma unroll
-  for (int u = 0; u < kSteps; ++u) {
-    const int ks = k0 + u * kStepK;  // the step's K; this lane's values start at ks + 32t
-    const bool in = ks + kLaneK * t < r.k_end;
-    const size_t byte = static_cast<size_t>(ks) / 2;
-    const int scale = ks / kStepK * r.scales_per_step;
-    c.lo[u] = in && r.lo_ok ? load_weights(r.w_lo + byte) : zero;
-    c.hi[u] = in && r.hi_ok ? load_weights(r.w_hi + byte) : zero;
-    c.s_lo[u] = in && r.lo_ok ? load_scales(a, r.s_lo + scale) : 0u;
-    c.s_hi[u] = in && r.hi_ok ? load_scales(a, r.s_hi + scale) : 0u;
-  }
-}
-
-// acc += the chunk's products with the token rows: from shared memory
-// (x_sm [rows][k], kSmemRows) or from global memory (x_row per fragment).
-template <int kFrags, int kSteps, bool kSmemRows>
-__device__ __forceinline__ void compute_chunk(const Args& a, const Chunk<kSteps>& c, int k0,
-                                              int k_end, int t, int g, const uint16_t* x_sm,
-                                              int rows, const uint16_t* const (&x_row)[kFrags],
-                                              float (&acc)[kFrags][4]) {
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-#pragma unroll
-  for (int u = 0; u < kSteps; ++u) {
-    if (k0 + u * kStepK >= k_end) break;  // warp-uniform
-    const int kk = k0 + u * kStepK + kLaneK * t;
-    uint4 xv[kFrags][4];
-#pragma unroll
-    for (int f = 0; f < kFrags; ++f)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        if constexpr (kSmemRows)
-          xv[f][q] = kk < k_end && 8 * f + g < rows
-                         ? reinterpret_cast<const uint4*>(x_sm + (8 * f + g) * a.p.k + kk)[q]
-                         : zero;
-        else
-          xv[f][q] = kk < k_end && x_row[f] != nullptr
-                         ? __ldg(reinterpret_cast<const uint4*>(x_row[f] + kk) + q)
-                         : zero;
-      }
-    uint32_t dlo[16], dhi[16];
-    dequantize(a, c.lo[u], c.s_lo[u], dlo);
-    dequantize(a, c.hi[u], c.s_hi[u], dhi);
-    mma_load<kFrags>(acc, dlo, dhi, xv);
-  }
-}
-
-// kFrags token fragments; kSmemRows: the tile's rows are staged in x_sm.
-// The weights are double-buffered: the loads of the next kSteps steps are
-// in flight while the current ones are multiplied.
-template <int kFrags, int kSteps, bool kSmemRows>
+// kFrags token fragments; kSmemRow: the tile has one row, staged in x_sm.
+template <int kFrags, int kSteps, bool kSmemRow>
 __device__ __forceinline__ void run_tile(const Args& a, const DeviceTile& tile, int block,
                                          uint16_t* x_sm, float* partial) {
   const W4StreamGemmParams& p = a.p;
@@ -239,53 +164,75 @@ __device__ __forceinline__ void run_tile(const Args& a, const DeviceTile& tile, 
   const int col0 = (block * (kWarps / a.splits) + group) * (a.gated ? 8 : 16);
   const int row_lo = col0 + g;
   const int row_hi = a.gated ? p.up_offset + row_lo : row_lo + 8;
+  const bool lo_ok = row_lo < p.n_out;
+  const bool hi_ok = a.gated ? lo_ok : row_hi < p.n_out;
   const int block_values = w4_block_values(p.format);
   const size_t row_bytes = static_cast<size_t>(p.k) / 2;
   const size_t expert_row = static_cast<size_t>(tile.expert) * p.b_rows;
+  const uint8_t* w_lo = p.b + (expert_row + row_lo) * row_bytes + 16 * t;
+  const uint8_t* w_hi = p.b + (expert_row + row_hi) * row_bytes + 16 * t;
   const int scale_lane = kLaneK / block_values * t;  // this lane's first scale of a step
-  RowPointers r;
-  r.lo_ok = row_lo < p.n_out;
-  r.hi_ok = a.gated ? r.lo_ok : row_hi < p.n_out;
-  r.w_lo = p.b + (expert_row + row_lo) * row_bytes + 16 * t;
-  r.w_hi = p.b + (expert_row + row_hi) * row_bytes + 16 * t;
-  r.s_lo = p.b_scales + (expert_row + row_lo) * a.scales_per_row + scale_lane;
-  r.s_hi = p.b_scales + (expert_row + row_hi) * a.scales_per_row + scale_lane;
-  r.scales_per_step = kStepK / block_values;
+  const uint8_t* s_lo = p.b_scales + (expert_row + row_lo) * a.scales_per_row + scale_lane;
+  const uint8_t* s_hi = p.b_scales + (expert_row + row_hi) * a.scales_per_row + scale_lane;
   const int k_begin = split * a.k_chunk;
-  r.k_end = min(p.k, k_begin + a.k_chunk);
-  constexpr int kChunkK = kSteps * kStepK;
+  const int k_end = min(p.k, k_begin + a.k_chunk);
+  const int scales_per_step = kStepK / block_values;  // scale bytes of a row per step
 
-  Chunk<kSteps> c0, c1;
-  load_chunk(a, r, k_begin, t, c0);
-  // The first loads are out; the token rows are the previous kernel's
-  // output (or gathered through it). Every warp stages its share.
-  pdl_begin();
   const uint16_t* x_row[kFrags] = {};
-  if constexpr (kSmemRows) {
-    const int row_vectors = p.k / 8;  // 16-byte vectors of a row
-#pragma unroll 1
-    for (int v = threadIdx.x; v < tile.rows * row_vectors; v += kThreads) {
-      const int i = v / row_vectors, off = (v - i * row_vectors) * 8;
-      const uint16_t* x = p.a + static_cast<size_t>(source_row(p, tile.row_start + i)) * p.k;
-      *reinterpret_cast<uint4*>(x_sm + i * p.k + off) = __ldg(reinterpret_cast<const uint4*>(x + off));
-    }
-    __syncthreads();
-  } else {
-#pragma unroll
-    for (int f = 0; f < kFrags; ++f)
-      if (8 * f + g < tile.rows)
-        x_row[f] = p.a + static_cast<size_t>(source_row(p, tile.row_start + 8 * f + g)) * p.k;
-  }
-
   float acc[kFrags][4] = {};
-  for (int k0 = k_begin; k0 < r.k_end;) {
-    if (k0 + kChunkK < r.k_end) load_chunk(a, r, k0 + kChunkK, t, c1);
-    compute_chunk<kFrags, kSteps, kSmemRows>(a, c0, k0, r.k_end, t, g, x_sm, tile.rows, x_row, acc);
-    k0 += kChunkK;
-    if (k0 >= r.k_end) break;
-    if (k0 + kChunkK < r.k_end) load_chunk(a, r, k0 + kChunkK, t, c0);
-    compute_chunk<kFrags, kSteps, kSmemRows>(a, c1, k0, r.k_end, t, g, x_sm, tile.rows, x_row, acc);
-    k0 += kChunkK;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  // Every warp runs the first round (masked when its K range is empty): it
+  // takes part in staging the token row.
+  for (int k0 = k_begin; k0 == k_begin || k0 < k_end; k0 += kSteps * kStepK) {
+    uint4 wl[kSteps], wh[kSteps];
+    uint32_t sl[kSteps], sh[kSteps];
+#pragma unroll
+    for (int u = 0; u < kSteps; ++u) {
+      const int ks = k0 + u * kStepK;  // the step's K; this lane's values start at ks + 32t
+      const bool in = ks + kLaneK * t < k_end;
+      const size_t byte = static_cast<size_t>(ks) / 2;
+      const int scale = ks / kStepK * scales_per_step;
+      wl[u] = in && lo_ok ? load_weights(w_lo + byte) : zero;
+      wh[u] = in && hi_ok ? load_weights(w_hi + byte) : zero;
+      sl[u] = in && lo_ok ? load_scales(a, s_lo + scale) : 0u;
+      sh[u] = in && hi_ok ? load_scales(a, s_hi + scale) : 0u;
+    }
+    if (k0 == k_begin) {
+      pdl_begin();
+      if constexpr (kSmemRow) {
+        const uint16_t* x = p.a + static_cast<size_t>(source_row(p, tile.row_start)) * p.k;
+#pragma unroll 1
+        for (int off = 8 * threadIdx.x; off < p.k; off += 8 * kThreads)
+          *reinterpret_cast<uint4*>(x_sm + off) = __ldg(reinterpret_cast<const uint4*>(x + off));
+        __syncthreads();
+      } else {
+#pragma unroll
+        for (int f = 0; f < kFrags; ++f)
+          if (8 * f + g < tile.rows)
+            x_row[f] = p.a + static_cast<size_t>(source_row(p, tile.row_start + 8 * f + g)) * p.k;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kSteps; ++u) {
+      const int kk = k0 + u * kStepK + kLaneK * t;
+      if (k0 + u * kStepK >= k_end) break;  // warp-uniform
+      uint4 xv[kFrags][4];
+#pragma unroll
+      for (int f = 0; f < kFrags; ++f)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          if constexpr (kSmemRow)
+            xv[f][q] = kk < k_end ? reinterpret_cast<const uint4*>(x_sm + kk)[q] : zero;
+          else
+            xv[f][q] = kk < k_end && x_row[f] != nullptr
+                           ? __ldg(reinterpret_cast<const uint4*>(x_row[f] + kk) + q)
+                           : zero;
+        }
+      uint32_t dlo[16], dhi[16];
+      dequantize(a, wl[u], sl[u], dlo);
+      dequantize(a, wh[u], sh[u], dhi);
+      mma_load<kFrags>(acc, dlo, dhi, xv);
+    }
   }
   if (p.early_dependents) pdl_launch_dependents();
 
@@ -308,32 +255,30 @@ __device__ __forceinline__ void run_tile(const Args& a, const DeviceTile& tile, 
   const float global =
       p.b_global != nullptr ? p.b_global[tile.expert] * 0x1p9f : 1.0f;  // NVFP4: undo the 2^-9
   const float* bias = p.bias != nullptr ? p.bias + expert_row : nullptr;
-  const float b_lo = bias != nullptr && r.lo_ok ? bias[row_lo] : 0.0f;
-  const float b_hi = bias != nullptr && r.hi_ok ? bias[row_hi] : 0.0f;
+  const float b_lo = bias != nullptr && lo_ok ? bias[row_lo] : 0.0f;
+  const float b_hi = bias != nullptr && hi_ok ? bias[row_hi] : 0.0f;
 #pragma unroll
   for (int f = 0; f < kFrags; ++f)
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      const int row = 8 * f + 2 * t + j;
-      if (row >= tile.rows) continue;
-      uint16_t* out = p.out + static_cast<size_t>(tile.row_start + row) * p.n_out;
+      const int r = 8 * f + 2 * t + j;
+      if (r >= tile.rows) continue;
+      uint16_t* out = p.out + static_cast<size_t>(tile.row_start + r) * p.n_out;
       const float v_lo = fmaf(acc[f][j], global, b_lo);
       const float v_hi = fmaf(acc[f][2 + j], global, b_hi);
       if (a.gated) {
-        if (r.lo_ok)
+        if (lo_ok)
           out[row_lo] = __bfloat16_as_ushort(
               __float2bfloat16_rn(gated_activation(p.epilogue, v_lo, v_hi, p.alpha, p.limit)));
       } else {
-        if (r.lo_ok)
-          out[row_lo] = __bfloat16_as_ushort(__float2bfloat16_rn(pointwise_activation(p.epilogue, v_lo)));
-        if (r.hi_ok)
-          out[row_hi] = __bfloat16_as_ushort(__float2bfloat16_rn(pointwise_activation(p.epilogue, v_hi)));
+        if (lo_ok) out[row_lo] = __bfloat16_as_ushort(__float2bfloat16_rn(pointwise_activation(p.epilogue, v_lo)));
+        if (hi_ok) out[row_hi] = __bfloat16_as_ushort(__float2bfloat16_rn(pointwise_activation(p.epilogue, v_hi)));
       }
     }
 }
 
 __global__ void __launch_bounds__(kThreads, 2) w4_stream_gemm_kernel(const Args a) {
-  extern __shared__ __align__(16) uint16_t x_sm[];  // [smem_rows][k]: the tile's token rows
+  extern __shared__ __align__(16) uint16_t x_sm[];  // one-row tiles: the token row
   __shared__ float partial[kWarps * 8 * 32];
   const W4StreamGemmParams& p = a.p;
   if (!p.prefetch_before_wait) pdl_begin();
@@ -341,15 +286,12 @@ __global__ void __launch_bounds__(kThreads, 2) w4_stream_gemm_kernel(const Args 
   if (tile_index >= *p.num_tiles) return;
   const DeviceTile tile = p.tiles[tile_index];
   const int block = blockIdx.x - tile_index * a.n_blocks;
-  // Tile shapes are CTA-uniform.
-  if (tile.rows <= 8 && tile.rows <= a.smem_rows)
-    run_tile<1, kSteps, true>(a, tile, block, x_sm, partial);
-  else if (tile.rows <= a.smem_rows)
-    run_tile<2, kStepsTwoFragments, true>(a, tile, block, x_sm, partial);
+  if (tile.rows == 1)
+    run_tile<1, kStepsOneRow, true>(a, tile, block, x_sm, partial);
   else if (tile.rows <= 8)
-    run_tile<1, kSteps, false>(a, tile, block, x_sm, partial);
+    run_tile<1, kStepsRows, false>(a, tile, block, x_sm, partial);
   else
-    run_tile<2, kStepsTwoFragments, false>(a, tile, block, x_sm, partial);
+    run_tile<2, kStepsRows, false>(a, tile, block, x_sm, partial);
 }
 
 void require(bool ok, const std::string& field, const std::string& rule) {
@@ -418,8 +360,7 @@ void launch_w4_stream_gemm(const W4StreamGemmParams& p, KernelStream stream) {
   const long long blocks = static_cast<long long>(p.max_tiles) * a.n_blocks;
   require(blocks <= INT_MAX, "max_tiles",
           "x column blocks = " + std::to_string(blocks) + " exceeds the grid limit");
-  a.smem_rows = static_cast<int>(std::min<size_t>(kStreamTileM, kSmemBytes / (sizeof(uint16_t) * p.k)));
-  const size_t smem = static_cast<size_t>(a.smem_rows) * p.k * sizeof(uint16_t);
+  const size_t smem = static_cast<size_t>(p.k) * sizeof(uint16_t);  // a one-row tile's token row
   if (smem > 48 * 1024)
     UNIMOE_CUDA_CHECK(cudaFuncSetAttribute(w4_stream_gemm_kernel,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
