@@ -29,6 +29,7 @@ struct Options {
   bool force_cpu = false;
   std::string peer_script;   // torch_peer.py to run side by side ("" = none)
   std::string anchors;       // peer timings JSON to compare against ("" = none)
+  std::string mxfp4_peer;    // oai_mxfp4_peer.py to run side by side ("" = none)
   std::string json_path = "out/bench.json";
   bool autotune = false;     // tune each (shape, T) bucket not in the cache
   std::string tuning_cache;  // JSON cache of winners ("" = none)
@@ -80,6 +81,11 @@ RunResult run_cpu_reference(const Options& opt, const std::string& why);
 // Peer timings: torch_peer.py run side by side, anchors read from a file.
 void add_torch_peer(const Options& opt, RunResult& result);
 void add_anchor_peers(const Options& opt, RunResult& result);
+// The MXFP4 peer (bench/peers/oai_mxfp4_peer.py) over the run's presets and
+// token counts, once, after unimoe's points: its `us` as peer "oai_mxfp4"
+// and `us_incl_routing_metadata` as "oai_mxfp4_meta" beside each point;
+// a point the peer could not run is reported on stderr.
+void add_mxfp4_peer(const Options& opt, RunResult& result);
 
 // --routing-sweep: the routing variants over a (policy, E, K, T) grid.
 struct SweepOptions {

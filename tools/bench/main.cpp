@@ -194,6 +194,9 @@ int main(int argc, char** argv) {
   app.add_option("--check-tokens", opt.check_tokens, "tokens checked against the CPU reference")->capture_default_str();
   app.add_flag("--cpu", opt.force_cpu, "run the CPU reference (reduced size) even where a GPU exists");
   app.add_option("--peer", opt.peer_script, "PyTorch peer script to run side by side (bench/peers/torch_peer.py)");
+  app.add_option("--mxfp4-peer", opt.mxfp4_peer,
+                 "OpenAI triton_kernels MXFP4 peer script to run side by side "
+                 "(bench/peers/oai_mxfp4_peer.py; scripts/setup.sh --peers fetches its package)");
   app.add_option("--anchors", opt.anchors, "peer timings JSON to compare against (bench/peers/h200-bf16-peers.json)");
   app.add_option("--json", opt.json_path, "where to write the JSON results")->capture_default_str();
   app.add_flag("--autotune", opt.autotune,
@@ -318,6 +321,7 @@ int main(int argc, char** argv) {
     if (result.mode != "gpu" && (opt.autotune || !opt.tuning_cache.empty()))
       result.note += " --autotune and --tuning-cache apply to the GPU layer only: ignored.";
     add_torch_peer(opt, result);
+    add_mxfp4_peer(opt, result);
     add_anchor_peers(opt, result);
     print_table(result);
     write_json(opt, result);

@@ -26,6 +26,14 @@ std::vector<Point*> find_points(RunResult& r, const std::string& preset, int tok
   return found;
 }
 
+// The command line of the MXFP4 peer over the run's presets and token counts.
+std::string mxfp4_peer_command(const Options& opt) {
+  std::string shapes, tokens;
+  for (const Preset& shape : opt.shapes) shapes += (shapes.empty() ? "" : ",") + shape.name;
+  for (int t : opt.tokens) tokens += (tokens.empty() ? "" : ",") + std::to_string(t);
+  return "python3 '" + opt.mxfp4_peer + "' --shapes " + shapes + " --tokens " + tokens;
+}
+
 }  // namespace
 
 void add_torch_peer(const Options& opt, RunResult& result) {
@@ -51,6 +59,36 @@ void add_torch_peer(const Options& opt, RunResult& result) {
       if (row.is_discarded() || !row.contains("torch_grouped_us")) continue;
       for (Point* p : find_points(result, row.value("shape", ""), row.value("T", -1)))
         p->peers_us["torch_grouped"] = row["torch_grouped_us"].get<double>();
+    }
+  }
+}
+
+void add_mxfp4_peer(const Options& opt, RunResult& result) {
+  if (opt.mxfp4_peer.empty()) return;
+  const std::string cmd = mxfp4_peer_command(opt);
+  std::fprintf(stderr, "peer: %s\n", cmd.c_str());
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
+  if (!pipe) {
+    std::fprintf(stderr, "peer: could not start python3\n");
+    return;
+  }
+  std::string line;
+  char chunk[4096];
+  while (std::fgets(chunk, sizeof chunk, pipe.get())) {
+    line += chunk;
+    if (line.empty() || line.back() != '\n') continue;  // a line longer than the chunk
+    const auto row = nlohmann::json::parse(line, nullptr, false);
+    line.clear();
+    if (row.is_discarded() || !row.contains("shape") || !row.contains("T")) continue;
+    if (row.contains("error")) {
+      std::fprintf(stderr, "peer: oai_mxfp4 %s T=%d: %s\n", row.value("shape", "").c_str(),
+                   row.value("T", -1), row["error"].dump().c_str());
+      continue;
+    }
+    for (Point* p : find_points(result, row.value("shape", ""), row.value("T", -1))) {
+      if (row.contains("us")) p->peers_us["oai_mxfp4"] = row["us"].get<double>();
+      if (row.contains("us_incl_routing_metadata"))
+        p->peers_us["oai_mxfp4_meta"] = row["us_incl_routing_metadata"].get<double>();
     }
   }
 }
