@@ -42,6 +42,9 @@ int null_layer() {
   return UNIMOE_ERROR_VALUE;
 }
 
+
+}  // namespace
+
 ExpertWeights to_weights(const unimoe_weights& w) {
   ExpertWeights out;
   out.w13 = w.w13;
@@ -57,8 +60,6 @@ ExpertWeights to_weights(const unimoe_weights& w) {
   out.w13_interleaved = w.w13_interleaved != 0;
   return out;
 }
-
-}  // namespace
 
 void set_error(const std::string& message, const std::string& field) {
   state().error = message;

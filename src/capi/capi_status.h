@@ -12,6 +12,8 @@
 namespace unimoe::capi {
 
 void set_error(const std::string& message, const std::string& field);
+// The C struct as unimoe::ExpertWeights (the same fields).
+ExpertWeights to_weights(const unimoe_weights& w);
 void clear_error();
 // Keeps `s` in this thread's returned-string slot and points *out at it.
 void return_string(std::string s, const char** out);

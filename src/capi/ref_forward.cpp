@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "capi/capi_status.h"
+#include "core/weight_fields.h"
 #include "ref/ref.h"
 
 namespace unimoe::capi {
@@ -21,41 +22,13 @@ bool is_fp4(QuantVariant q) { return q == QuantVariant::MXFP4 || q == QuantVaria
 // The weight fields the config's variant needs and allows, as
 // MoELayer::set_weights checks them.
 void check_weights(const MoEConfig& c, const unimoe_weights& w) {
-  const QuantVariant q = c.experts.quant;
-  const bool fp8 = is_fp8(q), fp4 = is_fp4(q);
-  const std::string variant = "quant " + to_string(q);
   require_pointer(w.w13, "weights.w13");
   require_pointer(w.w2, "weights.w2");
   if (c.experts.has_bias) {
     require_pointer(w.b13, "weights.b13");
     require_pointer(w.b2, "weights.b2");
   }
-  if (fp8 || q == QuantVariant::NVFP4) {
-    require_pointer(w.w13_scale, "weights.w13_scale");
-    require_pointer(w.w2_scale, "weights.w2_scale");
-  } else if (w.w13_scale || w.w2_scale) {
-    throw Error(w.w13_scale ? "weights.w13_scale" : "weights.w2_scale",
-                variant + " has no fp32 weight scales" +
-                    (fp4 ? " (MXFP4's scales are the e8m0 block scales)" : ""));
-  }
-  if (fp4) {
-    require_pointer(w.w13_block_scale, "weights.w13_block_scale");
-    require_pointer(w.w2_block_scale, "weights.w2_block_scale");
-  } else if (w.w13_block_scale || w.w2_block_scale) {
-    throw Error(w.w13_block_scale ? "weights.w13_block_scale" : "weights.w2_block_scale",
-                variant + " has no block scales; set them only for MXFP4 and NVFP4");
-  }
-  if (w.w13_interleaved && !fp4)
-    throw Error("weights.w13_interleaved",
-                variant + " reads w13 as given: reorder interleaved gate/up rows to gate rows "
-                          "then up rows (MXFP4 and NVFP4 reorder them)");
-  if (w.w13_interleaved && c.gemm1_cols() != 2 * c.experts.intermediate)
-    throw Error("weights.w13_interleaved",
-                "needs a gated activation (w13 holds gate and up rows); " +
-                    to_string(c.experts.activation) + " has one set of rows");
-  if (q != QuantVariant::FP8PerTensor && (w.x_scale || w.act_scale))
-    throw Error(w.x_scale ? "weights.x_scale" : "weights.act_scale",
-                variant + " takes no static activation scale (FP8PerTensor only)");
+  check_quant_weight_fields(c, to_weights(w));
 }
 
 // One matrix [rows, cols] of expert e as floats: bf16 values, or e4m3 codes
