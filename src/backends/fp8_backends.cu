@@ -39,16 +39,6 @@ constexpr int kBlock = 128;  // the FP8 scale block along K (and along N for wei
 // Scale arrays' leading dimension: rows rounded up to 4 floats (16 bytes).
 int scales_ld(std::size_t rows) { return static_cast<int>((rows + 3) / 4 * 4); }
 
-GemmEpilogue epilogue_of(Activation a) {
-  switch (a) {
-    case Activation::SwiGLU: return GemmEpilogue::SwiGLU;
-    case Activation::GeGLU: return GemmEpilogue::GeGLU;
-    case Activation::SwiGLUOai: return GemmEpilogue::SwiGLUOai;
-    case Activation::ReLU2: return GemmEpilogue::ReLU2;
-  }
-  throw std::invalid_argument("fp8 backend: unknown activation");
-}
-
 // scales[e, nb, kb] = per_expert[e] for every block of expert e's matrix.
 __global__ void expand_expert_scales_kernel(const float* __restrict__ per_expert, int blocks,
                                             std::size_t total, float* __restrict__ out) {
@@ -264,7 +254,7 @@ class Fp8StreamBackend final : public Fp8Backend {
     p.b_rows = n1_;
     p.k = hidden_;
     p.n_out = inter_;
-    p.epilogue = epilogue_of(config_.experts.activation);
+    p.epilogue = gemm1_epilogue(config_.experts.activation);
     p.up_offset = is_gated(p.epilogue) ? inter_ : 0;
     p.alpha = config_.experts.swiglu_alpha;
     p.limit = config_.experts.swiglu_limit;

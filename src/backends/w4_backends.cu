@@ -27,16 +27,6 @@
 namespace unimoe {
 namespace {
 
-GemmEpilogue epilogue_of(Activation a) {
-  switch (a) {
-    case Activation::SwiGLU: return GemmEpilogue::SwiGLU;
-    case Activation::GeGLU: return GemmEpilogue::GeGLU;
-    case Activation::SwiGLUOai: return GemmEpilogue::SwiGLUOai;
-    case Activation::ReLU2: return GemmEpilogue::ReLU2;
-  }
-  throw std::invalid_argument("w4 backend: unknown activation");
-}
-
 // One matrix's prepared copy: codes [E, rows, cols / 2] and block scales
 // [E, rows, cols / block], in one allocation.
 struct PreparedMatrix {
@@ -119,7 +109,7 @@ class W4StreamBackend final : public ExpertsBackend {
     p.b_rows = n1_;
     p.k = hidden_;
     p.n_out = inter_;
-    p.epilogue = epilogue_of(config_.experts.activation);
+    p.epilogue = gemm1_epilogue(config_.experts.activation);
     p.up_offset = is_gated(p.epilogue) ? inter_ : 0;
     p.alpha = config_.experts.swiglu_alpha;
     p.limit = config_.experts.swiglu_limit;

@@ -5,11 +5,28 @@
 
 #include <cuda_runtime.h>
 
+#include <stdexcept>
+#include <string>
+
 #include "kernels/epilogue/activation.cuh"
+#include "unimoe/unimoe.h"
 
 namespace unimoe {
 
 enum class GemmEpilogue : int { Identity, SwiGLU, GeGLU, SwiGLUOai, ReLU2 };
+
+// GEMM1's epilogue for a config's activation (host code; every backend's
+// GEMM1 applies it). Throws std::invalid_argument for a value outside the enum.
+inline GemmEpilogue gemm1_epilogue(Activation a) {
+  switch (a) {
+    case Activation::SwiGLU: return GemmEpilogue::SwiGLU;
+    case Activation::GeGLU: return GemmEpilogue::GeGLU;
+    case Activation::SwiGLUOai: return GemmEpilogue::SwiGLUOai;
+    case Activation::ReLU2: return GemmEpilogue::ReLU2;
+  }
+  throw std::invalid_argument("gemm1_epilogue: unknown activation " +
+                              std::to_string(static_cast<int>(a)));
+}
 
 // Gated epilogues read a gate and an up value per output column.
 __host__ __device__ constexpr bool is_gated(GemmEpilogue e) {

@@ -383,17 +383,6 @@ void launch_grouped_gemm(GroupedGemmArgs args, const GemmTactic& tactic, int max
   UNIMOE_LAUNCH_CHECK();
 }
 
-GemmEpilogue gemm1_epilogue(Activation act) {
-  switch (act) {
-    case Activation::SwiGLU: return GemmEpilogue::SwiGLU;
-    case Activation::GeGLU: return GemmEpilogue::GeGLU;
-    case Activation::SwiGLUOai: return GemmEpilogue::SwiGLUOai;
-    case Activation::ReLU2: return GemmEpilogue::ReLU2;
-  }
-  throw std::runtime_error("launch_gemm1: unknown activation " +
-                           std::to_string(static_cast<int>(act)));
-}
-
 }  // namespace
 
 const GemmTactic* gemm_tactics(int* count) {
