@@ -17,42 +17,30 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
 #include "core/e4m3.h"
 #include "core/host_device.h"
+#include "core/minifloat.h"
 
 namespace unimoe {
 namespace e2m1_detail {
 
 #if defined(__CUDA_ARCH__)
-__device__ __forceinline__ uint32_t to_bits(float f) { return __float_as_uint(f); }
-__device__ __forceinline__ float from_bits(uint32_t u) { return __uint_as_float(u); }
 __device__ __forceinline__ float div_rn(float a, float b) { return __fdiv_rn(a, b); }
 __device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
 #else
-inline uint32_t to_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-inline float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
 inline float div_rn(float a, float b) { return a / b; }
 inline float mul_rn(float a, float b) { return a * b; }
 #endif
+using minifloat::from_bits;
+using minifloat::to_bits;
 
 constexpr uint32_t kAbsMask = 0x7fffffffu;
 constexpr uint32_t kF32Inf = 0x7f800000u;
 constexpr uint32_t kF32Six = 0x40c00000u;  // 6.0f = 1.5 * 2^2, e2m1's largest value
-constexpr uint32_t kF32One = 0x3f800000u;  // 1.0f, e2m1's smallest normal
-constexpr int kF32ManBits = 23;
+constexpr int kF32ManBits = minifloat::kF32ManBits;
 constexpr int kE2m1ManBits = 1;
-constexpr int kDropBits = kF32ManBits - kE2m1ManBits;      // 22
-constexpr uint32_t kRebias = (127u - 1u) << kE2m1ManBits;  // fp32 bias 127, e2m1 bias 1
+constexpr int kE2m1Bias = 1;
 constexpr uint32_t kE2m1Max = 0x7u;
 constexpr uint32_t kE2m1Sign = 0x8u;
 
@@ -71,31 +59,9 @@ UNIMOE_HD uint8_t encode_e2m1(float v) {
   const uint32_t sign = (u >> 28) & kE2m1Sign;
   const uint32_t a = u & kAbsMask;
   if (a >= kF32Six) return static_cast<uint8_t>(sign | kE2m1Max);  // saturate; inf and NaN too
-  uint32_t code;
-  if (a >= kF32One) {
-    // Normal: drop 22 mantissa bits with RNE on the exponent|mantissa
-    // integer; a mantissa that rounds up carries into the exponent, and
-    // a < 6 keeps the result at or below 6 (code 7).
-    const uint32_t rounded = a + ((1u << (kDropBits - 1)) - 1u) + ((a >> kDropBits) & 1u);
-    code = (rounded >> kDropBits) - kRebias;
-  } else {
-    // Below 1: the multiples of 0.5, code = RNE(a * 2) in 0..2 (2 is 1.0,
-    // the smallest normal). a = sig * 2^(exp - 150) for an fp32 normal, so
-    // a * 2 = sig >> (149 - exp); fp32 subnormals (exp 0) and any shift past
-    // 25 (a * 2 < 1/4) give 0.
-    const uint32_t exp = a >> kF32ManBits;
-    const uint32_t shift = 149u - exp;  // >= 23 here, since exp <= 126
-    if (exp == 0 || shift > 25) {
-      code = 0;
-    } else {
-      const uint32_t sig = (a & 0x7fffffu) | 0x800000u;
-      const uint32_t q = sig >> shift;
-      const uint32_t rem = sig & ((1u << shift) - 1u);
-      const uint32_t half = 1u << (shift - 1);
-      code = q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u);
-    }
-  }
-  return static_cast<uint8_t>(sign | code);
+  // RNE onto e2m1's normals (a < 6 keeps the result at or below 6, code
+  // 7) and, below 1, its multiples of 0.5.
+  return static_cast<uint8_t>(sign | minifloat::round_magnitude<kE2m1ManBits, kE2m1Bias>(a));
 }
 
 // ---- MXFP4 -----------------------------------------------------------------
