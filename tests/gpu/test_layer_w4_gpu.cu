@@ -73,8 +73,8 @@ TEST(LayerW4Gpu, TokenCountsOnOneShape) {
 
 TEST(LayerW4Gpu, OddSizes) {
   UNIMOE_REQUIRE_GPU();
-  // K = 96 and 160: a last step of one and of one lane's 32 values; output
-  // columns odd multiples of 32; E odd.
+  // K = 96 and 160: a step of three lanes' 32 values, and a full step
+  // followed by one of one lane's; output columns odd multiples of 32; E odd.
   for (auto [h, i] : {std::pair{96, 160}, std::pair{160, 96}, std::pair{2880, 2880}}) {
     MoEConfig c = moe_config(RoutingPolicy::Renormalize, 7, 3, h, i);
     for (int t : {1, 5, 19}) check_point(c, t, "uniform");
