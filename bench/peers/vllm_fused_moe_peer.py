@@ -71,9 +71,10 @@ rounded to bf16 as the peer does (a check of the kernels' wiring).
     python3 bench/peers/vllm_fused_moe_peer.py --shapes qwen3-30b-a3b,dsv3-tp8 --quant bf16,fp8_block --tokens 1,64,4096
     python3 bench/peers/vllm_fused_moe_peer.py --dry-run    # the plan, no GPU
 
-Output: one JSON line per (shape, quant, T), flushed as measured, e.g.
+Output: one JSON line per (shape, quant, T), flushed as measured, of the form
     {"peer": "vllm_fused_moe_fp8_block", "shape": "dsv3-tp8", "quant": "fp8_block", "T": 64,
-     "us": 95.1, "us_incl_align": 104.3, "rel_err": 0.03, "config_source": "default", ...}
+     "us": ..., "us_incl_align": ..., "rel_err": ..., "rel_err_emulated": ..., "config": {...},
+     "config_source": "default (no E=256,N=256,...)", "assignment": "aligned", "padded": null, ...}
 A point that fails prints its `error` and the run goes on; the exit status
 is 1 if any point failed. --json FILE also writes every line, with the
 run's provenance, as one JSON document.
