@@ -282,7 +282,7 @@ def moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None, pad
     counts = torch.zeros(num_experts + 1, dtype=torch.int64, device=device)
     counts.scatter_add_(0, ids, torch.ones_like(ids))                         # (E+1,)
     padded = (counts + block_size - 1) // block_size * block_size
-    padded[num_experts] = 0
+    padded[num_experts:].zero_()  # a kernel: an indexed assignment would copy from the host (not in a graph)
     padded_end = torch.cumsum(padded, 0)                                      # (E+1,)
     first = torch.cumsum(counts, 0) - counts                                  # (E+1,) unpadded starts
     order = torch.sort(ids, stable=True).indices                              # (numel,) flat indices by expert
