@@ -69,37 +69,67 @@ fi
 echo "setup: dependencies ready under $DEPS"
 
 # ---- Benchmark peers, in .deps/peers -----------------------------------------
-# bench/peers/oai_mxfp4_peer.py times OpenAI's triton_kernels (matmul_ogs,
-# MXFP4 weights) as vLLM ships it: the copy vendored in the vLLM wheel under
-# vllm/third_party/triton_kernels. Only that folder is kept (pure Python and
-# Triton, a few hundred KB), as .deps/peers/triton_kernels, so that
-# `sys.path.insert(0, ".deps/peers")` makes `import triton_kernels` work on a
-# machine without vLLM; its modules import each other as `triton_kernels.*`.
-# The wheel (about 300 MB) is deleted; SOURCE records its version and sha256.
-# The PyPI project named triton-kernels is unrelated and is not used.
+# The peers under bench/peers run code of the vllm==0.26.0 wheel (about
+# 300 MB, downloaded once, then deleted) without vLLM itself; only the pure
+# Python and Triton files they read are kept:
+#   - .deps/peers/triton_kernels: OpenAI's triton_kernels as vendored in
+#     vllm/third_party/triton_kernels (a few hundred KB), for
+#     oai_mxfp4_peer.py. `sys.path.insert(0, ".deps/peers")` makes
+#     `import triton_kernels` work; its modules import each other as
+#     `triton_kernels.*`. (The PyPI project named triton-kernels is
+#     unrelated and is not used.)
+#   - .deps/peers/vllm_fused_moe: vLLM's Triton fused_moe files at their
+#     wheel paths (fused_moe.py with its tuned configs/ folder, the
+#     fused_moe utils, the FP8 quantization utilities) and the wheel's
+#     LICENSE, about 2 MB, for vllm_fused_moe_peer.py, which reads the
+#     functions it needs from them; they are never imported as `vllm`.
+# SOURCE records the wheel's version and sha256 and the paths kept. A part
+# that is missing is extracted; with both present nothing is fetched.
 if [ "$with_peers" = 1 ]; then
   VLLM_VERSION=0.26.0
   peers="$DEPS/peers"
-  if [ "$(sed -n 's/^vllm==//p' "$peers/SOURCE" 2>/dev/null)" != "$VLLM_VERSION" ] ||
-     [ ! -f "$peers/triton_kernels/matmul_ogs.py" ]; then
-    echo "setup: fetching vllm==$VLLM_VERSION (for its vendored triton_kernels only)"
+  fused_moe_files=(
+    vllm/model_executor/layers/fused_moe/fused_moe.py
+    vllm/model_executor/layers/fused_moe/utils.py
+    'vllm/model_executor/layers/fused_moe/configs/*'
+    vllm/model_executor/layers/quantization/utils/fp8_utils.py
+    vllm/model_executor/layers/quantization/utils/quant_utils.py
+  )
+  same_version=0
+  [ "$(sed -n 's/^vllm==//p' "$peers/SOURCE" 2>/dev/null)" = "$VLLM_VERSION" ] && same_version=1
+  need_tk=1; need_fm=1
+  [ "$same_version" = 1 ] && [ -f "$peers/triton_kernels/matmul_ogs.py" ] && need_tk=0
+  [ "$same_version" = 1 ] && [ -f "$peers/vllm_fused_moe/vllm/model_executor/layers/fused_moe/fused_moe.py" ] && need_fm=0
+  if [ "$need_tk" = 1 ] || [ "$need_fm" = 1 ]; then
+    echo "setup: fetching vllm==$VLLM_VERSION (for its triton_kernels and Triton fused_moe files only)"
     tmp=$(mktemp -d)
     python3 -m pip download -q --no-deps --only-binary=:all: "vllm==$VLLM_VERSION" -d "$tmp"
     whl=$(ls "$tmp"/vllm-"$VLLM_VERSION"-*.whl)
     sha=$(sha256sum "$whl" | cut -d' ' -f1)
-    unzip -q "$whl" 'vllm/third_party/triton_kernels/*' -d "$tmp/x"
-    rm -rf "$peers/triton_kernels"
     mkdir -p "$peers"
-    mv "$tmp/x/vllm/third_party/triton_kernels" "$peers/triton_kernels"
+    if [ "$need_tk" = 1 ]; then
+      unzip -q "$whl" 'vllm/third_party/triton_kernels/*' -d "$tmp/tk"
+      rm -rf "$peers/triton_kernels"
+      mv "$tmp/tk/vllm/third_party/triton_kernels" "$peers/triton_kernels"
+    fi
+    if [ "$need_fm" = 1 ]; then
+      unzip -q "$whl" "${fused_moe_files[@]}" "vllm-$VLLM_VERSION.dist-info/licenses/LICENSE" -d "$tmp/fm"
+      mv "$tmp/fm/vllm-$VLLM_VERSION.dist-info/licenses/LICENSE" "$tmp/fm/LICENSE"
+      rm -rf "$tmp/fm/vllm-$VLLM_VERSION.dist-info"
+      rm -rf "$peers/vllm_fused_moe"
+      mv "$tmp/fm" "$peers/vllm_fused_moe"
+    fi
     {
       echo "vllm==$VLLM_VERSION"
       echo "wheel $(basename "$whl")"
       echo "sha256 $sha"
       echo "path vllm/third_party/triton_kernels"
+      printf 'path %s\n' "${fused_moe_files[@]}"
     } >"$peers/SOURCE"
+    cp "$peers/SOURCE" "$peers/vllm_fused_moe/SOURCE"
     rm -rf "$tmp"
   fi
-  echo "setup: triton_kernels of vllm==$VLLM_VERSION in $peers ($(du -sh "$peers" | cut -f1))"
+  echo "setup: vllm==$VLLM_VERSION's triton_kernels and Triton fused_moe files in $peers ($(du -sh "$peers" | cut -f1))"
 fi
 
 # ---- Python test dependencies, in .venv --------------------------------------

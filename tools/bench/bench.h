@@ -30,6 +30,7 @@ struct Options {
   std::string peer_script;   // torch_peer.py to run side by side ("" = none)
   std::string anchors;       // peer timings JSON to compare against ("" = none)
   std::string mxfp4_peer;    // oai_mxfp4_peer.py to run side by side ("" = none)
+  std::string vllm_peer;     // vllm_fused_moe_peer.py to run side by side ("" = none)
   std::string json_path = "out/bench.json";
   bool autotune = false;     // tune each (shape, T) bucket not in the cache
   std::string tuning_cache;  // JSON cache of winners ("" = none)
@@ -61,6 +62,7 @@ struct RunResult {
   std::string note;    // what the reader must know (reduced size, ...)
   Ceilings ceilings;
   std::vector<Point> points;
+  std::vector<std::string> peer_rows;  // the peer scripts' JSON lines, as printed
 };
 
 // Runs every (shape, T) on the GPU; returns false (and a reason) when no
@@ -86,6 +88,15 @@ void add_anchor_peers(const Options& opt, RunResult& result);
 // and `us_incl_routing_metadata` as "oai_mxfp4_meta" beside each point;
 // a point the peer could not run is reported on stderr.
 void add_mxfp4_peer(const Options& opt, RunResult& result);
+// The vLLM Triton peer (bench/peers/vllm_fused_moe_peer.py) over the run's
+// presets and token counts, once per quant variant it has (BF16 ->
+// bf16, FP8Block128 -> fp8_block, FP8PerTensor -> fp8_tensor; other
+// variants and non-preset shapes are skipped with a line on stderr):
+// its `us` beside each point as the peer it names (e.g.
+// "vllm_fused_moe_fp8_block") and `us_incl_align` as that name + "_align".
+// Both peer scripts' lines go to the run's JSON (peer_rows); a point the
+// peer could not run is reported on stderr.
+void add_vllm_peer(const Options& opt, RunResult& result);
 
 // --routing-sweep: the routing variants over a (policy, E, K, T) grid.
 struct SweepOptions {

@@ -146,6 +146,7 @@ void write_json(const Options& opt, const RunResult& r) {
     if (!p.tuning_log.empty()) row["tuning_log"] = p.tuning_log;
     doc["points"].push_back(row);
   }
+  for (const std::string& line : r.peer_rows) doc["peer_rows"].push_back(nlohmann::json::parse(line));
   write_json_file(doc, opt.json_path);
   std::printf("wrote %s\n", opt.json_path.c_str());
 }
@@ -197,6 +198,9 @@ int main(int argc, char** argv) {
   app.add_option("--mxfp4-peer", opt.mxfp4_peer,
                  "OpenAI triton_kernels MXFP4 peer script to run side by side "
                  "(bench/peers/oai_mxfp4_peer.py; scripts/setup.sh --peers fetches its package)");
+  app.add_option("--vllm-peer", opt.vllm_peer,
+                 "vLLM Triton fused_moe peer script to run side by side, in the run's quant variant "
+                 "(bench/peers/vllm_fused_moe_peer.py; scripts/setup.sh --peers fetches its files)");
   app.add_option("--anchors", opt.anchors, "peer timings JSON to compare against (bench/peers/h200-bf16-peers.json)");
   app.add_option("--json", opt.json_path, "where to write the JSON results")->capture_default_str();
   app.add_flag("--autotune", opt.autotune,
@@ -322,6 +326,7 @@ int main(int argc, char** argv) {
       result.note += " --autotune and --tuning-cache apply to the GPU layer only: ignored.";
     add_torch_peer(opt, result);
     add_mxfp4_peer(opt, result);
+    add_vllm_peer(opt, result);
     add_anchor_peers(opt, result);
     print_table(result);
     write_json(opt, result);
