@@ -123,7 +123,6 @@ class W4StreamBackend final : public ExpertsBackend {
     // GEMM2 reads its schedule and weights before its wait: let it launch
     // once this kernel's loads are out, where the plan overlaps them.
     p.early_dependents = plan.overlap_stream_gemms;
-    p.stages = plan.w4_stages;
     p.tile_m = plan.tile_m;
     launch_w4_stream_gemm(p, KernelStream(stream, plan.pdl));
   }
@@ -146,7 +145,6 @@ class W4StreamBackend final : public ExpertsBackend {
     // any dependent could launch; the finalize launches during the tail.
     p.prefetch_before_wait = plan.read_before_wait;
     p.early_dependents = plan.read_before_wait;
-    p.stages = plan.w4_stages;
     p.tile_m = plan.tile_m;
     launch_w4_stream_gemm(p, KernelStream(stream, plan.pdl));
   }
@@ -164,7 +162,7 @@ class W4StreamBackend final : public ExpertsBackend {
     b13_ = c.take<float>(w.w13_interleaved && w.b13 ? e * n1_ : 0);
   }
 
-  // A prepared row's scale bytes, padded to what the kernel's ring form copies.
+  // A prepared row's scale bytes, padded to what the kernel's rows form copies.
   static int scale_stride(int cols, int block) {
     const int m = w4_scale_stride_multiple;
     return (cols / block + m - 1) / m * m;

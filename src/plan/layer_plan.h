@@ -74,8 +74,6 @@ struct LayerPlan {
   bool read_before_wait = true;
   int stream_max_splits = 0;
   bool stream_one_token = true;
-  // The 4-bit stream kernel's weight loads (W4StreamGemmParams::stages; 0: the rule).
-  int w4_stages = 0;
   // How routing and permute launch (plan_layer fills it).
   RoutingPlan routing;
 

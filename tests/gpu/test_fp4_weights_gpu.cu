@@ -487,6 +487,9 @@ TEST(Fp4WeightsGpu, PrepareBadArguments) {
   DeviceBuffer<uint8_t> src_codes(s.count() / 2 + 16), dst_codes(s.count() / 2 + 16);
   DeviceBuffer<uint8_t> src_scales(s.count() / 16), dst_scales(s.count() / 16);
   DeviceBuffer<float> src_bias(12), dst_bias(12);
+  src_codes.poison(0);  // the cases that pass the checks launch: initialized sources
+  src_scales.poison(0);
+  src_bias.poison(0);
   const auto launch = [](const Fp4PrepareParams& p) { launch_prepare_fp4_weights(p, nullptr); };
   Fp4PrepareParams good;
   good.experts = s.experts;

@@ -1,7 +1,7 @@
 // The W4A16 stream (swap-AB) grouped GEMM (contract: stream_gemm_w4.cuh).
 //
 // A CTA of 8 warps serves one tile of the schedule (one expert, up to 16
-// token rows) and cols_per_cta output columns. A warp owns 16 weight rows,
+// or 64 token rows) and cols_per_cta output columns. A warp owns 16 weight rows,
 // the MMA's M side: fragment rows g (lo) and g + 8 (hi) of lane (g, t) =
 // (lane / 4, lane % 4) are, for a gated GEMM1, gate row c and up row
 // up_offset + c of one output column c, else two output columns. With
@@ -26,14 +26,20 @@
 // MXFP4 codes above 128 (scales of 2 and more) take a second multiply,
 // since 2^126 times their scale is not a bf16; code 255 (NaN) gives NaN.
 //
-// Token rows: a one-row tile (decode: most tiles) stages its row in shared
-// memory once, and every warp reads it there; larger tiles read their rows
-// from global memory (L1/L2) per step, kFrags n8 fragments (8 or 16 rows).
+// Two forms, by the schedule's M tile (W4StreamGemmParams::tile_m):
+// - 16 rows: weights loaded straight into registers, a few steps in
+//   flight. A one-row tile (decode: most tiles) stages its row in shared
+//   memory once, and every warp reads it there; larger tiles read their
+//   rows from global memory (L1/L2) per step, kFrags n8 fragments (8 or 16
+//   rows).
+// - 64 rows (the rows form, below): the CTA stages the tile's token rows in
+//   shared memory step by step, and each warp takes all of K.
 //
 // PDL as the other stream kernels: with prefetch_before_wait (GEMM2, whose
-// schedule and weights are older than the kernel ahead of it) the CTA
-// reads its tile and issues its first weight loads before pdl_begin();
-// otherwise it waits first. Token rows are read after the wait.
+// schedule and weights are older than the kernel ahead of it) the 16-row
+// form reads its tile and issues its first weight loads before
+// pdl_begin(); otherwise it waits first. Token rows are read after the
+// wait.
 #include "kernels/gemm/stream_gemm_w4.cuh"
 
 #include <cuda_bf16.h>
@@ -61,7 +67,6 @@ constexpr int kStepK = 4 * kLaneK;   // K values of one warp step
 constexpr int kMinKPerSplit = 512;
 constexpr int kStepsOneRow = 4;      // steps in flight: one-row tiles (token row in shared memory)
 constexpr int kStepsRows = 2;        // the same for larger tiles (token rows in registers)
-constexpr int kMeasuredStages = 1;   // stages = 0: the register form
 // The rows form (tile_m = kRowsTileM): kRowsStages steps of the tile's token
 // rows (kRowsTileM x kStepK bf16, 16 KB) and of each thread's weights in a
 // ring; every warp covers 16 weight rows over all of K (no K split).
@@ -78,8 +83,6 @@ struct Args {
   int cols_per_cta = 0;
   int n_blocks = 0;
   int scale_stride = 0;  // scale bytes from one B row to the next
-  int stages = 1;        // 1: loads into registers; more: the cp.async ring's depth
-  int x_sm_bytes = 0;    // dynamic shared memory before the ring: a one-row tile's token row
   bool gated = false;
   bool rows_form = false;  // tiles of up to kRowsTileM rows: token rows staged by the CTA
 };
@@ -361,93 +364,27 @@ __device__ __forceinline__ void run_tile(const Args& a, const DeviceTile& tile, 
   finish_tile<kFrags>(a, tile, r, acc, partial);
 }
 
-// The ring form: each thread copies its own code and scale bytes with
-// cp.async into a private ring of kStages steps in shared memory and reads
-// back only what it copied, so the ring needs no barrier: the copy of step
-// s + kStages - 1 is issued before the math of step s, and a warp keeps
-// kStages - 1 steps (16 rows x 64 bytes each) in flight without holding
-// them in registers. A step's scale word holds the 4 lanes' scale bytes of
-// one row (MXFP4: bytes ks / 32 + 0..3; NVFP4: the lane's two bytes at
-// ks / 16 + 2t in the word at ks / 16 + 4 (t / 2)).
-template <int kFrags, int kStages, bool kSmemRow>
-__device__ __forceinline__ void run_tile_ring(const Args& a, const DeviceTile& tile, int block,
-                                              uint16_t* x_sm, uint4* ring_codes,
-                                              uint32_t* ring_scales, float* partial) {
-  const W4StreamGemmParams& p = a.p;
-  const WarpRows r = warp_rows(a, tile, block);
-  const bool mx = p.format == W4Format::MXFP4;
-  const int word_lane = mx ? 0 : 4 * (r.t >> 1);  // the lane's scale word in a step's bytes
-  const int step_scale_bytes = mx ? 4 : 8;
-  const int steps = r.k_end > r.k_begin ? (r.k_end - r.k_begin + kStepK - 1) / kStepK : 0;
-  const int tid = threadIdx.x;
-
-  const auto issue = [&](int step) {
-    if (step < steps) {
-      const int ks = r.k_begin + step * kStepK;
-      const bool in = ks + kLaneK * r.t < r.k_end;
-      const int slot = step % kStages;
-      const size_t byte = static_cast<size_t>(ks) / 2;
-      const uint8_t* sw_lo = r.s_lo + ks / kStepK * step_scale_bytes + word_lane;
-      const uint8_t* sw_hi = r.s_hi + ks / kStepK * step_scale_bytes + word_lane;
-      const bool lo = in && r.lo_ok, hi = in && r.hi_ok;
-      copy_codes(ring_codes + (2 * slot) * kThreads + tid, lo ? r.w_lo + byte : p.b, lo);
-      copy_codes(ring_codes + (2 * slot + 1) * kThreads + tid, hi ? r.w_hi + byte : p.b, hi);
-      copy_word(ring_scales + (2 * slot) * kThreads + tid, lo ? sw_lo : p.b_scales, lo);
-      copy_word(ring_scales + (2 * slot + 1) * kThreads + tid, hi ? sw_hi : p.b_scales, hi);
-    }
-    copy_commit();  // empty past the range: keeps one group per step
-  };
-
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) issue(s);
-  const uint16_t* x_row[kFrags] = {};
-  token_rows<kFrags, kSmemRow>(p, tile, r.g, x_sm, x_row);
-
-  float acc[kFrags][4] = {};
-  const int scale_shift = mx ? 8 * r.t : 16 * (r.t & 1);
-  const uint32_t scale_mask = mx ? 0xffu : 0xffffu;
-  // The token values run one step ahead of the math (registers), so their
-  // L1/L2 latency hides behind the step before.
-  uint4 xv[kFrags][4];
-  token_values<kFrags, kSmemRow>(x_sm, x_row, r.k_begin + kLaneK * r.t, r.k_end, xv);
-#pragma unroll 1
-  for (int step = 0; step < steps; ++step) {
-    issue(step + kStages - 1);
-    const int kk = r.k_begin + step * kStepK + kLaneK * r.t;
-    uint4 xn[kFrags][4];
-    token_values<kFrags, kSmemRow>(x_sm, x_row, kk + kStepK, r.k_end, xn);
-    copy_wait<kStages - 1>();
-    const int slot = step % kStages;
-    const bool in = kk < r.k_end;
-    const uint4 wl = ring_codes[(2 * slot) * kThreads + tid];
-    const uint4 wh = ring_codes[(2 * slot + 1) * kThreads + tid];
-    // Lanes past the K range copied nothing: zero codes, scale 0 (never the
-    // bytes past the row's last scale).
-    const uint32_t sl = in ? (ring_scales[(2 * slot) * kThreads + tid] >> scale_shift) & scale_mask : 0u;
-    const uint32_t sh = in ? (ring_scales[(2 * slot + 1) * kThreads + tid] >> scale_shift) & scale_mask : 0u;
-    uint32_t dlo[16], dhi[16];
-    dequantize(a, wl, sl, dlo);
-    dequantize(a, wh, sh, dhi);
-    mma_load<kFrags>(acc, dlo, dhi, xv);
-#pragma unroll
-    for (int f = 0; f < kFrags; ++f)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) xv[f][q] = xn[f][q];
-  }
-  copy_wait<0>();
-  finish_tile<kFrags>(a, tile, r, acc, partial);
-}
-
-
 // ---- The rows form: tiles of up to 64 token rows -------------------------
 //
 // At 16 rows an expert and more, reading the token rows from L1 per warp
 // (8 warps, each 4 x 16 bytes a fragment and step for 1 KB of weights)
 // costs more than the weights. Here the CTA stages each 128-wide K step of
-// the tile's rows in shared memory once (cp.async, 16 KB), in the same
-// ring as each thread's weight copies, and every warp reads its fragments
-// there: the weights a warp dequantizes are used for every fragment of the
-// tile (up to 8), so a byte of weights feeds up to 64 token rows.
+// the tile's rows in shared memory once (cp.async, 16 KB), and every warp
+// reads its fragments there: the weights a warp dequantizes are used for
+// every fragment of the tile (up to 8), so a byte of weights feeds up to 64
+// token rows. Measured on an H100 against the 16-row form, whole layer
+// (MXFP4): T=512 gpt-oss-120b 1153.7 against 1860.0 us, qwen3-30b-a3b
+// 338.0 against 620.7, dsv3-tp8 638.7 against 864.6; layer_plan.cpp has the
+// rule.
+//
+// Each thread also copies its own weights of a step with cp.async: its two
+// 16-byte code pieces (rows lo and hi) and, per row, the 4-byte word of the
+// step's scales that holds its own (MXFP4: bytes ks / 32 + 0..3, one a
+// lane; NVFP4: the word at ks / 16 + 4 (t / 2), two bytes a lane; the
+// prepared scale rows are padded to 8 bytes). A step's copies (weights and
+// token rows) are one cp.async group; kRowsStages steps are in flight, and
+// one barrier a step both publishes the step's token rows and frees the
+// slot of the step before for the next copies.
 //
 // A row's step is 16 chunks of 16 bytes; chunk c of row r sits at 16-byte
 // slot c ^ ((c >> 3) << 1) ^ (r & 1). A quarter warp reads chunks q, q + 4,
@@ -477,7 +414,7 @@ __device__ __forceinline__ void run_rows_tile(const Args& a, const DeviceTile& t
     if (step < steps) {
       const int ks = step * kStepK;
       const int slot = step % kRowsStages;
-      // Weights: as the ring form.
+      // Weights: zeros past K and past the matrix's rows.
       const bool in = ks + kLaneK * r.t < p.k;
       const size_t byte = static_cast<size_t>(ks) / 2;
       const bool lo = in && r.lo_ok, hi = in && r.hi_ok;
@@ -550,27 +487,11 @@ __device__ __forceinline__ void run_rows_tile(const Args& a, const DeviceTile& t
   finish_tile<kFrags>(a, tile, r, acc, nullptr);
 }
 
-template <int kStages>
-__device__ __forceinline__ void run_ring(const Args& a, const DeviceTile& tile, int block,
-                                         char* smem, float* partial) {
-  uint16_t* x_sm = reinterpret_cast<uint16_t*>(smem);
-  uint4* codes = reinterpret_cast<uint4*>(smem + a.x_sm_bytes);
-  uint32_t* scales = reinterpret_cast<uint32_t*>(codes + 2 * kStages * kThreads);
-  if (tile.rows == 1)
-    run_tile_ring<1, kStages, true>(a, tile, block, x_sm, codes, scales, partial);
-  else if (tile.rows <= 8)
-    run_tile_ring<1, kStages, false>(a, tile, block, x_sm, codes, scales, partial);
-  else
-    run_tile_ring<2, kStages, false>(a, tile, block, x_sm, codes, scales, partial);
-}
-
-// One kernel per form (kForm: 1 the register form, 4/6/8 the ring form of
-// that depth, kRowsTileM the rows form), so that each gets its own register
-// allocation.
+// One kernel per form (kForm: 1 the 16-row form, kRowsTileM the rows
+// form), so that each gets its own register allocation.
 template <int kForm>
 __global__ void __launch_bounds__(kThreads, 2) w4_stream_gemm_kernel(const Args a) {
-  // A one-row tile's token row and the ring form's codes and scale words,
-  // or the rows form's token and weight rings.
+  // A one-row tile's token row, or the rows form's token and weight rings.
   extern __shared__ __align__(16) char smem[];
   const W4StreamGemmParams& p = a.p;
   if (!p.prefetch_before_wait) pdl_begin();
@@ -585,29 +506,19 @@ __global__ void __launch_bounds__(kThreads, 2) w4_stream_gemm_kernel(const Args 
     else run_rows_tile<8>(a, tile, block, smem);
   } else {
     __shared__ float partial[kWarps * 8 * 32];
-    if constexpr (kForm > 1) {
-      run_ring<kForm>(a, tile, block, smem, partial);
-    } else {
-      uint16_t* x_sm = reinterpret_cast<uint16_t*>(smem);
-      if (tile.rows == 1)
-        run_tile<1, kStepsOneRow, true>(a, tile, block, x_sm, partial);
-      else if (tile.rows <= 8)
-        run_tile<1, kStepsRows, false>(a, tile, block, x_sm, partial);
-      else
-        run_tile<2, kStepsRows, false>(a, tile, block, x_sm, partial);
-    }
+    uint16_t* x_sm = reinterpret_cast<uint16_t*>(smem);
+    if (tile.rows == 1)
+      run_tile<1, kStepsOneRow, true>(a, tile, block, x_sm, partial);
+    else if (tile.rows <= 8)
+      run_tile<1, kStepsRows, false>(a, tile, block, x_sm, partial);
+    else
+      run_tile<2, kStepsRows, false>(a, tile, block, x_sm, partial);
   }
 }
 
 using W4Kernel = void (*)(Args);
 W4Kernel kernel_for(const Args& a) {
-  if (a.rows_form) return w4_stream_gemm_kernel<kRowsTileM>;
-  switch (a.stages) {
-    case 4: return w4_stream_gemm_kernel<4>;
-    case 6: return w4_stream_gemm_kernel<6>;
-    case 8: return w4_stream_gemm_kernel<8>;
-    default: return w4_stream_gemm_kernel<1>;
-  }
+  return a.rows_form ? w4_stream_gemm_kernel<kRowsTileM> : w4_stream_gemm_kernel<1>;
 }
 
 void require(bool ok, const std::string& field, const std::string& rule) {
@@ -632,8 +543,6 @@ void validate(const W4StreamGemmParams& p) {
   require(!is_gated(p.epilogue) || up_ok, "up_offset",
           is(p.up_offset) + "the up rows [up_offset, up_offset + n_out) must be B rows");
   require(p.max_tiles >= 0, "max_tiles", is(p.max_tiles) + "must be >= 0");
-  require(p.stages == 0 || p.stages == 1 || p.stages == 4 || p.stages == 6 || p.stages == 8,
-          "stages", is(p.stages) + "allowed: 0 (the measured rule), 1, 4, 6 or 8");
   require(p.tile_m == kStreamTileM || p.tile_m == kRowsTileM, "tile_m",
           is(p.tile_m) + "allowed: " + std::to_string(kStreamTileM) + " or " +
               std::to_string(kRowsTileM));
@@ -682,22 +591,24 @@ void launch_w4_stream_gemm(const W4StreamGemmParams& p, KernelStream stream) {
   a.n_blocks = ceil_div(p.n_out, a.cols_per_cta);
   const int scales_per_row = p.k / w4_block_values(p.format);
   a.scale_stride = p.scale_stride != 0 ? p.scale_stride : scales_per_row;
-  a.stages = a.rows_form ? kRowsStages : p.stages == 0 ? kMeasuredStages : p.stages;
-  require(a.stages == 1 || a.scale_stride % w4_scale_stride_multiple == 0, "scale_stride",
-          "is " + std::to_string(a.scale_stride) + "; the ring form (stages " +
-              std::to_string(a.stages) + ") needs a multiple of " +
+  require(!a.rows_form || a.scale_stride % w4_scale_stride_multiple == 0, "scale_stride",
+          "is " + std::to_string(a.scale_stride) + "; the rows form (tile_m " +
+              std::to_string(kRowsTileM) + ") needs a multiple of " +
               std::to_string(w4_scale_stride_multiple));
   const long long blocks = static_cast<long long>(p.max_tiles) * a.n_blocks;
   require(blocks <= INT_MAX, "max_tiles",
           "x column blocks = " + std::to_string(blocks) + " exceeds the grid limit");
-  // A one-row tile's token row, then the ring: per stage and thread two
-  // 16-byte code pieces and two scale words.
-  a.x_sm_bytes = (p.k * static_cast<int>(sizeof(uint16_t)) + 15) / 16 * 16;
-  const size_t ring = a.stages > 1 ? static_cast<size_t>(a.stages) * 2 * kThreads * (16 + 4) : 0;
-  // The rows form stages its token rows in their own ring instead.
-  const size_t smem = (a.rows_form ? static_cast<size_t>(kRowsStages) * kXStageBytes : a.x_sm_bytes) + ring;
+  // The 16-row form: a one-row tile's token row. The rows form: its token
+  // ring, then per stage and thread two 16-byte code pieces and two scale
+  // words.
+  const size_t smem =
+      a.rows_form ? static_cast<size_t>(kRowsStages) * (kXStageBytes + 2 * kThreads * (16 + 4))
+                  : static_cast<size_t>(p.k) * sizeof(uint16_t);
   const W4Kernel kernel = kernel_for(a);
-  if (smem > 48 * 1024)
+  // Past 48 KB of dynamic and static shared memory together (the 16-row
+  // form's K-split partials are static) a kernel must opt in.
+  const size_t static_smem = a.rows_form ? 0 : sizeof(float) * kWarps * 8 * 32;
+  if (smem + static_smem > 48 * 1024)
     UNIMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(smem)));
   launch_pdl(kernel, static_cast<unsigned>(blocks), kThreads, smem, stream, a);

@@ -30,8 +30,8 @@ struct W4StreamGemmParams {
   // [E_local, b_rows, scale_stride] bytes, the first k / block of each row
   // used: e8m0 (MXFP4) or e4m3 (NVFP4).
   const uint8_t* b_scales = nullptr;
-  // Scale bytes from one B row to the next: 0 means k / block. The ring
-  // form (stages > 1) copies a row's scales 4 bytes at a time and needs a
+  // Scale bytes from one B row to the next: 0 means k / block. The rows
+  // form (tile_m 64) copies a row's scales 4 bytes at a time and needs a
   // stride that is a multiple of w4_scale_stride_multiple.
   int scale_stride = 0;
   const float* b_global = nullptr;   // NVFP4: [E_local] matrix scales; MXFP4: nullptr
@@ -57,10 +57,6 @@ struct W4StreamGemmParams {
   // (only where the schedule is older than the previous kernel: GEMM2).
   bool prefetch_before_wait = false;
   bool early_dependents = false;       // pdl_launch_dependents() once the loads are done
-  // How weights reach registers: 0 the measured rule, 1 straight loads into
-  // registers (a few steps in flight), 4, 6 or 8 a cp.async ring of that
-  // many steps per thread in shared memory.
-  int stages = 0;
 };
 
 // For tile t (t < *num_tiles), row i < rows and column n < n_out:
@@ -76,7 +72,7 @@ void launch_w4_stream_gemm(const W4StreamGemmParams& p, KernelStream stream);
 // that leaves each warp at least 512 values of K.
 int w4_stream_splits(int k);
 
-// The multiple the ring and rows forms need of scale_stride (bytes).
+// The multiple the rows form needs of scale_stride (bytes).
 constexpr int w4_scale_stride_multiple = 8;
 // The rows form's M tile.
 constexpr int w4_rows_tile_m = 64;
