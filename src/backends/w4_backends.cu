@@ -66,6 +66,9 @@ class W4StreamBackend final : public ExpertsBackend {
     WorkspaceCarver real(static_cast<char*>(prepared_));
     carve(real, block, w);
     UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    // The bytes between a row's last scale and the next row's are read by
+    // the kernel's 4-byte scale copies (and ignored): zero them once.
+    UNIMOE_CUDA_CHECK(cudaMemset(prepared_, 0, prepared_bytes_));
     Fp4PrepareParams p13;
     p13.experts = e_local_;
     p13.rows = n1_;
@@ -77,6 +80,7 @@ class W4StreamBackend final : public ExpertsBackend {
     p13.src_bias = w.w13_interleaved ? w.b13 : nullptr;
     p13.dst_codes = w13_.codes;
     p13.dst_scales = w13_.scales;
+    p13.dst_scale_stride = scale_stride(hidden_, block);
     p13.dst_bias = w.w13_interleaved ? b13_ : nullptr;
     launch_prepare_fp4_weights(p13, KernelStream(nullptr, false));
     Fp4PrepareParams p2;
@@ -88,6 +92,7 @@ class W4StreamBackend final : public ExpertsBackend {
     p2.src_scales = w.w2_block_scale;
     p2.dst_codes = w2_.codes;
     p2.dst_scales = w2_.scales;
+    p2.dst_scale_stride = scale_stride(inter_, block);
     launch_prepare_fp4_weights(p2, KernelStream(nullptr, false));
     UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
   }
@@ -104,6 +109,7 @@ class W4StreamBackend final : public ExpertsBackend {
     p.top_k = config_.routing.top_k;
     p.b = w13_.codes;
     p.b_scales = w13_.scales;
+    p.scale_stride = scale_stride(hidden_, w4_block_values(format_));
     p.b_global = format_ == W4Format::NVFP4 ? weights_.w13_scale : nullptr;
     p.bias = weights_.w13_interleaved && weights_.b13 ? b13_ : weights_.b13;
     p.b_rows = n1_;
@@ -117,6 +123,7 @@ class W4StreamBackend final : public ExpertsBackend {
     // GEMM2 reads its schedule and weights before its wait: let it launch
     // once this kernel's loads are out, where the plan overlaps them.
     p.early_dependents = plan.overlap_stream_gemms;
+    p.tile_m = plan.tile_m;
     launch_w4_stream_gemm(p, KernelStream(stream, plan.pdl));
   }
 
@@ -126,6 +133,7 @@ class W4StreamBackend final : public ExpertsBackend {
     p.a = call.act;
     p.b = w2_.codes;
     p.b_scales = w2_.scales;
+    p.scale_stride = scale_stride(inter_, w4_block_values(format_));
     p.b_global = format_ == W4Format::NVFP4 ? weights_.w2_scale : nullptr;
     p.bias = weights_.b2;
     p.b_rows = hidden_;
@@ -137,6 +145,7 @@ class W4StreamBackend final : public ExpertsBackend {
     // any dependent could launch; the finalize launches during the tail.
     p.prefetch_before_wait = plan.read_before_wait;
     p.early_dependents = plan.read_before_wait;
+    p.tile_m = plan.tile_m;
     launch_w4_stream_gemm(p, KernelStream(stream, plan.pdl));
   }
 
@@ -147,10 +156,16 @@ class W4StreamBackend final : public ExpertsBackend {
   void carve(WorkspaceCarver& c, int block, const ExpertWeights& w) {
     const std::size_t e = e_local_;
     w13_.codes = c.take<uint8_t>(e * n1_ * hidden_ / 2);
-    w13_.scales = c.take<uint8_t>(e * n1_ * (hidden_ / block));
+    w13_.scales = c.take<uint8_t>(e * n1_ * scale_stride(hidden_, block));
     w2_.codes = c.take<uint8_t>(e * hidden_ * inter_ / 2);
-    w2_.scales = c.take<uint8_t>(e * hidden_ * (inter_ / block));
+    w2_.scales = c.take<uint8_t>(e * hidden_ * scale_stride(inter_, block));
     b13_ = c.take<float>(w.w13_interleaved && w.b13 ? e * n1_ : 0);
+  }
+
+  // A prepared row's scale bytes, padded to what the kernel's rows form copies.
+  static int scale_stride(int cols, int block) {
+    const int m = w4_scale_stride_multiple;
+    return (cols / block + m - 1) / m * m;
   }
 
   void require_weights() const {

@@ -14,7 +14,7 @@ namespace unimoe {
 namespace {
 
 // How one knob's value is read and checked.
-enum class Kind { Switch, Count, Ctas, Splits, Wide };
+enum class Kind { Switch, Count, Ctas, Splits, TileM, Wide };
 
 struct Knob {
   const char* name;  // lower case, without the UNIMOE_ prefix
@@ -48,6 +48,7 @@ constexpr Knob kKnobs[] = {
     {"stream_one_token", Kind::Switch, &DevOverrides::stream_one_token, nullptr},
     {"stream_max_splits", Kind::Splits, nullptr, &DevOverrides::stream_max_splits},
     {"stream_overlap", Kind::Switch, &DevOverrides::stream_overlap, nullptr},
+    {"w4_tile_m", Kind::TileM, nullptr, &DevOverrides::w4_tile_m},
 };
 
 // UNIMOE_* variables that belong to the scripts and the test programs, not
@@ -107,6 +108,13 @@ void apply(DevOverrides& d, const Knob& k, const std::string& value) {
       const int n = whole_number(k, value, "0 (the measured rule), 1, 2, 4 or 8");
       if (n != 0 && n != 1 && n != 2 && n != 4 && n != 8)
         refuse(k, value, "0 (the measured rule), 1, 2, 4 or 8");
+      d.*k.number = n;
+      return;
+    }
+    case Kind::TileM: {
+      const char* allowed = "0 (the measured rule), 16 or 64";
+      const int n = whole_number(k, value, allowed);
+      if (n != 0 && n != 16 && n != 64) refuse(k, value, allowed);
       d.*k.number = n;
       return;
     }

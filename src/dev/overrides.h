@@ -46,6 +46,7 @@ struct DevOverrides {
   bool stream_one_token = true;  // UNIMOE_STREAM_ONE_TOKEN
   int stream_max_splits = 0;     // UNIMOE_STREAM_MAX_SPLITS: 0 = measured rule, else 1, 2, 4, 8
   bool stream_overlap = true;    // UNIMOE_STREAM_OVERLAP
+  int w4_tile_m = 0;             // UNIMOE_W4_TILE_M: 0 = measured rule, 16 or 64
 
   // Every UNIMOE_* variable above that is set, validated; throws
   // std::invalid_argument naming the variable and the allowed values. An

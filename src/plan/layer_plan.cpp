@@ -138,6 +138,24 @@ bool is_fp8(QuantVariant q) {
 
 bool is_w4(QuantVariant q) { return q == QuantVariant::MXFP4 || q == QuantVariant::NVFP4; }
 
+// The 4-bit stream kernel's M tile: 64-row tiles (its rows form: the CTA
+// stages the tile's token rows in shared memory, each dequantized weight
+// serves every row) from this many rows per local expert, 16-row tiles
+// below. Measured on an H100, whole layer, MXFP4, 64-row against 16-row
+// tiles: at 16 and 32 rows an expert it won every point (T=512:
+// gpt-oss-120b 1153.7 against 1860.0 us, dsv3-tp8 638.7 against 864.6,
+// qwen3-30b-a3b 338.0 against 620.7); at 2 and 4 (T=64) it was mixed
+// (801.0 against 917.4, 408.9 against 421.1, qwen3-30b-a3b 202.8 against
+// 193.1), so the bound sits at the first measured win.
+constexpr double kW4RowsTileRowsPerExpert = 16;
+constexpr int kW4RowsTileM = 64;  // w4_rows_tile_m (kernels/gemm/stream_gemm_w4.cuh)
+
+// The stream path's M tile: 16, or for 4-bit weights the rule above.
+int w4_stream_tile_m(const MoEConfig& config, double per_expert) {
+  return is_w4(config.experts.quant) && per_expert >= kW4RowsTileRowsPerExpert ? kW4RowsTileM
+                                                                                : kStream.tile_m;
+}
+
 }  // namespace
 
 const char* path_name(ExpertsPath p) {
@@ -231,7 +249,7 @@ LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens,
   plan.sm90_fp8 = per_expert < kFp8WideTileRowsPerExpert ? Sm90Fp8GemmTactic::Pingpong64x128
                                                          : Sm90Fp8GemmTactic::Cooperative128x128;
   if (plan.path == ExpertsPath::Stream) {
-    plan.tile_m = kStream.tile_m;
+    plan.tile_m = w4_stream_tile_m(config, per_expert);
     plan.gemm1 = plan.gemm2 = kStream;
   } else {
     plan.tile_m = tile_m_for(per_expert);
@@ -255,7 +273,8 @@ LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens,
     plan.sm90 = tuned->sm90;
     return plan;
   }
-  plan.tile_m = tuned->gemm1.tile_m;
+  plan.tile_m = tuned->path == ExpertsPath::Stream ? w4_stream_tile_m(config, per_expert)
+                                                   : tuned->gemm1.tile_m;
   plan.gemm1 = tuned->gemm1;
   plan.gemm2 = tuned->gemm2;
   return plan;
@@ -365,6 +384,8 @@ LayerPlan plan_layer(const MoEConfig& config, int num_tokens, bool precomputed,
   plan.read_before_wait = dev.stream_overlap;
   plan.stream_max_splits = dev.stream_max_splits;
   plan.stream_one_token = dev.stream_one_token;
+  if (is_w4(config.experts.quant) && plan.path == ExpertsPath::Stream && dev.w4_tile_m != 0)
+    plan.tile_m = dev.w4_tile_m;
   plan.routing = plan_routing(config, num_tokens, precomputed, caps, dev);
   return plan;
 }

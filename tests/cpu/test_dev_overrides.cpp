@@ -43,7 +43,8 @@ TEST(DevOverrides, DefaultsFollowTheMeasuredRules) {
   EXPECT_EQ(d.wide_choice, WideChoice::kMeasured);
   EXPECT_EQ(d.cluster_max_ctas + d.spread_max_ctas + d.spread_from_tokens + d.spread_min_tokens +
                 d.cluster_min_tokens + d.split_batch_min_tokens + d.split_sort_from_topk +
-                d.split_octets_min_tokens + d.split_octet_filter_min_tokens + d.stream_max_splits,
+                d.split_octets_min_tokens + d.split_octet_filter_min_tokens + d.stream_max_splits +
+                d.w4_tile_m,
             0);
   EXPECT_EQ(d.to_string(), "");
 }
@@ -72,7 +73,7 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
     start = end == std::string::npos ? text.size() : end + 1;
   }
   EXPECT_EQ(back, d);
-  EXPECT_EQ(DevOverrides::names().size(), 23u);
+  EXPECT_EQ(DevOverrides::names().size(), 24u);
 }
 
 TEST(DevOverrides, RefusesBadValuesNamingTheVariable) {
@@ -93,6 +94,7 @@ TEST(DevOverrides, RefusesBadValuesNamingTheVariable) {
   refused("spread_max_ctas=-3", "UNIMOE_SPREAD_MAX_CTAS is '-3'");
   refused("spread_from_tokens=12x", "positive integer");
   refused("stream_max_splits=3", "1, 2, 4 or 8");
+  refused("w4_tile_m=32", "16 or 64");
   refused("wide_choice=2", "measured");
   refused("no_such_knob=1", "not name=value with a known name");
   refused("sorted_pair", "not name=value");

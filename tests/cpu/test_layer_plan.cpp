@@ -178,6 +178,10 @@ TEST(LayerPlan, FourBitTakesTheStreamPathOnly) {
     c.experts.quant = q;
     EXPECT_EQ(gpu_unsupported_reason(c), "");
     for (int t : {1, 64, 4096, 16384}) EXPECT_EQ(plan_for_tokens(c, t).path, ExpertsPath::Stream) << t;
+    // 64-row tiles (the kernel's rows form) from 16 rows an expert: E = 128,
+    // K = 4 gives T / 32 rows an expert.
+    for (auto [t, tile_m] : {std::pair{1, 16}, {64, 16}, {511, 16}, {512, 64}, {16384, 64}})
+      EXPECT_EQ(plan_for_tokens(c, t).tile_m, tile_m) << t;
     const DeviceArch hopper{9, 0, 132};
     EXPECT_EQ(backend_unsupported_reason(ExpertsPath::Stream, c, hopper), "");
     for (ExpertsPath p : {ExpertsPath::Mma, ExpertsPath::Cutlass}) {

@@ -12,6 +12,8 @@
 #include "common/test_util.h"
 #include "gpu/gpu_test_util.h"
 #include "kernels/common/fill.cuh"
+#include "dev/overrides.h"
+#include "layer/layer_access.h"
 #include "layer/moe_layer.h"
 #include "ref/ref.h"
 #include "ref/synthetic.h"
@@ -35,16 +37,19 @@ inline std::vector<float> hot_expert_logits(const MoEConfig& c, int t, uint64_t 
 // A layer with synthetic weights that the host can regenerate
 // (support/device_weights.h: bf16, or FP8 codes and scales, for the config's
 // variant). static_scales: FP8PerTensor's static activation scales, which
-// the reference then uses too.
+// the reference then uses too. dev: development overrides for the layer
+// (a forced kernel form), else the defaults.
 class LayerRig {
  public:
-  LayerRig(const MoEConfig& c, int max_tokens, uint64_t seed, bool static_scales = false)
+  LayerRig(const MoEConfig& c, int max_tokens, uint64_t seed, bool static_scales = false,
+           const DevOverrides* dev = nullptr)
       : c_(c), seeds_(ref::seeds_for(seed)), host_weights_(c, seeds_),
         weights_(c, seeds_, nullptr, static_scales) {
     const std::size_t h = c.experts.hidden;
     bias_host_ = ref::host_bias(c, seeds_);
     bias_ = DeviceBuffer<float>(bias_host_);
-    layer_ = MoELayer::create(c, max_tokens);
+    layer_ = dev != nullptr ? layer_access::create(c, max_tokens, *dev)
+                            : MoELayer::create(c, max_tokens);
     layer_->set_weights(weights_.weights());
     x_ = DeviceBuffer<uint16_t>(std::size_t(max_tokens) * h);
     logits_ = DeviceBuffer<float>(std::size_t(max_tokens) * c.routing.num_experts);

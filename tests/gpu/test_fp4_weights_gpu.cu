@@ -357,9 +357,15 @@ TEST(Fp4WeightsGpu, PrepareMatchesHost) {
     for (const bool interleaved : {false, true})
       for (const bool with_bias : {false, true})
         for (const Shape& s : {Shape{3, 6, 32}, Shape{3, 64, 96}, Shape{2, 10, 512}}) {
+          // A padded scale stride on the middle shape (rows of 96 / block
+          // scales, 5 bytes apart more): the padding stays untouched.
+          const int pad = s.cols == 96 ? 5 : 0;
           SCOPED_TRACE("block " + std::to_string(block) + (interleaved ? " interleaved" : "") +
                        (with_bias ? " bias" : "") + " E " + std::to_string(s.experts) + " rows " +
-                       std::to_string(s.rows) + " cols " + std::to_string(s.cols));
+                       std::to_string(s.rows) + " cols " + std::to_string(s.cols) + " scale pad " +
+                       std::to_string(pad));
+          const std::size_t row_scales = s.cols / block, stride = row_scales + pad;
+          const std::size_t all_rows = static_cast<std::size_t>(s.experts) * s.rows;
           const std::vector<uint8_t> codes = random_bytes(s.count() / 2, s.cols + block);
           const std::vector<uint8_t> scales = random_bytes(s.count() / block, s.rows + 7);
           std::vector<float> bias;
@@ -369,7 +375,7 @@ TEST(Fp4WeightsGpu, PrepareMatchesHost) {
           DeviceBuffer<uint8_t> src_codes(codes), src_scales(scales);
           DeviceBuffer<float> src_bias(bias.size());
           if (with_bias) src_bias.upload(bias);
-          DeviceBuffer<uint8_t> dst_codes(codes.size() + kTail), dst_scales(scales.size() + kTail);
+          DeviceBuffer<uint8_t> dst_codes(codes.size() + kTail), dst_scales(all_rows * stride + kTail);
           DeviceBuffer<float> dst_bias(bias.size() + kTail);
           dst_codes.poison();
           dst_scales.poison();
@@ -385,12 +391,18 @@ TEST(Fp4WeightsGpu, PrepareMatchesHost) {
           p.src_bias = with_bias ? src_bias.get() : nullptr;
           p.dst_codes = dst_codes.get();
           p.dst_scales = dst_scales.get();
+          p.dst_scale_stride = pad != 0 ? static_cast<int>(stride) : 0;
           p.dst_bias = with_bias ? dst_bias.get() : nullptr;
           launch_prepare_fp4_weights(p, nullptr);
           UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
           const Prepared want = host_prepare(s, block, interleaved, codes, scales, bias);
           expect_bytes("codes", dst_codes.download(), want.codes);
-          expect_bytes("block scales", dst_scales.download(), want.scales);
+          // Each row's scales at its stride; the poison between rows untouched.
+          std::vector<uint8_t> want_scales(all_rows * stride, kPoisonByte);
+          for (std::size_t r = 0; r < all_rows; ++r)
+            std::copy(want.scales.begin() + r * row_scales, want.scales.begin() + (r + 1) * row_scales,
+                      want_scales.begin() + r * stride);
+          expect_bytes("block scales", dst_scales.download(), want_scales);
           expect_floats("bias", dst_bias.download(), want.bias);  // untouched without a bias
         }
 }
@@ -475,6 +487,9 @@ TEST(Fp4WeightsGpu, PrepareBadArguments) {
   DeviceBuffer<uint8_t> src_codes(s.count() / 2 + 16), dst_codes(s.count() / 2 + 16);
   DeviceBuffer<uint8_t> src_scales(s.count() / 16), dst_scales(s.count() / 16);
   DeviceBuffer<float> src_bias(12), dst_bias(12);
+  src_codes.poison(0);  // the cases that pass the checks launch: initialized sources
+  src_scales.poison(0);
+  src_bias.poison(0);
   const auto launch = [](const Fp4PrepareParams& p) { launch_prepare_fp4_weights(p, nullptr); };
   Fp4PrepareParams good;
   good.experts = s.experts;

@@ -7,7 +7,8 @@
 // local range with off-rank rows, every activation with biases, the
 // gpt-oss and DeepSeek shapes, precomputed routing, CUDA-graph replay with
 // fresh routing, interleaved gate/up checkpoints, block scale codes over
-// their whole range, and the weight checks of set_weights.
+// their whole range, the weight checks of set_weights, and both tile forms
+// of the stream kernel.
 //
 // Metric: relative L2 error of the whole output below kTuningTolerance
 // (1e-2): the kernels dequantize the weights exactly (an e2m1 value times
@@ -44,8 +45,9 @@ using test::LayerRig;
 constexpr double kTolerance = kTuningTolerance;
 constexpr QuantVariant kFormats[] = {QuantVariant::MXFP4, QuantVariant::NVFP4};
 
-// One fresh set of weights and inputs per point, run by each format.
-void check_point(MoEConfig c, int t, const std::string& kind) {
+// One fresh set of weights and inputs per point, run by each format (the
+// layer built with `dev`'s overrides where given).
+void check_point(MoEConfig c, int t, const std::string& kind, const DevOverrides* dev = nullptr) {
   const uint64_t seed = test::fresh_seed();
   const std::vector<float> logits =
       kind == "hot" ? hot_expert_logits(c, t, seed, int(seed % c.routing.num_experts))
@@ -54,7 +56,7 @@ void check_point(MoEConfig c, int t, const std::string& kind) {
     c.experts.quant = q;
     SCOPED_TRACE(c.to_string() + " T=" + std::to_string(t) + " " + kind + " seed " +
                  std::to_string(seed));
-    LayerRig rig(c, t, seed);
+    LayerRig rig(c, t, seed, false, dev);
     rig.load_inputs(t, seed ^ 0xabc, logits);
     rig.layer().forward(rig.args(t), nullptr);
     const double err = rig.error(t, logits);
@@ -78,6 +80,30 @@ TEST(LayerW4Gpu, OddSizes) {
   for (auto [h, i] : {std::pair{96, 160}, std::pair{160, 96}, std::pair{2880, 2880}}) {
     MoEConfig c = moe_config(RoutingPolicy::Renormalize, 7, 3, h, i);
     for (int t : {1, 5, 19}) check_point(c, t, "uniform");
+  }
+}
+
+// Both forms of the stream kernel, forced (development knob w4_tile_m): the
+// 16-row form and the rows form of 64-row tiles, on tiles of 1 to 64 rows,
+// a hot expert (several 64-row tiles), K tails and a gated activation with
+// biases.
+TEST(LayerW4Gpu, BothTileForms) {
+  UNIMOE_REQUIRE_GPU();
+  for (const int tile_m : {16, 64}) {
+    DevOverrides dev;
+    dev.w4_tile_m = tile_m;
+    SCOPED_TRACE(dev.to_string());
+    const MoEConfig c = moe_config(RoutingPolicy::Renormalize, 16, 4, 512, 384);
+    for (int t : {1, 3, 33, 130}) check_point(c, t, "uniform", &dev);
+    check_point(c, 130, "hot", &dev);
+    const MoEConfig odd = moe_config(RoutingPolicy::Renormalize, 7, 3, 160, 96);
+    for (int t : {1, 19}) check_point(odd, t, "uniform", &dev);
+    MoEConfig oai = moe_config(RoutingPolicy::Renormalize, 12, 3, 256, 128);
+    oai.experts.activation = Activation::SwiGLUOai;
+    oai.experts.swiglu_alpha = 1.702f;
+    oai.experts.swiglu_limit = 7.0f;
+    oai.experts.has_bias = true;
+    check_point(oai, 50, "uniform", &dev);
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include "kernels/common/common.cuh"
 #include "kernels/epilogue/grouped_gemm_epilogue.cuh"
+#include "kernels/gemm/stream_gemm.cuh"
 #include "kernels/permute/permute.cuh"
 
 namespace unimoe {
@@ -26,8 +27,13 @@ struct W4StreamGemmParams {
   const int32_t* gather = nullptr;
   int top_k = 1;
   const uint8_t* b = nullptr;        // [E_local, b_rows, k / 2] prepared e2m1
-  // [E_local, b_rows, k / block] bytes: e8m0 (MXFP4) or e4m3 (NVFP4).
+  // [E_local, b_rows, scale_stride] bytes, the first k / block of each row
+  // used: e8m0 (MXFP4) or e4m3 (NVFP4).
   const uint8_t* b_scales = nullptr;
+  // Scale bytes from one B row to the next: 0 means k / block. The rows
+  // form (tile_m 64) copies a row's scales 4 bytes at a time and needs a
+  // stride that is a multiple of w4_scale_stride_multiple.
+  int scale_stride = 0;
   const float* b_global = nullptr;   // NVFP4: [E_local] matrix scales; MXFP4: nullptr
   const float* bias = nullptr;       // [E_local, b_rows] fp32 or nullptr
   int b_rows = 0;                    // B rows per expert: gemm1_cols or H
@@ -38,7 +44,11 @@ struct W4StreamGemmParams {
   int up_offset = 0;                 // gated only (= I)
   GemmEpilogue epilogue = GemmEpilogue::Identity;
   float alpha = 0.0f, limit = 0.0f;  // SwiGLUOai
-  // The permute's tile schedule for tile_m = 16 (kStreamTileM).
+  // The permute's tile schedule and its M tile: kStreamTileM (16; each
+  // warp streams its weights against at most 2 token fragments read from
+  // L1) or w4_rows_tile_m (64; the CTA stages the tile's token rows in
+  // shared memory, each warp takes all of K; for 16 and more rows an expert).
+  int tile_m = kStreamTileM;
   const DeviceTile* tiles = nullptr;
   const int32_t* num_tiles = nullptr;  // CTAs of tiles >= *num_tiles exit at once
   int max_tiles = 0;                   // capacity (sizes the grid)
@@ -61,5 +71,10 @@ void launch_w4_stream_gemm(const W4StreamGemmParams& p, KernelStream stream);
 // The K splits (warps along K) the launcher uses: the largest of 1, 2, 4, 8
 // that leaves each warp at least 512 values of K.
 int w4_stream_splits(int k);
+
+// The multiple the rows form needs of scale_stride (bytes).
+constexpr int w4_scale_stride_multiple = 8;
+// The rows form's M tile.
+constexpr int w4_rows_tile_m = 64;
 
 }  // namespace unimoe

@@ -136,6 +136,7 @@ __global__ void __launch_bounds__(kThreads) prepare_fp4_weights_kernel(Fp4Prepar
   pdl_begin();
   const int64_t row_chunks = p.cols / kPrepareValues;
   const int64_t scales_per_row = p.cols / p.block;
+  const int64_t dst_stride = p.dst_scale_stride != 0 ? p.dst_scale_stride : scales_per_row;
   const int scales_per_chunk = kPrepareValues / p.block;  // 1 or 2
   const int64_t total = static_cast<int64_t>(p.experts) * p.rows * row_chunks;
   const int half = p.rows / 2;
@@ -152,7 +153,7 @@ __global__ void __launch_bounds__(kThreads) prepare_fp4_weights_kernel(Fp4Prepar
     dst[t] = make_uint4(fp4_prepare_word(w.x), fp4_prepare_word(w.y), fp4_prepare_word(w.z),
                         fp4_prepare_word(w.w));
     for (int s = 0; s < scales_per_chunk; ++s)
-      p.dst_scales[row * scales_per_row + q * scales_per_chunk + s] =
+      p.dst_scales[row * dst_stride + q * scales_per_chunk + s] =
           p.src_scales[src_row * scales_per_row + q * scales_per_chunk + s];
     if (q == 0 && p.dst_bias != nullptr) p.dst_bias[row] = p.src_bias[src_row];
   }
@@ -279,6 +280,9 @@ void launch_prepare_fp4_weights(const Fp4PrepareParams& p, KernelStream stream) 
   require(!overlap(p.src_codes, p.dst_codes, code_bytes), kPrepare, "dst_codes", "overlaps src_codes");
   require(p.src_scales != nullptr, kPrepare, "src_scales", "is null");
   require(p.dst_scales != nullptr, kPrepare, "dst_scales", "is null");
+  require(p.dst_scale_stride == 0 || p.dst_scale_stride >= p.cols / p.block, kPrepare,
+          "dst_scale_stride",
+          "is " + std::to_string(p.dst_scale_stride) + "; must be 0 or at least cols / block");
   const int64_t threads = rows * (p.cols / kPrepareValues);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(ceil_div64(threads, kThreads), kPrepareMaxCtas)));
   launch_pdl(prepare_fp4_weights_kernel, grid, kThreads, 0, stream, p);

@@ -80,7 +80,8 @@ struct Fp4PrepareParams {
   const uint8_t* src_scales = nullptr;  // [E, rows, cols / block]
   const float* src_bias = nullptr;      // optional [E, rows]
   uint8_t* dst_codes = nullptr;         // [E, rows, cols / 2], prepared layout, 16-byte aligned
-  uint8_t* dst_scales = nullptr;        // [E, rows, cols / block]
+  uint8_t* dst_scales = nullptr;        // [E, rows, dst_scale_stride], the first cols / block used
+  int dst_scale_stride = 0;             // bytes from one row's scales to the next; 0: cols / block
   float* dst_bias = nullptr;            // [E, rows], set exactly when src_bias is
 };
 
