@@ -70,8 +70,11 @@
 #   W4A16 layer              LayerW4Gpu.OddSizes (K of one lane and of one step,
 #                            every tile path), .ExpertParallelRangeDropsOffRank
 #                            Rows, .InterleavedGateUpMatchesBitForBit,
-#                            .BlockScaleCodesOverTheirRange (both formats);
-#                            racecheck and initcheck: the second and fourth
+#                            .BlockScaleCodesOverTheirRange (both formats),
+#                            .BothTileForms (16-row tiles and the rows form's
+#                            shared-memory ring, forced);
+#                            racecheck and initcheck: the second, fourth and
+#                            fifth
 #   finalize, the layer      LayerGpu.OddSizesAndEveryActivation (every backend
 #                            and activation, b2 in the finalize on cutlass),
 #                            .ExpertParallelRangeDropsOffRankRows, .Precomputed
@@ -116,7 +119,8 @@ readonly kFullFilter="GpuSmoke.*\
 :Fp4WeightsGpu.SpecialValues:Fp4WeightsGpu.EmptyShapes:Fp4WeightsGpu.PrepareMatchesHost\
 :Fp4WeightsGpu.QuantizeBadArguments:Fp4WeightsGpu.PrepareBadArguments\
 :LayerW4Gpu.OddSizes:LayerW4Gpu.ExpertParallelRangeDropsOffRankRows\
-:LayerW4Gpu.InterleavedGateUpMatchesBitForBit:LayerW4Gpu.BlockScaleCodesOverTheirRange"
+:LayerW4Gpu.InterleavedGateUpMatchesBitForBit:LayerW4Gpu.BlockScaleCodesOverTheirRange\
+:LayerW4Gpu.BothTileForms"
 readonly kRacecheckFilter="PermuteGpu.GraphReplayOfRoutingAndPermute\
 :FusedRoutingGpu.ClusterWaysAtTheirBound:FusedRoutingGpu.ClusterOfTwoGraphReplayWithNewLogits\
 :GroupedGemm.OddSizesEveryActivation:GroupedGemm.StreamOneTokenTilesAtEveryKSplit\
@@ -125,7 +129,8 @@ readonly kRacecheckFilter="PermuteGpu.GraphReplayOfRoutingAndPermute\
 :Fp8QuantGpu.RowsSpecialValues:Fp8QuantGpu.TensorSpecialValues:Fp8WeightsGpu.SpecialValues\
 :Shapes/Sm90Fp8GroupedGemmTest.*/4:Fp8StreamGemm.GraphReplaysForTwoSchedules:Fp8RowsGpu.*\
 :LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows\
-:LayerW4Gpu.ExpertParallelRangeDropsOffRankRows:LayerW4Gpu.BlockScaleCodesOverTheirRange"
+:LayerW4Gpu.ExpertParallelRangeDropsOffRankRows:LayerW4Gpu.BlockScaleCodesOverTheirRange\
+:LayerW4Gpu.BothTileForms"
 # initcheck, which tracks every byte of device memory, runs the racecheck
 # filter and the CUTLASS workspace's and the gather's tests (the whole
 # filter took over 140 s on an H100, mostly in the layer tests at H=2048).
