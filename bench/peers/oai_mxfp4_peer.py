@@ -65,11 +65,12 @@ with the run's provenance, as one JSON document.
 import argparse
 import json
 import math
-import statistics
 import sys
 import traceback
 from pathlib import Path
 from typing import NamedTuple
+
+from peer_util import expected_hit_experts, parse_names, parse_tokens, round_up, time_graph
 
 VLLM_VERSION = "0.26.0"
 PEER = "oai_mxfp4_w4a16"
@@ -109,10 +110,6 @@ SHAPES = {
 }
 
 
-def round_up(x, m):
-    return (x + m - 1) // m * m
-
-
 class Padded(NamedTuple):
     hidden: int
     intermediate: int
@@ -146,12 +143,6 @@ def expert_bytes(pad):
     return w13 + w2
 
 
-def expected_hit_experts(shape, tokens):
-    """Experts hit by `tokens` tokens of uniform top-K routing, on average."""
-    e, k = shape.experts, shape.top_k
-    return e * (1.0 - (1.0 - k / e) ** tokens)
-
-
 def weight_copies(shape, pad, tokens, l2_bytes, max_copies, budget_bytes):
     """Copies of the weights so that, between two uses of one copy, the
     other copies' touched experts pass at least 2x L2; the smallest T
@@ -164,22 +155,8 @@ def weight_copies(shape, pad, tokens, l2_bytes, max_copies, budget_bytes):
     return copies, copies >= want
 
 
-def parse_tokens(text):
-    try:
-        counts = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        counts = []
-    if not counts or min(counts) < 1:
-        raise argparse.ArgumentTypeError(f"token counts must be positive integers, comma-separated: {text!r}")
-    return counts
-
-
 def parse_shapes(text):
-    names = [s.strip() for s in text.split(",") if s.strip()]
-    unknown = [n for n in names if n not in SHAPES]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(f"unknown shape(s) {unknown or text!r}; known: {', '.join(SHAPES)}")
-    return names
+    return parse_names(text, SHAPES, "shape(s)")
 
 
 def import_triton_kernels(deps):
@@ -416,31 +393,6 @@ def reference(torch, shape, pad, raw, x, ids, weights):
 
 
 # ---- timing --------------------------------------------------------------------
-
-
-def time_graph(torch, body, replays, warmup):
-    """Median ms of one replay of a CUDA graph of body()."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            body()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        body()
-    for _ in range(warmup):
-        graph.replay()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
-    for start, end in events:
-        start.record()
-        graph.replay()
-        end.record()
-    torch.cuda.synchronize()
-    ms = statistics.median(s.elapsed_time(e) for s, e in events)
-    del graph
-    return ms
 
 
 def run_shape(tk, torch, name, args, device, emit):

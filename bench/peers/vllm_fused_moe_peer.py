@@ -87,12 +87,13 @@ import json
 import math
 import os
 import re
-import statistics
 import sys
 import traceback
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, NamedTuple
+
+from peer_util import expected_hit_experts, parse_names, parse_tokens, round_up, time_graph
 
 try:  # PyTorch and Triton are needed to run; --help and the plan work without them
     import torch
@@ -174,10 +175,6 @@ def steps(quant, shape):
     return {"from_vllm": vllm, "pytorch_stand_ins": stand_ins}
 
 
-def round_up(x, m):
-    return (x + m - 1) // m * m
-
-
 class Padded(NamedTuple):
     hidden: int
     intermediate: int
@@ -213,12 +210,6 @@ def expert_bytes(shape, pad, quant):
     return values
 
 
-def expected_hit_experts(shape, tokens):
-    """Experts hit by `tokens` tokens of uniform top-K routing, on average."""
-    e, k = shape.experts, shape.top_k
-    return e * (1.0 - (1.0 - k / e) ** tokens)
-
-
 def weight_copies(shape, pad, quant, tokens, l2_bytes, max_copies, budget_bytes):
     """Copies of the weights such that one pass over them reads at least 2x
     L2 (the bytes read between two reads of one weight line); the smallest T
@@ -229,24 +220,6 @@ def weight_copies(shape, pad, quant, tokens, l2_bytes, max_copies, budget_bytes)
     fit = max(1, int(budget_bytes // per_copy)) if budget_bytes else want
     copies = max(1, min(want, max_copies, fit))
     return copies, copies >= want
-
-
-def parse_list(text, known, what):
-    names = [s.strip() for s in text.split(",") if s.strip()]
-    unknown = [n for n in names if n not in known]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(f"unknown {what} {unknown or text!r}; known: {', '.join(known)}")
-    return names
-
-
-def parse_tokens(text):
-    try:
-        counts = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        counts = []
-    if not counts or min(counts) < 1:
-        raise argparse.ArgumentTypeError(f"token counts must be positive integers, comma-separated: {text!r}")
-    return counts
 
 
 # ---- the alignment (vLLM's is a _C op) ------------------------------------------
@@ -628,31 +601,6 @@ def make_buffers(shape, pad, quant, tokens, seed, device):
 # ---- timing --------------------------------------------------------------------
 
 
-def time_graph(body, replays, warmup):
-    """Median ms of one replay of a CUDA graph of body()."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            body()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        body()
-    for _ in range(warmup):
-        graph.replay()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(replays)]
-    for start, end in events:
-        start.record()
-        graph.replay()
-        end.record()
-    torch.cuda.synchronize()
-    ms = statistics.median(s.elapsed_time(e) for s, e in events)
-    del graph
-    return ms
-
-
 def run_point(v, shape, pad, quant, weights, tokens, args, device):
     bufs = make_buffers(shape, pad, quant, tokens, args.seed, device)
     config, source = choose_config(v, shape, pad, quant, tokens)
@@ -676,8 +624,8 @@ def run_point(v, shape, pad, quant, weights, tokens, args, device):
             experts_forward(v, shape, quant, config, w, assignment(v, shape, quant, config, bufs), bufs)
 
     copies = len(weights)
-    us = time_graph(experts_only, args.replays, args.warmup) * 1e3 / copies
-    us_align = time_graph(with_align, args.replays, args.warmup) * 1e3 / copies
+    us = time_graph(torch, experts_only, args.replays, args.warmup) * 1e3 / copies
+    us_align = time_graph(torch, with_align, args.replays, args.warmup) * 1e3 / copies
     return {"T": tokens, "us": round(us, 1), "us_incl_align": round(us_align, 1), "rel_err": rel_err,
             "rel_err_emulated": rel_emulated, "checked_tokens": n, "config": config,
             "config_source": source, "assignment": "naive" if naive_assignment(shape, tokens) else "aligned"}
@@ -779,9 +727,9 @@ def main(argv):
                     f"its tuned configs) on an sm_90 GPU; one JSON line per (shape, quant, T).",
         epilog="Needs `scripts/setup.sh --peers` (vLLM's files under .deps/peers), PyTorch and Triton; "
                "not the vllm package.")
-    ap.add_argument("--shapes", type=lambda s: parse_list(s, SHAPES, "shape(s)"), default=DEFAULT_SHAPES.split(","),
+    ap.add_argument("--shapes", type=lambda s: parse_names(s, SHAPES, "shape(s)"), default=DEFAULT_SHAPES.split(","),
                     help=f"presets, comma-separated (default {DEFAULT_SHAPES}; known: {', '.join(SHAPES)})")
-    ap.add_argument("--quant", type=lambda s: parse_list(s, QUANTS, "quant(s)"), default=DEFAULT_QUANTS.split(","),
+    ap.add_argument("--quant", type=lambda s: parse_names(s, QUANTS, "quant(s)"), default=DEFAULT_QUANTS.split(","),
                     help=f"variants, comma-separated (default {DEFAULT_QUANTS})")
     ap.add_argument("--tokens", type=parse_tokens, default=parse_tokens(DEFAULT_TOKENS),
                     help=f"token counts T, comma-separated (default {DEFAULT_TOKENS})")

@@ -4,29 +4,19 @@ presets, the padding and weight-copy rules, and, where PyTorch and the
 vendored triton_kernels (.deps/peers) are present, its dequantization against
 the library's and its Hopper weight conversion against the library's."""
 import os
-import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "bench", "peers"))
 import oai_mxfp4_peer as peer  # noqa: E402
+from presets_cpp import presets_from_cpp  # noqa: E402
 
 
 def check(cond, what):
     if not cond:
         print("FAILED:", what)
         sys.exit(1)
-
-
-def presets_from_cpp():
-    """name -> (E, H, I, K) from tools/bench/support/presets.cpp."""
-    text = open(os.path.join(ROOT, "tools", "bench", "support", "presets.cpp")).read()
-    found = {}
-    for m in re.finditer(r'\{"([\w.-]+)", "[^"]*",[^{]*?make\(P::\w+, (\d+), (\d+), (\d+), (\d+)\)', text):
-        name, e, h, i, k = m.group(1), *map(int, m.groups()[1:])
-        found[name] = (e, h, i, k)
-    return found
 
 
 def main():

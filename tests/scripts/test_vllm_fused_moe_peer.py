@@ -9,7 +9,6 @@ again under the repository's .venv (scripts/setup.sh --python) where that
 has it; the checks that need what is absent are skipped with a message."""
 import json
 import os
-import re
 import subprocess
 import sys
 
@@ -18,22 +17,13 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 PEER = os.path.join(ROOT, "bench", "peers", "vllm_fused_moe_peer.py")
 sys.path.insert(0, os.path.dirname(PEER))
 import vllm_fused_moe_peer as peer  # noqa: E402
+from presets_cpp import presets_from_cpp  # noqa: E402
 
 
 def check(cond, what):
     if not cond:
         print("FAILED:", what)
         sys.exit(1)
-
-
-def presets_from_cpp():
-    """name -> (E, H, I, K) from tools/bench/support/presets.cpp."""
-    text = open(os.path.join(ROOT, "tools", "bench", "support", "presets.cpp")).read()
-    found = {}
-    for m in re.finditer(r'\{"([\w.-]+)", "[^"]*",[^{]*?make\(P::\w+, (\d+), (\d+), (\d+), (\d+)\)', text):
-        name, e, h, i, k = m.group(1), *map(int, m.groups()[1:])
-        found[name] = (e, h, i, k)
-    return found
 
 
 def reference_align(ids, block, experts):
