@@ -60,3 +60,26 @@ def time_graph(torch, body, replays, warmup):
     ms = statistics.median(s.elapsed_time(e) for s, e in events)
     del graph
     return ms
+
+
+def add_timing_arguments(ap, reference="the fp32 reference"):
+    """The options both Triton peers take: replays, warm-up, checked tokens,
+    seed, weight copies and their memory, the JSON file, the dry run's L2
+    size and tracebacks. check_timing_arguments validates them."""
+    ap.add_argument("--replays", type=int, default=50,
+                    help="timed graph replays per figure; the median is kept (default 50)")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed replays first (default 5)")
+    ap.add_argument("--check-tokens", type=int, default=16,
+                    help=f"tokens compared with {reference} (default 16)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of weights, inputs and routing (default 0)")
+    ap.add_argument("--max-copies", type=int, default=16, help="most weight copies rotated through L2 (default 16)")
+    ap.add_argument("--weight-budget-gib", type=float, default=0.0,
+                    help="GPU memory the weight copies may take (default: half the free memory)")
+    ap.add_argument("--json", metavar="FILE", help="also write all points, with provenance, to FILE")
+    ap.add_argument("--l2-mib", type=float, default=50.0, help="L2 size the dry run assumes (default 50, an H100)")
+    ap.add_argument("--verbose", action="store_true", help="print a failing point's traceback to stderr")
+
+
+def check_timing_arguments(ap, args):
+    if min(args.replays, args.check_tokens, args.max_copies) < 1 or args.warmup < 0:
+        ap.error("--replays, --check-tokens and --max-copies must be >= 1, --warmup >= 0")

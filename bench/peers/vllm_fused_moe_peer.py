@@ -93,7 +93,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, NamedTuple
 
-from peer_util import expected_hit_experts, parse_names, parse_tokens, round_up, time_graph
+from peer_util import (add_timing_arguments, check_timing_arguments, expected_hit_experts, parse_names,
+                       parse_tokens, round_up, time_graph)
 
 try:  # PyTorch and Triton are needed to run; --help and the plan work without them
     import torch
@@ -733,29 +734,17 @@ def main(argv):
                     help=f"variants, comma-separated (default {DEFAULT_QUANTS})")
     ap.add_argument("--tokens", type=parse_tokens, default=parse_tokens(DEFAULT_TOKENS),
                     help=f"token counts T, comma-separated (default {DEFAULT_TOKENS})")
-    ap.add_argument("--replays", type=int, default=50,
-                    help="timed graph replays per figure; the median is kept (default 50)")
-    ap.add_argument("--warmup", type=int, default=5, help="untimed replays first (default 5)")
-    ap.add_argument("--check-tokens", type=int, default=16,
-                    help="tokens compared with the fp32 references (default 16)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of weights, inputs and routing (default 0)")
-    ap.add_argument("--max-copies", type=int, default=16, help="most weight copies rotated through L2 (default 16)")
-    ap.add_argument("--weight-budget-gib", type=float, default=0.0,
-                    help="GPU memory the weight copies may take (default: half the free memory)")
     ap.add_argument("--device-name", default="",
                     help="the card name for vLLM's config lookup (default: the GPU's; the dry run assumes "
                          f"{DRY_RUN_DEVICE})")
     ap.add_argument("--deps", default=str(DEFAULT_DEPS),
                     help=f"folder holding {VLLM_FILES}/ (default: the repository's .deps/peers)")
-    ap.add_argument("--json", metavar="FILE", help="also write all points, with provenance, to FILE")
     ap.add_argument("--dry-run", action="store_true",
                     help="print the plan (padding, weight copies, each T's config and its source, which steps "
                          "are vLLM's), load vLLM's files and check the alignment on the CPU; no GPU needed")
-    ap.add_argument("--l2-mib", type=float, default=50.0, help="L2 size the dry run assumes (default 50, an H100)")
-    ap.add_argument("--verbose", action="store_true", help="print a failing point's traceback to stderr")
+    add_timing_arguments(ap, "the fp32 references")
     args = ap.parse_args(argv)
-    if min(args.replays, args.check_tokens, args.max_copies) < 1 or args.warmup < 0:
-        ap.error("--replays, --check-tokens and --max-copies must be >= 1, --warmup >= 0")
+    check_timing_arguments(ap, args)
 
     if args.dry_run:
         return dry_run(args)
