@@ -75,6 +75,12 @@
 #                            shared-memory ring, forced);
 #                            racecheck and initcheck: the second, fourth and
 #                            fifth
+#   GEMM2 gate, combine      Gemm2GateGpu.ExpertParallelRangeAndFewTilesSplittingK
+#                            (the combine's K splits, off-rank rows), .Precomputed
+#                            RoutingThroughTheGate, .CombinePathLeavesTheExpert
+#                            RowsPoisoned, .OneGraphTakesBothPathsAsTheRouting
+#                            Changes (the gate and both paths in one graph);
+#                            racecheck and initcheck: the first two
 #   finalize, the layer      LayerGpu.OddSizesAndEveryActivation (every backend
 #                            and activation, b2 in the finalize on cutlass),
 #                            .ExpertParallelRangeDropsOffRankRows, .Precomputed
@@ -120,7 +126,9 @@ readonly kFullFilter="GpuSmoke.*\
 :Fp4WeightsGpu.QuantizeBadArguments:Fp4WeightsGpu.PrepareBadArguments\
 :LayerW4Gpu.OddSizes:LayerW4Gpu.ExpertParallelRangeDropsOffRankRows\
 :LayerW4Gpu.InterleavedGateUpMatchesBitForBit:LayerW4Gpu.BlockScaleCodesOverTheirRange\
-:LayerW4Gpu.BothTileForms"
+:LayerW4Gpu.BothTileForms\
+:Gemm2GateGpu.ExpertParallelRangeAndFewTilesSplittingK:Gemm2GateGpu.PrecomputedRoutingThroughTheGate\
+:Gemm2GateGpu.CombinePathLeavesTheExpertRowsPoisoned:Gemm2GateGpu.OneGraphTakesBothPathsAsTheRoutingChanges"
 readonly kRacecheckFilter="PermuteGpu.GraphReplayOfRoutingAndPermute\
 :FusedRoutingGpu.ClusterWaysAtTheirBound:FusedRoutingGpu.ClusterOfTwoGraphReplayWithNewLogits\
 :GroupedGemm.OddSizesEveryActivation:GroupedGemm.StreamOneTokenTilesAtEveryKSplit\
@@ -130,7 +138,8 @@ readonly kRacecheckFilter="PermuteGpu.GraphReplayOfRoutingAndPermute\
 :Shapes/Sm90Fp8GroupedGemmTest.*/4:Fp8StreamGemm.GraphReplaysForTwoSchedules:Fp8RowsGpu.*\
 :LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows\
 :LayerW4Gpu.ExpertParallelRangeDropsOffRankRows:LayerW4Gpu.BlockScaleCodesOverTheirRange\
-:LayerW4Gpu.BothTileForms"
+:LayerW4Gpu.BothTileForms\
+:Gemm2GateGpu.ExpertParallelRangeAndFewTilesSplittingK:Gemm2GateGpu.PrecomputedRoutingThroughTheGate"
 # initcheck, which tracks every byte of device memory, runs the racecheck
 # filter and the CUTLASS workspace's and the gather's tests (the whole
 # filter took over 140 s on an H100, mostly in the layer tests at H=2048).

@@ -14,7 +14,7 @@ namespace unimoe {
 namespace {
 
 // How one knob's value is read and checked.
-enum class Kind { Switch, Count, Ctas, Splits, TileM, Wide };
+enum class Kind { Switch, Count, Ctas, Splits, TileM, Wide, Gemm2 };
 
 struct Knob {
   const char* name;  // lower case, without the UNIMOE_ prefix
@@ -49,6 +49,7 @@ constexpr Knob kKnobs[] = {
     {"stream_max_splits", Kind::Splits, nullptr, &DevOverrides::stream_max_splits},
     {"stream_overlap", Kind::Switch, &DevOverrides::stream_overlap, nullptr},
     {"w4_tile_m", Kind::TileM, nullptr, &DevOverrides::w4_tile_m},
+    {"gemm2_path", Kind::Gemm2, nullptr, nullptr},
 };
 
 // UNIMOE_* variables that belong to the scripts and the test programs, not
@@ -129,12 +130,30 @@ void apply(DevOverrides& d, const Knob& k, const std::string& value) {
         refuse(k, value, "0 (never), 1 (wherever it serves) or measured (the default)");
       }
       return;
+    case Kind::Gemm2:
+      if (value == "auto") {
+        d.gemm2_path = DevGemm2Path::kRule;
+      } else if (value == "expert") {
+        d.gemm2_path = DevGemm2Path::kExpert;
+      } else if (value == "combine") {
+        d.gemm2_path = DevGemm2Path::kCombine;
+      } else if (value == "gate") {
+        d.gemm2_path = DevGemm2Path::kGate;
+      } else {
+        refuse(k, value, "auto (the rule, the default), expert, combine or gate");
+      }
+      return;
   }
 }
 
 std::string value_of(const DevOverrides& d, const Knob& k) {
   switch (k.kind) {
     case Kind::Switch: return d.*k.flag ? "1" : "0";
+    case Kind::Gemm2:
+      return d.gemm2_path == DevGemm2Path::kExpert    ? "expert"
+             : d.gemm2_path == DevGemm2Path::kCombine ? "combine"
+             : d.gemm2_path == DevGemm2Path::kGate    ? "gate"
+                                                      : "auto";
     case Kind::Wide:
       return d.wide_choice == WideChoice::kOff        ? "0"
              : d.wide_choice == WideChoice::kEverywhere ? "1"

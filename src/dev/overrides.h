@@ -19,6 +19,10 @@ namespace unimoe {
 // wherever it serves.
 enum class WideChoice { kMeasured, kOff, kEverywhere };
 
+// GEMM2's path where the combine path serves (plan/gemm2_gate.h): the
+// rule's, the expert path alone, the combine path alone, or the gate.
+enum class DevGemm2Path { kRule, kExpert, kCombine, kGate };
+
 struct DevOverrides {
   // ---- routing: the fused, cluster and spread kernels
   bool sorted_pair = true;       // UNIMOE_SORTED_PAIR: 33..64 rows by one warp's sort
@@ -47,6 +51,7 @@ struct DevOverrides {
   int stream_max_splits = 0;     // UNIMOE_STREAM_MAX_SPLITS: 0 = measured rule, else 1, 2, 4, 8
   bool stream_overlap = true;    // UNIMOE_STREAM_OVERLAP
   int w4_tile_m = 0;             // UNIMOE_W4_TILE_M: 0 = measured rule, 16 or 64
+  DevGemm2Path gemm2_path = DevGemm2Path::kRule;  // UNIMOE_GEMM2_PATH: auto, expert, combine, gate
 
   // Every UNIMOE_* variable above that is set, validated; throws
   // std::invalid_argument naming the variable and the allowed values. An

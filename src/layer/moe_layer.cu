@@ -12,6 +12,7 @@
 #include "core/weight_fields.h"
 #include "kernels/common/common.cuh"
 #include "kernels/routing/fused_routing.cuh"
+#include "kernels/gemm/gemm2_combine.cuh"
 #include "kernels/gemm/grouped_gemm.cuh"
 #include "kernels/routing/routing.cuh"
 #include "layer/layer_access.h"
@@ -52,6 +53,7 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens, const DevOve
   if (const std::string why = gpu_unsupported_reason(config_); !why.empty())
     throw std::runtime_error(why);
   sm_count_ = current_device_sm_count();
+  gate_model_ = gemm2_gate_model(config_, sm_count_);
   probe_routing_device_caps(config_.routing, routing_caps_);
   if (config_.options.backend != "auto") {
     const ExpertsPath forced = parse_experts_path(config_.options.backend);
@@ -77,6 +79,7 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens, const DevOve
     const bool fp8 = quant == QuantVariant::FP8Block128 || quant == QuantVariant::FP8PerTensor;
     act_ = c.take<uint16_t>(fp8 ? 0 : rows * config_.experts.intermediate);
     y_ = c.take<uint16_t>(rows * config_.experts.hidden);
+    gate_record_ = c.take<Gemm2GateRecord>(1);
     permute_scratch_ = c.take<char>(permute_scratch_bytes(max_tokens, k, e_local));
   };
   WorkspaceCarver dry(nullptr);
@@ -341,6 +344,15 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
     }
     case Stage::Permute: {
       launch_permute_stage(permute_params(), plan.routing, chain);
+      if (plan.gemm2_mode == Gemm2Mode::Gate && t > 0) {
+        Gemm2GateParams g;
+        g.expert_counts = expert_counts_;
+        g.num_local = e_local;
+        g.num_tiles = num_tiles_;
+        g.model = gate_model_;
+        g.record = gate_record_;
+        launch_gemm2_gate(g, chain);
+      }
       return;
     }
     case Stage::Gemm1: {
@@ -350,12 +362,33 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
     }
     case Stage::Gemm2: {
       if (t == 0) return;
-      backend_for(plan.path).run_gemm2(experts_call(), plan, stream);
+      if (plan.gemm2_mode != Gemm2Mode::Expert) {
+        CombineGemm2Params c;
+        c.act = act_;
+        c.w2 = static_cast<const uint16_t*>(weights_.w2);
+        c.b2 = weights_.b2;
+        c.tiles = tiles_;
+        c.num_tiles = plan.gemm2_mode == Gemm2Mode::Gate ? &gate_record_->combine_tiles : num_tiles_;
+        c.expanded_to_permuted = expanded_to_permuted_;
+        c.topk_weights = weights;
+        c.num_tokens = t;
+        c.top_k = k;
+        c.hidden = config_.experts.hidden;
+        c.intermediate = config_.experts.intermediate;
+        c.out = static_cast<uint16_t*>(a.out);
+        // Gated: the expert path's GEMM2 follows and launches at once.
+        launch_combine_gemm2(c, plan.gemm2_mode == Gemm2Mode::Gate, chain);
+      }
+      if (plan.gemm2_mode == Gemm2Mode::Combine) return;
+      ExpertsCall call = experts_call();
+      if (plan.gemm2_mode == Gemm2Mode::Gate) call.num_tiles = &gate_record_->expert_tiles;
+      backend_for(plan.path).run_gemm2(call, plan, stream);
       return;
     }
     case Stage::Finalize: {
-      if (t == 0) return;
+      if (t == 0 || plan.gemm2_mode == Gemm2Mode::Combine) return;
       FinalizeParams p;
+      if (plan.gemm2_mode == Gemm2Mode::Gate) p.enabled = &gate_record_->finalize;
       p.y = y_;
       p.expanded_to_permuted = expanded_to_permuted_;
       p.topk_weights = weights;

@@ -4,6 +4,10 @@
 // launch chain
 //   routing -> permute -> gemm1 -> gemm2 -> finalize,
 // where the plan's backend runs gemm1 and gemm2 and the layer the rest.
+// Where the plan gates GEMM2 (plan/gemm2_gate.h) the chain is
+//   routing -> permute, gate -> gemm1 -> combine, gemm2 -> finalize
+// with every kernel launched on every call and the gate's record telling
+// the unchosen path's kernels to return at once.
 // Each stage can also be launched alone, so that the benchmark can time it.
 #pragma once
 
@@ -88,6 +92,16 @@ class MoELayerImpl final : public MoELayer {
   // Device copies of the routing result of the last forward, for tests and
   // the benchmark's active-expert count.
   const int32_t* expert_counts() const { return expert_counts_; }
+  // The GEMM2 gate's record of the last gated forward (device memory), for
+  // tests and the benchmark; its contents are unset before one.
+  const Gemm2GateRecord* gemm2_gate_record() const { return gate_record_; }
+  // Replaces the gate's cost model (gemm2_gate_model's) for the calls
+  // launched or captured after it: tests use it to make a routing change
+  // flip the choice at sizes the CPU reference can check.
+  void set_gemm2_gate_model(const Gemm2GateModel& model) { gate_model_ = model; }
+  // The GEMM2 output rows of the expert path (device, [max_tokens * K, H]
+  // bf16), for tests that check the combine path leaves them alone.
+  uint16_t* gemm2_rows() const { return y_; }
 
  private:
   void check_args(const ForwardArgs& args) const;
@@ -121,6 +135,8 @@ class MoELayerImpl final : public MoELayer {
   int32_t* num_tiles_ = nullptr;
   uint16_t* act_ = nullptr;
   uint16_t* y_ = nullptr;
+  Gemm2GateRecord* gate_record_ = nullptr;
+  Gemm2GateModel gate_model_;
   void* permute_scratch_ = nullptr;
   std::map<int, TuningChoice> tuned_;  // token bucket -> winner
   int sm_count_ = 0;

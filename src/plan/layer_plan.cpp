@@ -216,8 +216,10 @@ std::string LayerPlan::to_string() const {
   std::string s = std::string("path=") + path_name(path);
   if (path == ExpertsPath::Cutlass)
     return s + " sm90=" + (fp8 ? std::string(unimoe::to_string(sm90_fp8)) : unimoe::to_string(sm90));
-  return s + " tile_m=" + std::to_string(tile_m) + " gemm1=" + gemm1.to_string() +
-         " gemm2=" + gemm2.to_string();
+  s += " tile_m=" + std::to_string(tile_m) + " gemm1=" + gemm1.to_string() +
+       " gemm2=" + gemm2.to_string();
+  if (gemm2_mode != Gemm2Mode::Expert) s += std::string(" gemm2_path=") + gemm2_mode_name(gemm2_mode);
+  return s;
 }
 
 bool backend_allows(const std::string& backend, ExpertsPath p) {
@@ -386,8 +388,21 @@ LayerPlan plan_layer(const MoEConfig& config, int num_tokens, bool precomputed,
   plan.stream_one_token = dev.stream_one_token;
   if (is_w4(config.experts.quant) && plan.path == ExpertsPath::Stream && dev.w4_tile_m != 0)
     plan.tile_m = dev.w4_tile_m;
+  plan.gemm2_mode = gemm2_mode_for(config, num_tokens, plan.path, dev);
   plan.routing = plan_routing(config, num_tokens, precomputed, caps, dev);
   return plan;
+}
+
+Gemm2Mode gemm2_mode_for(const MoEConfig& config, int num_tokens, ExpertsPath path,
+                         const DevOverrides& dev) {
+  if (path == ExpertsPath::Cutlass || !combine_serves(config, num_tokens)) return Gemm2Mode::Expert;
+  switch (dev.gemm2_path) {
+    case DevGemm2Path::kExpert: return Gemm2Mode::Expert;
+    case DevGemm2Path::kCombine: return Gemm2Mode::Combine;
+    case DevGemm2Path::kGate: return Gemm2Mode::Gate;
+    case DevGemm2Path::kRule: break;
+  }
+  return Gemm2Mode::Gate;
 }
 
 RoutingVariant routing_variant_for(const RoutingConfig& routing, int num_tokens) {

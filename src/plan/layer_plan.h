@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/tactics.h"
+#include "plan/gemm2_gate.h"
 #include "plan/routing_plan.h"
 #include "unimoe/unimoe.h"
 
@@ -74,13 +75,18 @@ struct LayerPlan {
   bool read_before_wait = true;
   int stream_max_splits = 0;
   bool stream_one_token = true;
+  // How GEMM2 runs (plan_layer fills it; plan/gemm2_gate.h): the expert
+  // path (y, then the finalize), the combine path, or both with the gate
+  // choosing on the device.
+  Gemm2Mode gemm2_mode = Gemm2Mode::Expert;
   // How routing and permute launch (plan_layer fills it).
   RoutingPlan routing;
 
   // What runs, one line: "path=cutlass sm90=coop_128x128x64" (FP8:
   // "path=cutlass sm90=fp8_pingpong_64x128x128"),
   // "path=mma tile_m=16 gemm1=m16n64 gemm2=m16n64" (the experts part; the
-  // routing part prints itself).
+  // routing part prints itself), then " gemm2_path=gate" or
+  // " gemm2_path=combine" where GEMM2 is not the expert path alone.
   std::string to_string() const;
 };
 
@@ -104,11 +110,20 @@ LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens,
                           const TuningChoice* tuned = nullptr);
 
 // The whole plan of a call: plan_for_tokens' experts part, with the
-// development overrides applied to its launch details, and plan_routing's
-// routing part (plan/routing_plan.h). What the layer runs and describes.
+// development overrides applied to its launch details, the GEMM2 mode
+// (gemm2_mode_for), and plan_routing's routing part (plan/routing_plan.h).
+// What the layer runs and describes.
 LayerPlan plan_layer(const MoEConfig& config, int num_tokens, bool precomputed,
                      const RoutingDeviceCaps& caps, const DevOverrides& dev,
                      const TuningChoice* tuned = nullptr);
+
+// How a call of `num_tokens` tokens on experts path `path` runs GEMM2. The
+// rule: the gate wherever the combine path serves (combine_serves) and
+// GEMM1 writes act in permuted row order (the Mma and Stream paths); else
+// the expert path. dev.gemm2_path replaces the rule where the combine path
+// serves: "expert", "combine" (that path alone, no gate) or "gate".
+Gemm2Mode gemm2_mode_for(const MoEConfig& config, int num_tokens, ExpertsPath path,
+                         const DevOverrides& dev);
 
 // Throws Error (field "tuning_choice") unless the choice's GEMM tactics fit
 // its path: Stream takes the stream tactic for both GEMMs; Mma takes tiled

@@ -56,15 +56,17 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
   d.set("Spread_From_Tokens=33");
   d.set("wide_choice=1");
   d.set("stream_max_splits=4");
+  d.set("gemm2_path=combine");
   EXPECT_FALSE(d.sorted_pair);
   EXPECT_EQ(d.cluster_max_ctas, 16);
   EXPECT_EQ(d.spread_from_tokens, 33);
   EXPECT_EQ(d.wide_choice, WideChoice::kEverywhere);
   EXPECT_EQ(d.stream_max_splits, 4);
+  EXPECT_EQ(d.gemm2_path, DevGemm2Path::kCombine);
   const std::string text = d.to_string();
   EXPECT_EQ(text,
             "sorted_pair=0 spread_from_tokens=33 cluster_max_ctas=16 wide_choice=1 "
-            "stream_max_splits=4");
+            "stream_max_splits=4 gemm2_path=combine");
   DevOverrides back;
   std::size_t start = 0;
   while (start < text.size()) {
@@ -73,7 +75,7 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
     start = end == std::string::npos ? text.size() : end + 1;
   }
   EXPECT_EQ(back, d);
-  EXPECT_EQ(DevOverrides::names().size(), 24u);
+  EXPECT_EQ(DevOverrides::names().size(), 25u);
 }
 
 TEST(DevOverrides, RefusesBadValuesNamingTheVariable) {
@@ -96,6 +98,8 @@ TEST(DevOverrides, RefusesBadValuesNamingTheVariable) {
   refused("stream_max_splits=3", "1, 2, 4 or 8");
   refused("w4_tile_m=32", "16 or 64");
   refused("wide_choice=2", "measured");
+  refused("gemm2_path=fused", "UNIMOE_GEMM2_PATH is 'fused'; allowed: auto (the rule, the default), "
+                              "expert, combine or gate");
   refused("no_such_knob=1", "not name=value with a known name");
   refused("sorted_pair", "not name=value");
 }

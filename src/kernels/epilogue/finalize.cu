@@ -41,6 +41,7 @@ __global__ void __launch_bounds__(kFinalizeThreads) finalize_kernel(const Finali
   }
   __syncthreads();
   pdl_begin();  // y is the previous kernel's output
+  if (p.enabled != nullptr && *p.enabled == 0) return;  // the gate chose the combine path
 
   const int col = (blockIdx.y * kFinalizeThreads + threadIdx.x) * kVector;
   if (col >= p.hidden) return;

@@ -85,6 +85,10 @@ struct FinalizeParams {
   // previous kernel in the stream began: read them before the PDL wait, y
   // after it. True in the layer (routing runs before both GEMMs).
   bool routing_ready_before_wait = false;
+  // Optional: the GEMM2 gate's finalize flag (Gemm2GateRecord::finalize,
+  // gemm2_combine.cuh); where it reads 0 every CTA returns after its PDL
+  // wait, writing nothing. nullptr: always runs.
+  const int32_t* enabled = nullptr;
 };
 
 // Tactics compiled into the library, best first for large T.

@@ -1,0 +1,78 @@
+// The second GEMM2 path of the BF16 layer and the gate that picks between
+// the two on the device.
+//
+// Expert path (grouped_gemm.cuh): GEMM2 writes y [P, H] bf16 in permuted row
+// order, then the finalize reads every token's K rows of y back and sums
+// them, weighted, in k order.
+//
+// Combine path (launch_combine_gemm2): one kernel computes GEMM2 and the
+// weighted sum. A CTA owns 16 output columns of every token: its 8 warps
+// take the schedule's tiles in turn, each multiplying 16 rows of W2 by the
+// tile's act rows over I (the stream kernel's inner loop), and keep the fp32
+// products in shared memory, one slot per permuted row; then the CTA sums
+// each token's slots in k order, weighted, and writes out[t, 16 columns].
+// No y, no finalize; the sum is the finalize's (fp32, k order, one bf16
+// rounding at the store) over unrounded GEMM2 values. Few tiles leave warps
+// idle, so K is split: `splits` warps share a tile's I range (2, 4 or 8
+// while 4, 2 or 1 tiles), their partials added in split order. Only for
+// calls of at most kCombineMaxRows rows (the slots live in shared memory).
+//
+// gemm2_gate: one warp, launched after the permute. It reads the per-expert
+// counts and the tile count, evaluates each path's predicted time (a linear
+// model whose coefficients the host computes from the config:
+// plan/gemm2_gate.h), and writes Gemm2GateRecord: the choice and each path's
+// work-item count. Both paths' kernels are launched on every call; the
+// unchosen one reads a count of 0 and returns after its PDL wait (so the
+// chain's order stays transitive) without touching memory.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/common/common.cuh"
+#include "kernels/permute/permute.cuh"
+#include "plan/gemm2_gate.h"
+
+namespace unimoe {
+
+struct Gemm2GateParams {
+  const int32_t* expert_counts = nullptr;  // [E_local]
+  int num_local = 0;
+  const int32_t* num_tiles = nullptr;      // the schedule's count
+  Gemm2GateModel model;
+  int forced = -1;                         // -1: the model decides; else a Gemm2Path
+  Gemm2GateRecord* record = nullptr;
+};
+
+// One warp. Reads the counts after its PDL wait; lets the next kernel
+// launch at once (it waits for this one).
+void launch_gemm2_gate(const Gemm2GateParams& params, KernelStream stream);
+
+struct CombineGemm2Params {
+  const uint16_t* act = nullptr;                  // [P, I] bf16, permuted rows
+  const uint16_t* w2 = nullptr;                   // [E_local, H, I] bf16
+  const float* b2 = nullptr;                      // [E_local, H] or nullptr
+  const DeviceTile* tiles = nullptr;              // the schedule (any tile_m)
+  const int32_t* num_tiles = nullptr;             // the gate's combine_tiles
+  const int32_t* expanded_to_permuted = nullptr;  // [T * K], -1 off rank
+  const float* topk_weights = nullptr;            // [T, K]
+  int num_tokens = 0;
+  int top_k = 0;
+  int hidden = 0;        // H, a multiple of 8
+  int intermediate = 0;  // I, a multiple of 8
+  uint16_t* out = nullptr;  // [T, H] bf16; tokens with no on-rank row get 0
+};
+
+// Shared-memory bytes the combine kernel takes for T * K rows.
+std::size_t combine_smem_bytes(int rows);
+// Throws std::runtime_error naming the bad field (T * K over
+// kCombineMaxRows, H or I not multiples of 8, null pointers).
+// `launch_next_early`: let the next kernel launch as this one starts (the
+// gated chain's expert GEMM2, which then issues its weight loads during
+// this kernel's wait when the gate chose it; it waits for this kernel).
+void launch_combine_gemm2(const CombineGemm2Params& params, bool launch_next_early,
+                          KernelStream stream);
+
+}  // namespace unimoe
