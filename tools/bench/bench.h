@@ -53,6 +53,10 @@ struct Point {
   std::map<std::string, double> peers_us;  // peer name -> time
   std::string choice;                      // the tuned winner (autotune / cache)
   std::string plan;                        // what served the call (GPU): path, tactics, routing
+  std::string gemm2_gate;                  // gated GEMM2: the path the gate chose on the last
+                                           // timed forward ("combine", "expert"); else empty
+  std::map<std::string, int> gemm2_work;   // gated GEMM2: what the gate saw (tiles, rows,
+                                           // active, chunks) on that forward
   std::vector<std::string> tuning_log;     // each candidate's time or rejection
 };
 

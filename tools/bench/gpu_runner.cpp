@@ -255,6 +255,12 @@ void run_shape(const Options& opt, const Preset& shape, const std::string& backe
     }
     p.plan = layer.describe(t);
     p.time_us = time_layer();
+    if (internals.plan_for(t).gemm2_mode == Gemm2Mode::Gate) {
+      Gemm2GateRecord r;
+      UNIMOE_CUDA_CHECK(cudaMemcpy(&r, internals.gemm2_gate_record(), sizeof r, cudaMemcpyDeviceToHost));
+      p.gemm2_gate = r.path == static_cast<int>(Gemm2Path::Combine) ? "combine" : "expert";
+      p.gemm2_work = {{"tiles", r.tiles}, {"rows", r.rows}, {"active", r.active}, {"chunks", r.chunks}};
+    }
     // Stage s's time: the chain of stages 0..s minus the chain of stages
     // 0..s-1, every input set in one graph as for the layer's time. Each
     // stage so runs after its real predecessors on its own set's routing:

@@ -44,6 +44,7 @@ void print_table(const RunResult& r) {
       std::snprintf(buf, sizeof buf, "%s %.1f ", name.c_str(), us);
       stages += buf;
     }
+    if (!p.gemm2_gate.empty()) stages += "(gate: " + p.gemm2_gate + ") ";
     for (const auto& [name, us] : p.peers_us) {
       char buf[96];
       std::snprintf(buf, sizeof buf, "| %s %.1f (x%.2f) ", name.c_str(), us, us / p.time_us);
@@ -111,6 +112,7 @@ void write_json(const Options& opt, const RunResult& r) {
   doc["device"] = r.device;
   doc["note"] = r.note;
   doc["routing"] = opt.routing;
+  doc["dev"] = opt.dev.to_string();  // the development overrides the run applied ("" for none)
   doc["ceilings"] = {{"bandwidth_TBps", r.ceilings.bandwidth_tbps},
                      {"matmul_TFLOPs", r.ceilings.matmul_tflops},
                      {"fp8_matmul_TFLOPs", r.ceilings.fp8_matmul_tflops}};
@@ -143,6 +145,8 @@ void write_json(const Options& opt, const RunResult& r) {
     for (const auto& [name, us] : p.peers_us) row["peers_us"][name] = us;
     if (!p.choice.empty()) row["tuned_choice"] = p.choice;
     if (!p.plan.empty()) row["plan"] = p.plan;
+    if (!p.gemm2_gate.empty()) row["gemm2_gate"] = p.gemm2_gate;
+    if (!p.gemm2_work.empty()) row["gemm2_work"] = p.gemm2_work;
     if (!p.tuning_log.empty()) row["tuning_log"] = p.tuning_log;
     doc["points"].push_back(row);
   }
