@@ -34,6 +34,14 @@ inline std::vector<float> hot_expert_logits(const MoEConfig& c, int t, uint64_t 
   return l;
 }
 
+// Logits under which only experts [0, live) are ever chosen.
+inline std::vector<float> few_experts_logits(const MoEConfig& c, int t, uint64_t seed, int live) {
+  std::vector<float> l = ref::make_logits(c, t, seed, "uniform");
+  for (int r = 0; r < t; ++r)
+    for (int e = live; e < c.routing.num_experts; ++e) l[std::size_t(r) * c.routing.num_experts + e] -= 50.0f;
+  return l;
+}
+
 // A layer with synthetic weights that the host can regenerate
 // (support/device_weights.h: bf16, or FP8 codes and scales, for the config's
 // variant). static_scales: FP8PerTensor's static activation scales, which
@@ -101,6 +109,25 @@ class LayerRig {
   // Relative L2 error of the device output against the reference.
   double error(int t, const std::vector<float>& logits, const ref::Routing* given = nullptr) {
     return error_against(t, reference(t, logits, given));
+  }
+
+  // One forward of T tokens with precomputed routing (ids and weights the
+  // caller passes, the weights halved so that they are not what the logits
+  // would give), and its relative L2 error against the reference on that
+  // routing.
+  double precomputed_routing_error(int t, uint64_t seed) {
+    const std::vector<float> logits = ref::make_logits(c_, t, seed, "uniform");
+    ref::Routing routing = ref::route(c_.routing, logits.data(), t, nullptr);
+    for (float& w : routing.weights) w *= 0.5f;
+    DeviceBuffer<int32_t> ids(routing.ids);
+    DeviceBuffer<float> weights(routing.weights);
+    load_inputs(t, seed, logits);
+    ForwardArgs a = args(t);
+    a.logits = nullptr;
+    a.topk_ids = ids.get();
+    a.topk_weights = weights.get();
+    layer_->forward(a, nullptr);
+    return error(t, logits, &routing);
   }
 
   MoELayer& layer() { return *layer_; }

@@ -30,18 +30,9 @@ using test::hot_expert_logits;
 using test::LayerRig;
 constexpr double kTolerance = test::kLayerTolerance;
 
-// Logits under which only experts [0, live) are ever chosen.
-std::vector<float> live_experts_logits(const MoEConfig& c, int t, uint64_t seed, int live) {
-  std::vector<float> l = ref::make_logits(c, t, seed, "uniform");
-  for (int r = 0; r < t; ++r)
-    for (int e = live; e < c.routing.num_experts; ++e)
-      l[std::size_t(r) * c.routing.num_experts + e] -= 50.0f;
-  return l;
-}
-
 std::vector<float> logits_of(const MoEConfig& c, int t, uint64_t seed, const std::string& kind) {
   if (kind == "hot") return hot_expert_logits(c, t, seed, int(seed % c.routing.num_experts));
-  if (kind == "few") return live_experts_logits(c, t, seed, c.routing.top_k + 1);
+  if (kind == "few") return test::few_experts_logits(c, t, seed, c.routing.top_k + 1);
   return ref::make_logits(c, t, seed, kind);
 }
 
@@ -142,18 +133,7 @@ TEST(Gemm2GateGpu, PrecomputedRoutingThroughTheGate) {
   const int t = 77;
   const DevOverrides dev = with_path("gate");
   LayerRig rig(c, t, seed, false, &dev);
-  const std::vector<float> logits = ref::make_logits(c, t, seed, "uniform");
-  ref::Routing routing = ref::route(c.routing, logits.data(), t, nullptr);
-  for (float& w : routing.weights) w *= 0.5f;  // not what the logits would give
-  DeviceBuffer<int32_t> ids(routing.ids);
-  DeviceBuffer<float> weights(routing.weights);
-  rig.load_inputs(t, seed, logits);
-  ForwardArgs a = rig.args(t);
-  a.logits = nullptr;
-  a.topk_ids = ids.get();
-  a.topk_weights = weights.get();
-  rig.layer().forward(a, nullptr);
-  EXPECT_LT(rig.error(t, logits, &routing), kTolerance);
+  EXPECT_LT(rig.precomputed_routing_error(t, seed), kTolerance);
 }
 
 // The combine path, forced or chosen by the gate, writes nothing of y.

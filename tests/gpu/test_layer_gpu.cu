@@ -26,17 +26,10 @@ namespace unimoe {
 namespace {
 
 using test::DeviceBuffer;
+using test::few_experts_logits;
 using test::hot_expert_logits;
 using test::LayerRig;
 constexpr double kTolerance = test::kLayerTolerance;
-
-// Logits under which only experts [0, live) are ever chosen.
-std::vector<float> few_experts_logits(const MoEConfig& c, int t, uint64_t seed, int live) {
-  std::vector<float> l = ref::make_logits(c, t, seed, "uniform");
-  for (int r = 0; r < t; ++r)
-    for (int e = live; e < c.routing.num_experts; ++e) l[std::size_t(r) * c.routing.num_experts + e] -= 50.0f;
-  return l;
-}
 
 // Every backend serves every point (the stream kernel too, though it is
 // built for decode).
@@ -121,18 +114,7 @@ TEST(LayerGpu, PrecomputedRouting) {
   const MoEConfig c = moe_config(RoutingPolicy::Renormalize, 32, 4, 256, 128);
   const int t = 77;
   LayerRig rig(c, t, seed);
-  const std::vector<float> logits = ref::make_logits(c, t, seed, "uniform");
-  ref::Routing routing = ref::route(c.routing, logits.data(), t, nullptr);
-  for (float& w : routing.weights) w *= 0.5f;  // not what the logits would give
-  DeviceBuffer<int32_t> ids(routing.ids);
-  DeviceBuffer<float> weights(routing.weights);
-  rig.load_inputs(t, seed, logits);
-  ForwardArgs a = rig.args(t);
-  a.logits = nullptr;
-  a.topk_ids = ids.get();
-  a.topk_weights = weights.get();
-  rig.layer().forward(a, nullptr);
-  EXPECT_LT(rig.error(t, logits, &routing), kTolerance);
+  EXPECT_LT(rig.precomputed_routing_error(t, seed), kTolerance);
 }
 
 class LayerGraphGpu : public ::testing::TestWithParam<const char*> {};
