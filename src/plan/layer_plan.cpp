@@ -402,7 +402,10 @@ Gemm2Mode gemm2_mode_for(const MoEConfig& config, int num_tokens, ExpertsPath pa
     case DevGemm2Path::kGate: return Gemm2Mode::Gate;
     case DevGemm2Path::kRule: break;
   }
-  return Gemm2Mode::Gate;
+  // The rule keeps the expert path until a sweep of the forced paths shows
+  // the gate never slower than it (docs/gemm2-gate.md, "Measuring it"): the
+  // gate is opt-in through gemm2_path=gate until then.
+  return Gemm2Mode::Expert;
 }
 
 RoutingVariant routing_variant_for(const RoutingConfig& routing, int num_tokens) {

@@ -118,10 +118,10 @@ LayerPlan plan_layer(const MoEConfig& config, int num_tokens, bool precomputed,
                      const TuningChoice* tuned = nullptr);
 
 // How a call of `num_tokens` tokens on experts path `path` runs GEMM2. The
-// rule: the gate wherever the combine path serves (combine_serves) and
-// GEMM1 writes act in permuted row order (the Mma and Stream paths); else
-// the expert path. dev.gemm2_path replaces the rule where the combine path
-// serves: "expert", "combine" (that path alone, no gate) or "gate".
+// rule: the expert path. dev.gemm2_path replaces it where the combine path
+// serves (combine_serves) and GEMM1 writes act in permuted row order (the
+// Mma and Stream paths): "expert", "combine" (that path alone, no gate) or
+// "gate" (both, chosen on the device).
 Gemm2Mode gemm2_mode_for(const MoEConfig& config, int num_tokens, ExpertsPath path,
                          const DevOverrides& dev);
 

@@ -34,21 +34,25 @@ TEST(Gemm2Gate, CombineServesBf16CallsOfAtMostItsRows) {
   EXPECT_FALSE(combine_serves(w4, 1));
 }
 
-TEST(Gemm2Gate, TheRuleGatesTheStreamAndMmaPathsWhereTheCombineServes) {
+TEST(Gemm2Gate, TheRuleKeepsTheExpertPathAndTheKnobGatesWhereTheCombineServes) {
   const MoEConfig dsv3 = preset("dsv3-tp8");
-  EXPECT_EQ(whole_plan(dsv3, 1).gemm2_mode, Gemm2Mode::Gate);
-  EXPECT_EQ(whole_plan(dsv3, 1).path, ExpertsPath::Stream);
-  EXPECT_EQ(whole_plan(dsv3, 128).gemm2_mode, Gemm2Mode::Gate);
-  EXPECT_EQ(whole_plan(dsv3, 128).path, ExpertsPath::Mma);
-  EXPECT_EQ(whole_plan(dsv3, 129).gemm2_mode, Gemm2Mode::Expert);
+  for (int t : {1, 128, 129, 4096}) EXPECT_EQ(whole_plan(dsv3, t).gemm2_mode, Gemm2Mode::Expert);
+  DevOverrides gate;
+  gate.set("gemm2_path=gate");
+  EXPECT_EQ(whole_plan(dsv3, 1, gate).gemm2_mode, Gemm2Mode::Gate);
+  EXPECT_EQ(whole_plan(dsv3, 1, gate).path, ExpertsPath::Stream);
+  EXPECT_EQ(whole_plan(dsv3, 128, gate).gemm2_mode, Gemm2Mode::Gate);
+  EXPECT_EQ(whole_plan(dsv3, 128, gate).path, ExpertsPath::Mma);
+  EXPECT_EQ(whole_plan(dsv3, 129, gate).gemm2_mode, Gemm2Mode::Expert);
   // The cutlass path is never gated, even where the rows would fit.
   MoEConfig cutlass = dsv3;
   cutlass.options.backend = "cutlass";
-  EXPECT_EQ(whole_plan(cutlass, 1).gemm2_mode, Gemm2Mode::Expert);
-  EXPECT_EQ(whole_plan(dsv3, 1).to_string(),
+  EXPECT_EQ(whole_plan(cutlass, 1, gate).gemm2_mode, Gemm2Mode::Expert);
+  EXPECT_EQ(whole_plan(dsv3, 1, gate).to_string(),
             "path=stream tile_m=16 gemm1=stream_m16 gemm2=stream_m16 gemm2_path=gate");
   // Ungated plans print as before.
-  EXPECT_EQ(whole_plan(dsv3, 4096).to_string().find("gemm2_path"), std::string::npos);
+  EXPECT_EQ(whole_plan(dsv3, 1).to_string(), "path=stream tile_m=16 gemm1=stream_m16 gemm2=stream_m16");
+  EXPECT_EQ(whole_plan(dsv3, 4096, gate).to_string().find("gemm2_path"), std::string::npos);
 }
 
 TEST(Gemm2Gate, TheKnobForcesAPathOnlyWhereTheCombineServes) {

@@ -146,11 +146,10 @@ TEST(LayerGpu, DescribesWhatServesACallAndItsWorkspace) {
   std::unique_ptr<MoELayer> small = MoELayer::create(c, 8);
   // The rule at T=1 (src/plan/layer_plan.cpp): stream backend, the cluster
   // routing variant, which launches the fused block itself for one token,
-  // there with DeepSeek-V3's fixed choice (src/plan/routing_plan.cpp); GEMM2
-  // chosen on the device by the gate (src/plan/gemm2_gate.h).
+  // there with DeepSeek-V3's fixed choice (src/plan/routing_plan.cpp).
   EXPECT_EQ(small->describe(1),
-            "path=stream tile_m=16 gemm1=stream_m16 gemm2=stream_m16 gemm2_path=gate routing=cluster "
-            "kernel=block ctas=1 threads=256 slots=8 select=fixed");
+            "path=stream tile_m=16 gemm1=stream_m16 gemm2=stream_m16 routing=cluster kernel=block "
+            "ctas=1 threads=256 slots=8 select=fixed");
   // Workspace: at least the routing outputs, the intermediate and y rows.
   const std::size_t rows = 8 * 8;
   EXPECT_GE(small->workspace_bytes(), rows * (c.experts.intermediate + c.experts.hidden) * 2);
