@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/expect_error.h"
+#include "plan/layer_plan.h"
 #include "support/fuzz_cases.h"
 
 namespace unimoe::bench {
@@ -35,6 +36,7 @@ TEST(FuzzCases, EveryDimensionIsCovered) {
   std::map<std::string, std::set<std::string>> seen;
   int hostile_ids[kHostileIdKinds] = {};
   int nan_tokens = 0, ep = 0, expert_bias = 0, max_t_calls = 0;
+  std::map<Gemm2Mode, int> gemm2_calls;  // calls per GEMM2 mode the layer's override gives
   for (int l = 0; l < kLayers; ++l) {
     const FuzzLayer layer = fuzz_layer(kSeed, l);
     const MoEConfig& c = layer.config;
@@ -43,6 +45,8 @@ TEST(FuzzCases, EveryDimensionIsCovered) {
     seen["logits_type"].insert(to_string(c.routing.logits_type));
     seen["backend"].insert(c.options.backend);
     seen["variant"].insert(c.options.routing_variant);
+    seen["gemm2_path"].insert(layer.gemm2_path);
+    const DevOverrides dev = fuzz_dev_overrides(layer, DevOverrides{});
     if (c.routing.n_group > 1) seen["groups"].insert("grouped");
     if (c.routing.has_bias) seen["routing_bias"].insert("yes");
     ep += c.local_experts() < c.routing.num_experts;
@@ -51,6 +55,10 @@ TEST(FuzzCases, EveryDimensionIsCovered) {
       const FuzzCall call = fuzz_call(layer, k);
       seen["logits"].insert(to_string(call.logits));
       seen["routing"].insert(to_string(call.routing));
+      if (call.num_tokens > 0) {
+        const ExpertsPath path = plan_for_tokens(c, call.num_tokens).path;
+        gemm2_calls[gemm2_mode_for(c, call.num_tokens, path, dev)]++;
+      }
       if (call.num_tokens == 0) seen["T"].insert("0");
       if (call.num_tokens == 1) seen["T"].insert("1");
       if (call.num_tokens > 1 && call.num_tokens % 2 == 1) seen["T"].insert("odd");
@@ -67,6 +75,14 @@ TEST(FuzzCases, EveryDimensionIsCovered) {
   EXPECT_EQ(seen["logits_type"].size(), 2u);
   EXPECT_EQ(seen["backend"], (std::set<std::string>{"auto", "mma", "cutlass", "stream"}));
   EXPECT_EQ(seen["variant"], (std::set<std::string>{"auto", "split", "fused", "cluster"}));
+  EXPECT_EQ(seen["gemm2_path"], (std::set<std::string>{"auto", "combine", "gate"}));
+  EXPECT_GT(gemm2_calls[Gemm2Mode::Gate], 50);
+  EXPECT_GT(gemm2_calls[Gemm2Mode::Combine], 20);
+  // A layer's own override yields to one the caller sets (the environment's).
+  DevOverrides expert;
+  expert.set("gemm2_path=expert");
+  for (int l = 0; l < 8; ++l)
+    EXPECT_EQ(fuzz_dev_overrides(fuzz_layer(kSeed, l), expert).gemm2_path, DevGemm2Path::kExpert);
   EXPECT_EQ(seen["groups"].size(), 1u);
   EXPECT_EQ(seen["routing_bias"].size(), 1u);
   EXPECT_EQ(seen["logits"].size(), 4u);

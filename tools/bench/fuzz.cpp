@@ -174,7 +174,8 @@ class FuzzRig {
     replay_ = std::make_unique<DeviceMem>(m * h * 2);
     host_bias_ = ref::host_bias(c_, seeds_);
     UNIMOE_CUDA_CHECK(cudaMemcpyAsync(bias_->p, host_bias_.data(), experts * 4, cudaMemcpyHostToDevice, stream));
-    layer_ptr_ = MoELayer::create(c_, layer.max_tokens);
+    layer_ptr_ = layer_access::create(c_, layer.max_tokens,
+                                      fuzz_dev_overrides(layer, DevOverrides::from_environment()));
     layer_ptr_->set_weights(expert_weights_->weights());
   }
 
@@ -228,6 +229,7 @@ class FuzzRig {
     coverage["routing"][to_string(call.routing)]++;
     coverage["activation"][to_string(c_.experts.activation)]++;
     coverage["quant"][to_string(c_.experts.quant)]++;
+    coverage["gemm2"][gemm2_mode_name(plan.gemm2_mode)]++;
     coverage["T"][t == 0 ? "0" : t == 1 ? "1" : t == layer_.max_tokens ? "max" : t % 2 ? "odd" : "even"]++;
 
     std::vector<uint16_t> out(m * h), replay(m * h);

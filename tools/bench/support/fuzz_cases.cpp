@@ -190,7 +190,16 @@ FuzzLayer fuzz_layer(uint64_t seed, int layer) {
   c.options.backend = r.pick(backends);
   const std::vector<std::string> variants = {"auto", "auto", "split", "fused", "cluster"};
   c.options.routing_variant = r.pick(variants);
+  // From its own hash, not the stream above, so that the configs of a seed
+  // stay what they were before this draw existed.
+  static const char* const kGemm2Paths[] = {"auto", "combine", "gate", "gate"};
+  f.gemm2_path = kGemm2Paths[hash64(f.seed ^ 0x6e22) % 4];
   return f;
+}
+
+DevOverrides fuzz_dev_overrides(const FuzzLayer& layer, DevOverrides dev) {
+  if (dev.gemm2_path == DevGemm2Path::kRule) dev.set("gemm2_path=" + layer.gemm2_path);
+  return dev;
 }
 
 FuzzCall fuzz_call(const FuzzLayer& layer, int call) {
@@ -221,7 +230,7 @@ FuzzCall fuzz_call(const FuzzLayer& layer, int call) {
 
 std::string describe(const FuzzLayer& layer, const FuzzCall& call) {
   return layer.config.to_string() + " max_tokens=" + std::to_string(layer.max_tokens) +
-         " T=" + std::to_string(call.num_tokens) + " logits=" + to_string(call.logits) +
+         " gemm2_path=" + layer.gemm2_path + " T=" + std::to_string(call.num_tokens) + " logits=" + to_string(call.logits) +
          " routing=" + to_string(call.routing);
 }
 
@@ -364,10 +373,10 @@ FuzzPlanSummary run_fuzz_planning(uint64_t seed, int first_layer, int layers) {
   wide.spread_runs_16[0] = wide.spread_runs_16[1] = true;
   RoutingDeviceCaps narrow;
   narrow.sm_count = 114;
-  const DevOverrides dev;
   for (int l = first_layer; l < first_layer + layers; ++l) {
     const FuzzLayer layer = fuzz_layer(seed, l);
     const MoEConfig& c = layer.config;
+    const DevOverrides dev = fuzz_dev_overrides(layer, DevOverrides{});
     auto fail = [&](int call, const std::string& what) {
       s.failures.push_back({case_id(seed, l, call), what + " [" + c.to_string() + "]"});
     };

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "dev/overrides.h"
 #include "unimoe/unimoe.h"
 
 namespace unimoe::bench {
@@ -27,11 +28,15 @@ double fuzz_error_bound(QuantVariant quant);
 // One layer: the config (every policy, E, K, groups, H and I at their legal
 // multiples, every activation, biases, an expert-parallel range, fp32 or
 // bf16 logits, a quant variant the GPU serves, a backend forced or auto, a
-// routing variant forced or auto) and its max_tokens.
+// routing variant forced or auto, the GEMM2 path) and its max_tokens.
 struct FuzzLayer {
   uint64_t seed = 0;  // the weights' and the calls' seed
   MoEConfig config;
   int max_tokens = 1;
+  // The layer's development override gemm2_path (docs/gemm2-gate.md): the
+  // rule, the combine path or the gate, drawn for every layer (it changes
+  // only BF16 calls of at most 1024 rows on the mma and stream paths).
+  std::string gemm2_path = "auto";
 };
 
 // Router logits of a call.
@@ -66,6 +71,9 @@ struct FuzzCall {
 // GPU layer serves it (gpu_unsupported_reason is empty).
 FuzzLayer fuzz_layer(uint64_t seed, int layer);
 FuzzCall fuzz_call(const FuzzLayer& layer, int call);
+// `dev` with the layer's gemm2_path, unless `dev` sets one (an
+// UNIMOE_GEMM2_PATH in the environment then holds for every layer).
+DevOverrides fuzz_dev_overrides(const FuzzLayer& layer, DevOverrides dev);
 
 // One line: the config text, max_tokens and the call.
 std::string describe(const FuzzLayer& layer, const FuzzCall& call);
