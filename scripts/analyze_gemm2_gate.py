@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reads a sweep of the GEMM2 paths against the gate's targets (docs/gemm2-gate.md).
 
-    scripts/analyze_gemm2_gate.py RUN.json [RUN.json ...] [--fit] [--json OUT]
+    scripts/analyze_gemm2_gate.py RUN.json [RUN.json ...] [--fit] [--json OUT] [--plot OUT.png]
 
 Each RUN.json is one `unimoe-bench` run with `--dev gemm2_path=expert`,
 `combine` or `gate` (the file's "dev" field says which) under one
@@ -18,7 +18,9 @@ lines the targets are stated in:
   - at T = 1, the gate's time minus the same path forced (target <= 1.5 us).
 With --fit, a least-squares fit of the combine path's time minus the
 expert path's over the gate's work counts (the gemm2_work of the gate run),
-for the model's constants in src/plan/gemm2_gate.cpp, per preset.
+for the model's constants in src/plan/gemm2_gate.cpp, per preset. --plot
+draws, per preset, each path's time against T under each distribution, so
+that the crossover shows (needs matplotlib).
 Points of files from another GPU than the first's are refused.
 """
 import argparse
@@ -141,11 +143,40 @@ def analyze(table, fit=False):
     return rows, summary, fits
 
 
+def plot(rows, path):
+    try:
+        import matplotlib
+    except ImportError:
+        sys.exit("--plot needs matplotlib (pip install matplotlib)")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    presets = sorted({r["preset"] for r in rows})
+    fig, axes = plt.subplots(1, len(presets), figsize=(5 * len(presets), 4), squeeze=False)
+    styles = {"uniform": "-", "hot": "--", "zipf": ":"}
+    for ax, preset in zip(axes[0], presets):
+        for routing in sorted({r["routing"] for r in rows if r["preset"] == preset}):
+            sel = sorted((r for r in rows if r["preset"] == preset and r["routing"] == routing),
+                         key=lambda r: r["T"])
+            style = styles.get(routing.split(":")[0], "-.")
+            for mode, color in (("expert", "tab:blue"), ("combine", "tab:orange"), ("gate", "tab:green")):
+                ax.plot([r["T"] for r in sel], [r[f"{mode}_us"] for r in sel], style, color=color,
+                        marker=".", label=f"{mode} {routing}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(preset)
+        ax.set_xlabel("T (tokens)")
+        ax.set_ylabel("layer time, us")
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+")
     ap.add_argument("--fit", action="store_true")
     ap.add_argument("--json", help="write the table, the summary and the fit here")
+    ap.add_argument("--plot", help="PNG of each path's time against T, per preset (needs matplotlib)")
     args = ap.parse_args(argv)
     table, device = load(args.runs)
     rows, summary, fits = analyze(table, args.fit)
@@ -169,6 +200,9 @@ def main(argv=None):
     if args.json:
         json.dump(dict(device=device, rows=rows, summary=summary, fit=fits), open(args.json, "w"), indent=1)
         print(f"wrote {args.json}")
+    if args.plot:
+        plot(rows, args.plot)
+        print(f"wrote {args.plot}")
     return 0
 
 

@@ -53,7 +53,7 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens, const DevOve
   if (const std::string why = gpu_unsupported_reason(config_); !why.empty())
     throw std::runtime_error(why);
   sm_count_ = current_device_sm_count();
-  gate_model_ = gemm2_gate_model(config_, sm_count_);
+  gate_model_ = gemm2_gate_model(config_);
   probe_routing_device_caps(config_.routing, routing_caps_);
   if (config_.options.backend != "auto") {
     const ExpertsPath forced = parse_experts_path(config_.options.backend);

@@ -39,7 +39,7 @@ bool combine_serves(const MoEConfig& config, int num_tokens) {
   return config.experts.quant == QuantVariant::BF16 && rows >= 1 && rows <= kCombineMaxRows;
 }
 
-Gemm2GateModel gemm2_gate_model(const MoEConfig& config, int /*sm_count*/) {
+Gemm2GateModel gemm2_gate_model(const MoEConfig& config) {
   const float hidden = static_cast<float>(config.experts.hidden);
   const float w2_bytes = hidden * static_cast<float>(config.experts.intermediate) * 2.0f;
   Gemm2GateModel m;

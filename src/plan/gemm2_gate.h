@@ -67,9 +67,9 @@ struct Gemm2GateRecord {
 // the cutlass path's GEMM2 is not gated (its GEMM2 sizes are large).
 bool combine_serves(const MoEConfig& config, int num_tokens);
 
-// The model's coefficients for `config` on a device of `sm_count` SMs
-// (layer_plan.cpp's neighbours: gemm2_gate.cpp states the measured facts).
-Gemm2GateModel gemm2_gate_model(const MoEConfig& config, int sm_count);
+// The model's coefficients for `config` (gemm2_gate.cpp states where each
+// constant comes from).
+Gemm2GateModel gemm2_gate_model(const MoEConfig& config);
 
 // A path's predicted time, in fused multiply-adds in a fixed order, so the
 // host (tests, the analysis) and the gate kernel get the same bits.

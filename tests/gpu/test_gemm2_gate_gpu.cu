@@ -12,12 +12,14 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "common/test_util.h"
 #include "gpu/gpu_test_util.h"
 #include "gpu/layer_rig.h"
+#include "kernels/gemm/gemm2_combine.cuh"
 #include "plan/gemm2_gate.h"
 #include "ref/ref.h"
 #include "support/presets.h"
@@ -234,6 +236,75 @@ TEST(Gemm2GateGpu, OutputIsBitwiseRepeatable) {
       }
     }
   }
+}
+
+// The launchers refuse what their kernels cannot serve, naming the field,
+// before launching anything.
+template <typename Params, typename Launch>
+void expect_refused(const Params& p, const std::string& words, Launch launch) {
+  try {
+    launch(p);
+    ADD_FAILURE() << "accepted; expected a refusal saying " << words;
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+
+TEST(Gemm2GateGpu, LaunchersRefuseBadArguments) {
+  UNIMOE_REQUIRE_GPU();
+  DeviceBuffer<uint16_t> act(64), w2(64), out(64);
+  DeviceBuffer<int32_t> ints(64);
+  DeviceBuffer<float> weights(64);
+  DeviceBuffer<DeviceTile> tiles(4);
+  DeviceBuffer<Gemm2GateRecord> record(1);
+  CombineGemm2Params good;
+  good.act = act.get();
+  good.w2 = w2.get();
+  good.tiles = tiles.get();
+  good.num_tiles = ints.get();
+  good.expanded_to_permuted = ints.get();
+  good.topk_weights = weights.get();
+  good.num_tokens = 2;
+  good.top_k = 2;
+  good.hidden = 16;
+  good.intermediate = 8;
+  good.out = out.get();
+  const auto combine = [](const CombineGemm2Params& p) { launch_combine_gemm2(p, false, nullptr); };
+  CombineGemm2Params p = good;
+  p.num_tokens = kCombineMaxRows;  // x top_k 2: past the rows the slots hold
+  expect_refused(p, "num_tokens x top_k is 2048; the combine path serves at most 1024", combine);
+  p = good;
+  p.hidden = 12;
+  expect_refused(p, "hidden is 12", combine);
+  p = good;
+  p.intermediate = 0;
+  expect_refused(p, "intermediate is 0", combine);
+  p = good;
+  p.top_k = 0;
+  expect_refused(p, "top_k is 0", combine);
+  p = good;
+  p.num_tokens = -1;
+  expect_refused(p, "num_tokens is -1", combine);
+  p = good;
+  p.topk_weights = nullptr;
+  expect_refused(p, "is null", combine);
+
+  Gemm2GateParams g;
+  g.expert_counts = ints.get();
+  g.num_local = 4;
+  g.num_tiles = ints.get();
+  g.record = record.get();
+  const auto gate = [](const Gemm2GateParams& q) { launch_gemm2_gate(q, nullptr); };
+  Gemm2GateParams q = g;
+  q.num_local = 0;
+  expect_refused(q, "num_local is 0", gate);
+  q = g;
+  q.record = nullptr;
+  expect_refused(q, "is null", gate);
+  q = g;
+  q.forced = 2;
+  expect_refused(q, "forced is 2", gate);
+  UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 }  // namespace

@@ -84,6 +84,18 @@ def main():
         out = json.load(open(os.path.join(d, "out.json")))
         check(out["summary"]["points"] == 4, f"summary {out['summary']}")
         check(out["fit"]["m"] == "too few or degenerate points for the fit", f"fit {out['fit']}")
+        # --plot draws where matplotlib is, and says what it needs where it is not.
+        png = os.path.join(d, "g.png")
+        try:
+            import matplotlib  # noqa: F401
+            code, text = run(files + ["--plot", png])
+            check(code == 0 and os.path.getsize(png) > 0, "plot not written: " + text)
+        except ImportError:
+            try:
+                run(files + ["--plot", png])
+                check(False, "--plot without matplotlib did not stop")
+            except SystemExit as e:
+                check("--plot needs matplotlib" in str(e), f"plot refusal: {e}")
         # A file of another GPU, and one with no gemm2_path, are refused.
         other = write(d, "other.json", run_doc("gate", "uniform", [("m", 1, 1.0)], device="NVIDIA H200"))
         for bad, words in ((other, "not 'NVIDIA H100"), (write(d, "none.json", run_doc("", "uniform", [])),
