@@ -72,4 +72,16 @@ class DeviceBuffer {
   std::size_t n_ = 0;
 };
 
+// Calls launch(p) and expects it to throw an `Exception` whose message
+// contains `words` (a launcher's refusal names the bad field).
+template <class Exception, typename Params, typename Launch>
+void expect_refused(const Params& p, const std::string& words, Launch launch) {
+  try {
+    launch(p);
+    ADD_FAILURE() << "accepted; expected a refusal saying " << words;
+  } catch (const Exception& e) {
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace unimoe::test

@@ -4,8 +4,6 @@ point, counts the gate's points within 3% of the faster path, compares the
 gated layer with the host-only choice on the skewed points, states the T=1
 overhead, fits the model's terms, and refuses files of another GPU or of no
 gemm2_path."""
-import contextlib
-import io
 import json
 import os
 import sys
@@ -14,6 +12,9 @@ import tempfile
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import analyze_gemm2_gate  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from script_test_util import run_main, write_json as write  # noqa: E402
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -30,18 +31,8 @@ def run_doc(mode, routing, points, device=H100):
     return doc
 
 
-def write(folder, name, doc):
-    path = os.path.join(folder, name)
-    with open(path, "w") as f:
-        json.dump(doc, f)
-    return path
-
-
 def run(argv):
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = analyze_gemm2_gate.main(argv)
-    return code, out.getvalue()
+    return run_main(analyze_gemm2_gate.main, argv)
 
 
 def main():

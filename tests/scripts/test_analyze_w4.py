@@ -3,9 +3,6 @@
 the geometric mean over the target presets only, the points behind the
 peer, gpt-oss-120b at T=1, the prefill speed against BF16, NVFP4 against
 MXFP4; files from another GPU are refused."""
-import contextlib
-import io
-import json
 import os
 import sys
 import tempfile
@@ -14,6 +11,9 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import analyze_w4  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from script_test_util import run_main, write_json as write  # noqa: E402
+
 
 def bench(device, points):
     return {"device": device, "points": [
@@ -21,18 +21,8 @@ def bench(device, points):
         for name, t, us, floor in points]}
 
 
-def write(folder, name, doc):
-    path = os.path.join(folder, name)
-    with open(path, "w") as f:
-        json.dump(doc, f)
-    return path
-
-
 def run(argv):
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = analyze_w4.main(argv)
-    return code, out.getvalue()
+    return run_main(analyze_w4.main, argv)
 
 
 def main():
