@@ -65,8 +65,9 @@ the median replay over C. Routing, input and work buffers are shared.
 Correctness, on the first --check-tokens tokens, relative Frobenius error
 against fp32 references on the GPU with the same (dequantized) weights and
 routing: `rel_err` with activations unquantized (the error a user sees);
-`rel_err_emulated` with the activations quantized and the GEMM outputs
-rounded to bf16 as the peer does (a check of the kernels' wiring).
+`rel_err_emulated` with the activations quantized, the activation run on
+bf16 and the GEMM outputs rounded to bf16 as the peer does (a check of the
+kernels' wiring).
 
     python3 bench/peers/vllm_fused_moe_peer.py --shapes qwen3-30b-a3b,dsv3-tp8 --quant bf16,fp8_block --tokens 1,64,4096
     python3 bench/peers/vllm_fused_moe_peer.py --dry-run    # the plan, no GPU
@@ -564,11 +565,15 @@ def reference(shape, pad, quant, w, bufs, n, emulate):
         h = xf[tok] @ dequantize(w, "w13", quant, e).t()                      # [rows, 2I]
         if w["b13"] is not None:
             h = h + w["b13"][e].float()
-        h = rnd(h)
-        a = torch.empty(h.shape[0], pad.intermediate, dtype=torch.float32, device=x.device)
-        activation(shape, h, a)
         if emulate:
-            a = quant_dequant(quant, a.bfloat16(), bufs.a2_scale)
+            # As the call runs it: the stand-in activation on GEMM1's bf16
+            # output, into bf16 (silu rounds once, the product again).
+            a = torch.empty(h.shape[0], pad.intermediate, dtype=torch.bfloat16, device=x.device)
+            activation(shape, h.bfloat16(), a)
+            a = quant_dequant(quant, a, bufs.a2_scale)
+        else:
+            a = torch.empty(h.shape[0], pad.intermediate, dtype=torch.float32, device=x.device)
+            activation(shape, h, a)
         y = a @ dequantize(w, "w2", quant, e).t()                             # [rows, H]
         if w["b2"] is not None:
             y = y + w["b2"][e].float()

@@ -3,7 +3,8 @@
 unimoe-bench's presets, the FP8 block padding, the weight-copy rule; with
 PyTorch, its pure-PyTorch moe_align_block_size against a plain loop over
 random top-k ids (odd T, E and block sizes, empty experts, ids out of
-range); `--dry-run` printing a plan; and where .deps/peers holds vLLM's
+range), and its emulating reference against a token-by-token model of the
+call's roundings; `--dry-run` printing a plan; and where .deps/peers holds vLLM's
 files, the plan's configs read from them. Without PyTorch here, it runs
 again under the repository's .venv (scripts/setup.sh --python) where that
 has it; the checks that need what is absent are skipped with a message."""
@@ -73,6 +74,44 @@ def check_align(torch):
     check(peer.align_self_test(), "the dry run's align self-test")
 
 
+def peer_pipeline(torch, shape, pad, quant, w, bufs, n):
+    """The first n tokens of one peer call as its steps round, token by token
+    in fp32 (the Triton GEMMs' fp32 accumulation, then bf16): x quantized,
+    GEMM1 to bf16, the PyTorch activation stand-in on bf16, its output
+    quantized, GEMM2 times the routing weight to bf16, the sum over k."""
+    out = torch.zeros(n, pad.hidden)
+    for t in range(n):
+        xq = peer.quant_dequant(quant, bufs.x[t:t + 1], bufs.a1_scale)
+        for k in range(shape.top_k):
+            e = int(bufs.ids[t, k])
+            h = xq @ peer.dequantize(w, "w13", quant, e).t()
+            if w["b13"] is not None:
+                h = h + w["b13"][e].float()
+            a = torch.empty(1, pad.intermediate, dtype=torch.bfloat16)
+            peer.activation(shape, h.bfloat16(), a)
+            y = peer.quant_dequant(quant, a, bufs.a2_scale) @ peer.dequantize(w, "w2", quant, e).t()
+            if w["b2"] is not None:
+                y = y + w["b2"][e].float()
+            out[t] += (y * bufs.weights[t, k])[0].bfloat16().float()
+    return out[:, :shape.hidden]
+
+
+def check_emulating_reference(torch):
+    """The emulating reference rounds where the peer's steps round: against
+    peer_pipeline it differs by fp32 summation order only, for the silu and
+    the gpt-oss activations in each quant variant."""
+    for shape in (peer.Shape(6, 256, 384, 2, "silu"), peer.Shape(5, 128, 256, 3, "swiglu_oai")):
+        for quant in peer.QUANTS.values():
+            pad = peer.pad_shape(shape, quant)
+            w = peer.make_weights(shape, pad, quant, 7, "cpu")
+            bufs = peer.make_buffers(shape, pad, quant, 5, 11, "cpu")
+            want = peer_pipeline(torch, shape, pad, quant, w, bufs, 5)
+            got = peer.reference(shape, pad, quant, w, bufs, 5, emulate=True)
+            err = float(torch.linalg.norm(got - want) / torch.linalg.norm(want))
+            check(err < 1e-5, f"{shape.activation} {quant.name}: emulating reference off the peer's "
+                              f"roundings by {err:.2e}")
+
+
 def dry_run(args):
     run = subprocess.run([sys.executable, PEER, "--dry-run", *args], capture_output=True, text=True, timeout=300)
     lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
@@ -129,6 +168,7 @@ def main():
         print("ok")
         return
     check_align(torch)
+    check_emulating_reference(torch)
     if status.get("vllm_files") == "loaded":
         check(status.get("align_self_test") is True, f"dry run under PyTorch: {status}")
     print("ok")
