@@ -70,8 +70,8 @@ import traceback
 from pathlib import Path
 from typing import NamedTuple
 
-from peer_util import (add_timing_arguments, check_timing_arguments, expected_hit_experts, parse_names,
-                       parse_tokens, round_up, time_graph)
+from peer_util import (add_timing_arguments, check_timing_arguments, emitter, expected_hit_experts,
+                       parse_names, parse_tokens, round_up, time_graph, write_results)
 
 VLLM_VERSION = "0.26.0"
 PEER = "oai_mxfp4_w4a16"
@@ -557,21 +557,12 @@ def main(argv):
     device = torch.device("cuda")
     rows = []
 
-    def emit(row):
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-
+    emit = emitter(rows)
     for name in args.shapes:
         run_shape(tk, torch, name, args, device, emit)
     if args.json:
-        doc = {"provenance": {
-                   "peer": f"OpenAI triton_kernels matmul_ogs, MXFP4 W4A16, as vendored in vllm=={VLLM_VERSION}",
-                   "source": source.split(), "device": torch.cuda.get_device_name(),
-                   "torch": torch.__version__, "triton": triton.__version__,
-                   "timing": "CUDA-graph replay, median of --replays, weight copies rotated through L2",
-                   "command": " ".join([Path(sys.argv[0]).name] + list(argv))},
-               "points": rows}
-        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+        write_results(args.json, f"OpenAI triton_kernels matmul_ogs, MXFP4 W4A16, as vendored in vllm=={VLLM_VERSION}",
+                      source.split(), rows, argv, torch, triton)
     return 1 if any("error" in r for r in rows) else 0
 
 

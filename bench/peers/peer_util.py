@@ -1,10 +1,13 @@
 """What the peer scripts of this folder share: the argument parsers, the
-expected number of experts a uniform top-K routing hits, and the timing of
-one CUDA-graph replay. Imported as a sibling module (a script run from this
+expected number of experts a uniform top-K routing hits, the timing of
+one CUDA-graph replay, and the JSON lines and results file they write. Imported as a sibling module (a script run from this
 folder has it on sys.path); PyTorch is passed in, so that the scripts'
 dry runs work without it."""
 import argparse
+import json
 import statistics
+import sys
+from pathlib import Path
 
 
 def round_up(x, m):
@@ -83,3 +86,23 @@ def add_timing_arguments(ap, reference="the fp32 reference"):
 def check_timing_arguments(ap, args):
     if min(args.replays, args.check_tokens, args.max_copies) < 1 or args.warmup < 0:
         ap.error("--replays, --check-tokens and --max-copies must be >= 1, --warmup >= 0")
+
+
+TIMING_NOTE = "CUDA-graph replay, median of --replays, weight copies rotated through L2"
+
+
+def emitter(rows):
+    """emit(row): keeps the row and prints it as one JSON line, flushed."""
+    def emit(row):
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return emit
+
+
+def write_results(path, peer, source, rows, argv, torch, triton, extra=None):
+    """The --json file: provenance (the peer, its source, the device, then
+    `extra`'s fields, the versions, the timing, the command) and the rows."""
+    provenance = {"peer": peer, "source": source, "device": torch.cuda.get_device_name(), **(extra or {}),
+                  "torch": torch.__version__, "triton": triton.__version__, "timing": TIMING_NOTE,
+                  "command": " ".join([Path(sys.argv[0]).name] + list(argv))}
+    Path(path).write_text(json.dumps({"provenance": provenance, "points": rows}, indent=1) + "\n")

@@ -31,6 +31,8 @@ import json
 import sys
 from typing import NamedTuple
 
+from peer_util import parse_tokens  # a sibling module: the script's folder is on sys.path
+
 
 class Shape(NamedTuple):
     experts: int       # E
@@ -104,16 +106,6 @@ def reference(x, logits, w13, w2, top_k, torch):
 
 def relative_error(got, want, torch):
     return float(torch.linalg.norm(got.float() - want) / torch.linalg.norm(want))
-
-
-def parse_tokens(text):
-    try:
-        counts = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        counts = []
-    if not counts or min(counts) < 1:
-        raise argparse.ArgumentTypeError(f"token counts must be positive integers, comma-separated: {text!r}")
-    return counts
 
 
 def main(argv):

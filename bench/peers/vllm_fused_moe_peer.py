@@ -94,8 +94,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, NamedTuple
 
-from peer_util import (add_timing_arguments, check_timing_arguments, expected_hit_experts, parse_names,
-                       parse_tokens, round_up, time_graph)
+from peer_util import (add_timing_arguments, check_timing_arguments, emitter, expected_hit_experts,
+                       parse_names, parse_tokens, round_up, time_graph, write_results)
 
 try:  # PyTorch and Triton are needed to run; --help and the plan work without them
     import torch
@@ -768,22 +768,13 @@ def main(argv):
     device = torch.device("cuda")
     rows = []
 
-    def emit(row):
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-
+    emit = emitter(rows)
     for qname in args.quant:
         for name in args.shapes:
             run_shape(v, name, QUANTS[qname], args, device, emit)
     if args.json:
-        doc = {"provenance": {
-                   "peer": f"vLLM {VLLM_VERSION} Triton fused_moe_kernel, experts only, precomputed top-k",
-                   "source": v.source, "device": torch.cuda.get_device_name(), "config_device_name": device_name,
-                   "torch": torch.__version__, "triton": triton.__version__,
-                   "timing": "CUDA-graph replay, median of --replays, weight copies rotated through L2",
-                   "command": " ".join([Path(sys.argv[0]).name] + list(argv))},
-               "points": rows}
-        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+        write_results(args.json, f"vLLM {VLLM_VERSION} Triton fused_moe_kernel, experts only, precomputed top-k",
+                      v.source, rows, argv, torch, triton, extra={"config_device_name": device_name})
     return 1 if any("error" in r for r in rows) else 0
 
 

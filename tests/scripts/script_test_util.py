@@ -1,9 +1,18 @@
-"""What the analysis scripts' tests share: writing a JSON input file and
-running a script's main() with its printed lines captured."""
+"""What the scripts' tests share: a check that stops the test, writing a
+JSON input file, and running a script's main() with its printed lines
+captured."""
 import contextlib
 import io
 import json
 import os
+import sys
+
+
+def check(cond, what):
+    """Stops the test with FAILED and `what` unless cond holds."""
+    if not cond:
+        print("FAILED:", what)
+        sys.exit(1)
 
 
 def write_json(folder, name, doc):

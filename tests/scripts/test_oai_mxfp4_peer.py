@@ -12,11 +12,8 @@ sys.path.insert(0, os.path.join(ROOT, "bench", "peers"))
 import oai_mxfp4_peer as peer  # noqa: E402
 from presets_cpp import presets_from_cpp  # noqa: E402
 
-
-def check(cond, what):
-    if not cond:
-        print("FAILED:", what)
-        sys.exit(1)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from script_test_util import check  # noqa: E402
 
 
 def main():

@@ -20,11 +20,8 @@ sys.path.insert(0, os.path.dirname(PEER))
 import vllm_fused_moe_peer as peer  # noqa: E402
 from presets_cpp import presets_from_cpp  # noqa: E402
 
-
-def check(cond, what):
-    if not cond:
-        print("FAILED:", what)
-        sys.exit(1)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from script_test_util import check  # noqa: E402
 
 
 def reference_align(ids, block, experts):
@@ -112,6 +109,28 @@ def check_emulating_reference(torch):
                               f"roundings by {err:.2e}")
 
 
+def check_results_file():
+    """peer_util.write_results: the provenance fields in order, the rows as given."""
+    import tempfile
+    import types
+    import peer_util
+    torch = types.SimpleNamespace(__version__="2.11.0", cuda=types.SimpleNamespace(get_device_name=lambda: "GPU X"))
+    triton = types.SimpleNamespace(__version__="3.6.0")
+    rows = []
+    emit = peer_util.emitter(rows)
+    emit({"T": 1, "us": 2.0})
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "p.json")
+        peer_util.write_results(path, "peer P", ["src"], rows, ["--tokens", "1"], torch, triton,
+                                extra={"config_device_name": "X"})
+        doc = json.load(open(path))
+    check(list(doc["provenance"]) == ["peer", "source", "device", "config_device_name", "torch", "triton",
+                                      "timing", "command"], f"provenance fields {list(doc['provenance'])}")
+    check(doc["provenance"]["device"] == "GPU X" and doc["provenance"]["command"].endswith("--tokens 1"),
+          f"provenance {doc['provenance']}")
+    check(doc["points"] == [{"T": 1, "us": 2.0}], f"points {doc['points']}")
+
+
 def dry_run(args):
     run = subprocess.run([sys.executable, PEER, "--dry-run", *args], capture_output=True, text=True, timeout=300)
     lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
@@ -119,6 +138,7 @@ def dry_run(args):
 
 
 def main():
+    check_results_file()
     cpp = presets_from_cpp()
     check(len(cpp) >= 9, f"presets parsed from presets.cpp: {sorted(cpp)}")
     for name, shape in peer.SHAPES.items():
@@ -162,7 +182,9 @@ def main():
         import torch
     except ImportError:
         venv = os.path.join(ROOT, ".venv", "bin", "python")
-        if os.path.exists(venv) and os.path.realpath(venv) != os.path.realpath(sys.executable):
+        # A venv's python links to the interpreter it was made from, so compare
+        # the environments (sys.prefix), not the executables.
+        if os.path.exists(venv) and os.path.realpath(sys.prefix) != os.path.realpath(os.path.join(ROOT, ".venv")):
             os.execv(venv, [venv, __file__])
         print("skipped the alignment checks: PyTorch is not installed (scripts/setup.sh --python)")
         print("ok")
