@@ -70,7 +70,7 @@ import traceback
 from pathlib import Path
 from typing import NamedTuple
 
-from peer_util import (add_timing_arguments, check_timing_arguments, emitter, expected_hit_experts,
+from peer_util import (SHAPES, add_timing_arguments, check_timing_arguments, emitter, expected_hit_experts,
                        parse_names, parse_tokens, round_up, time_graph, write_results)
 
 VLLM_VERSION = "0.26.0"
@@ -87,28 +87,6 @@ SCALE_NUM_WARPS = 8      # HopperMXScaleLayout's warps, as vLLM converts
 OAI_ALPHA, OAI_LIMIT = 1.702, 7.0
 NO_LIMIT = 1.0e30        # a clamp limit no value reaches
 E2M1_RMS = math.sqrt(sum(v * v for v in (0, 0.5, 1, 1.5, 2, 3, 4, 6)) / 8)
-
-
-class Shape(NamedTuple):
-    experts: int       # E
-    hidden: int        # H
-    intermediate: int  # I
-    top_k: int         # K
-    activation: str    # "swiglu_oai" (gpt-oss, with biases) or "silu"
-
-
-# unimoe-bench's presets (tools/bench/support/presets.cpp), routed experts only.
-SHAPES = {
-    "mixtral-8x7b": Shape(8, 4096, 14336, 2, "silu"),
-    "qwen3-30b-a3b": Shape(128, 2048, 768, 8, "silu"),
-    "qwen3-235b-a22b": Shape(128, 4096, 1536, 8, "silu"),
-    "deepseek-v3": Shape(256, 7168, 2048, 8, "silu"),
-    "dsv3-tp8": Shape(256, 7168, 256, 8, "silu"),
-    "gpt-oss-120b": Shape(128, 2880, 2880, 4, "swiglu_oai"),
-    "kimi-k2": Shape(384, 7168, 2048, 8, "silu"),
-    "llama4-maverick": Shape(128, 5120, 8192, 1, "silu"),
-    "minimax-m2": Shape(256, 3072, 1536, 8, "silu"),
-}
 
 
 class Padded(NamedTuple):

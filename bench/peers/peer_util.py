@@ -1,6 +1,7 @@
-"""What the peer scripts of this folder share: the argument parsers, the
-expected number of experts a uniform top-K routing hits, the timing of
-one CUDA-graph replay, and the JSON lines and results file they write. Imported as a sibling module (a script run from this
+"""What the peer scripts of this folder share: the preset shapes, the
+argument parsers, the expected number of experts a uniform top-K routing
+hits, the timing of one CUDA-graph replay, and the JSON lines and results
+file they write. Imported as a sibling module (a script run from this
 folder has it on sys.path); PyTorch is passed in, so that the scripts'
 dry runs work without it."""
 import argparse
@@ -8,6 +9,30 @@ import json
 import statistics
 import sys
 from pathlib import Path
+from typing import NamedTuple
+
+
+class Shape(NamedTuple):
+    experts: int       # E
+    hidden: int        # H
+    intermediate: int  # I
+    top_k: int         # K
+    activation: str    # "swiglu_oai" (gpt-oss: interleaved gate/up, biases) or "silu"
+
+
+# unimoe-bench's presets (tools/bench/support/presets.cpp), routed experts only;
+# the peers' tests check them against presets.cpp.
+SHAPES = {
+    "mixtral-8x7b": Shape(8, 4096, 14336, 2, "silu"),
+    "qwen3-30b-a3b": Shape(128, 2048, 768, 8, "silu"),
+    "qwen3-235b-a22b": Shape(128, 4096, 1536, 8, "silu"),
+    "deepseek-v3": Shape(256, 7168, 2048, 8, "silu"),
+    "dsv3-tp8": Shape(256, 7168, 256, 8, "silu"),
+    "gpt-oss-120b": Shape(128, 2880, 2880, 4, "swiglu_oai"),
+    "kimi-k2": Shape(384, 7168, 2048, 8, "silu"),
+    "llama4-maverick": Shape(128, 5120, 8192, 1, "silu"),  # weights on GEMM2, as for the others
+    "minimax-m2": Shape(256, 3072, 1536, 8, "silu"),
+}
 
 
 def round_up(x, m):

@@ -94,7 +94,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, NamedTuple
 
-from peer_util import (add_timing_arguments, check_timing_arguments, emitter, expected_hit_experts,
+from peer_util import (SHAPES, add_timing_arguments, check_timing_arguments, emitter, expected_hit_experts,
                        parse_names, parse_tokens, round_up, time_graph, write_results)
 
 try:  # PyTorch and Triton are needed to run; --help and the plan work without them
@@ -123,28 +123,6 @@ DRY_RUN_DEVICE = "NVIDIA H100 80GB HBM3"
 FP8_BLOCK = 128          # the block of FP8 block-128: weights 128x128, activations 1x128
 FP8_MAX = 448.0          # largest e4m3 magnitude
 OAI_ALPHA, OAI_LIMIT = 1.702, 7.0
-
-
-class Shape(NamedTuple):
-    experts: int       # E
-    hidden: int        # H
-    intermediate: int  # I
-    top_k: int         # K
-    activation: str    # "swiglu_oai" (gpt-oss: interleaved gate/up, biases) or "silu"
-
-
-# unimoe-bench's presets (tools/bench/support/presets.cpp), routed experts only.
-SHAPES = {
-    "mixtral-8x7b": Shape(8, 4096, 14336, 2, "silu"),
-    "qwen3-30b-a3b": Shape(128, 2048, 768, 8, "silu"),
-    "qwen3-235b-a22b": Shape(128, 4096, 1536, 8, "silu"),
-    "deepseek-v3": Shape(256, 7168, 2048, 8, "silu"),
-    "dsv3-tp8": Shape(256, 7168, 256, 8, "silu"),
-    "gpt-oss-120b": Shape(128, 2880, 2880, 4, "swiglu_oai"),
-    "kimi-k2": Shape(384, 7168, 2048, 8, "silu"),
-    "llama4-maverick": Shape(128, 5120, 8192, 1, "silu"),  # weights on GEMM2, as for the others
-    "minimax-m2": Shape(256, 3072, 1536, 8, "silu"),
-}
 
 
 class Quant(NamedTuple):

@@ -49,7 +49,7 @@ def main():
         code, text = run([mx, "--nvfp4", nv, "--bf16", bf, "--peer", peer])
         check(code == 0, f"exit {code}")
         geomean = (1.5 * 1.2) ** 0.5
-        check(f"over 2 points of" in text and f"{geomean:.3f}" in text, "geomean over the targets: " + text)
+        check("over 2 points of" in text and f"{geomean:.3f}" in text, "geomean over the targets: " + text)
         check("gpt-oss-120b T=1: 18.0 us" in text, "T=1 line: " + text)
         check("points slower than the peer: qwen3-30b-a3b T=4096 (+20.0%)" in text, "peer line: " + text)
         check("qwen3-30b-a3b T=4096 0.90" in text, "prefill line: " + text)

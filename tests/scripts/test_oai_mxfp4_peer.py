@@ -14,6 +14,7 @@ from presets_cpp import presets_from_cpp  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from script_test_util import check  # noqa: E402
+from peer_util import Shape  # noqa: E402
 
 
 def main():
@@ -28,7 +29,7 @@ def main():
     pad = peer.pad_shape(gpt)
     check(pad == peer.Padded(2880, 2880, 92, 92), f"gpt-oss padding {pad}")
     check(pad.note(gpt) == {"H_scale_groups": 92, "I_scale_groups": 92}, f"{pad.note(gpt)}")
-    odd = peer.Shape(8, 100, 100, 2, "silu")
+    odd = Shape(8, 100, 100, 2, "silu")
     check(peer.pad_shape(odd) == peer.Padded(128, 128, 4, 4), f"{peer.pad_shape(odd)}")
     check(peer.pad_shape(peer.SHAPES["qwen3-30b-a3b"]).note(peer.SHAPES["qwen3-30b-a3b"]) is None, "no padding")
 

@@ -97,7 +97,8 @@ def check_emulating_reference(torch):
     """The emulating reference rounds where the peer's steps round: against
     peer_pipeline it differs by fp32 summation order only, for the silu and
     the gpt-oss activations in each quant variant."""
-    for shape in (peer.Shape(6, 256, 384, 2, "silu"), peer.Shape(5, 128, 256, 3, "swiglu_oai")):
+    from peer_util import Shape
+    for shape in (Shape(6, 256, 384, 2, "silu"), Shape(5, 128, 256, 3, "swiglu_oai")):
         for quant in peer.QUANTS.values():
             pad = peer.pad_shape(shape, quant)
             w = peer.make_weights(shape, pad, quant, 7, "cpu")
