@@ -12,7 +12,8 @@ ratio to the best peer. Ends with the geometric means of time over each
 floor (the form the BF16 targets take), the points slower than the best peer (with the
 active-expert counts where this run's routing hit more experts than the
 peer's, which then read fewer weight bytes), the T=1 points against 1.6x
-the anchor floor, and each point's stage times.
+the anchor floor, each point's stage times and, from T=4096 in runs that
+carry stage floors, each stage's time against its own floor.
 """
 import json
 import math
@@ -20,6 +21,7 @@ import sys
 
 T1_BOUND = 1.6  # the BF16 target: T=1 at most 1.6x the floor on every shape
 STAGES = ["routing", "permute", "gemm1", "gemm2", "finalize"]  # the launch chain's order
+LARGE_T = 4096  # from here the points get a stage accounting (the prefill targets' T)
 
 
 def slower_note(name, t, us, peer_us, active, peer_active):
@@ -28,6 +30,23 @@ def slower_note(name, t, us, peer_us, active, peer_active):
     if active is not None and peer_active is not None and round(active) != round(peer_active):
         note += f"; {active:g} active experts here, {peer_active:g} in the peer's run"
     return note + ")"
+
+
+def stage_accounting(p):
+    """Where a point's time over its floor goes, or None without stage floors
+    (older runs, CPU runs): [(stage, time_us, floor_us, time - floor_us)]
+    in chain order, then the layer's own time, floor and difference. The
+    stage floors add up to more than the layer's (they count the
+    intermediates act and y), so the stages' differences locate the time
+    lost in each kernel, and the layer's gap less their sum is what the
+    split chain itself costs."""
+    floors = p.get("stage_floors")
+    st = p.get("stages_us", {})
+    if not floors:
+        return None
+    rows = [(n, st.get(n, 0.0), floors[n]["floor_us"], st.get(n, 0.0) - floors[n]["floor_us"])
+            for n in STAGES if n in floors]
+    return rows, (p["time_us"], p["floor_us"], p["time_us"] - p["floor_us"])
 
 
 def main():
@@ -77,6 +96,13 @@ def main():
         stages = " ".join(f"{name} {st[name]:.1f}" for name in order)
         plan = f"  [{p['plan']}]" if "plan" in p else ""
         print(f"  {key[0]:16} {key[1]:>6}  {stages}{plan}")
+    large = [(key, p) for key, p in sorted(best.items()) if key[1] >= LARGE_T and stage_accounting(p)]
+    if large:
+        print(f"stage accounting at T >= {LARGE_T} (us: time / the stage's own floor, +time over it):")
+    for key, p in large:
+        rows, (us, floor, gap) = stage_accounting(p)
+        stages = " ".join(f"{n} {t:.1f}/{f:.1f} (+{d:.1f})" for n, t, f, d in rows)
+        print(f"  {key[0]:16} {key[1]:>6}  layer {us:.1f}/{floor:.1f} (+{gap:.1f}): {stages}")
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ struct Point {
   double time_us = 0;
   FloorEstimate floor;
   std::vector<std::pair<std::string, double>> stage_us;
+  std::vector<StageFloor> stage_floor;  // each stage's own floor (GPU runs)
   double rel_err = -1;        // vs the CPU reference (-1: not checked; NaN: broken output)
   double error_bound = -1;    // the quant variant's bound (reference_tolerance); -1: not checked
   bool failed = false;        // checked and over the bound (or NaN): the run exits non-zero

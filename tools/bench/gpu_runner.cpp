@@ -108,7 +108,15 @@ Ceilings measure_ceilings(cudaStream_t stream) {
     });
     const double us = median_replay_us(g, stream, 20, 1);
     cudaGraphExecDestroy(g);
-    c.bandwidth_tbps = 2.0 * bytes / (us * 1e6);
+    c.copy_tbps = 2.0 * bytes / (us * 1e6);
+    DeviceMem sink(sizeof(uint32_t));
+    cudaGraphExec_t r = capture(stream, [&] {
+      launch_read(a.p, bytes, sink.as<uint32_t>(), stream);
+    });
+    const double read_us = median_replay_us(r, stream, 20, 1);
+    cudaGraphExecDestroy(r);
+    c.read_tbps = bytes / (read_us * 1e6);
+    c.bandwidth_tbps = floor_bandwidth(c.copy_tbps, c.read_tbps);
   }
   {
     const int n = 8192;
@@ -279,6 +287,7 @@ void run_shape(const Options& opt, const Preset& shape, const std::string& backe
       before = chain;
     }
     p.floor = layer_floor(c, t, p.active_experts, result.ceilings);
+    p.stage_floor = stage_floors(c, t, p.active_experts, result.ceilings);
     std::fprintf(stderr, "  %s %s T=%d: %.1f us (floor %.1f us, err %.2e)\n", name.c_str(), backend.c_str(), t,
                  p.time_us, p.floor.floor_us, p.rel_err);
     result.points.push_back(p);
@@ -313,9 +322,10 @@ RunResult run_gpu(const Options& opt) {
   UNIMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   std::fprintf(stderr, "measuring ceilings on %s ...\n", prop.name);
   result.ceilings = measure_ceilings(stream);
-  std::fprintf(stderr, "  bandwidth %.3f TB/s, bf16 matmul %.1f TFLOP/s, e4m3 matmul %.1f TFLOP/s\n",
-               result.ceilings.bandwidth_tbps, result.ceilings.matmul_tflops,
-               result.ceilings.fp8_matmul_tflops);
+  std::fprintf(stderr,
+               "  bandwidth %.3f TB/s (copy %.3f, read %.3f), bf16 matmul %.1f TFLOP/s, e4m3 matmul %.1f TFLOP/s\n",
+               result.ceilings.bandwidth_tbps, result.ceilings.copy_tbps, result.ceilings.read_tbps,
+               result.ceilings.matmul_tflops, result.ceilings.fp8_matmul_tflops);
   for (const Preset& shape : opt.shapes)
     for (const std::string& backend : opt.backends)
       run_shape(opt, shape, backend, opt.autotune, stream, result);

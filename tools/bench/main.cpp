@@ -28,20 +28,44 @@ std::string preset_help() {
   return s;
 }
 
+// A stage's time over its own floor is printed only where that floor is at
+// least this long: below it the stage's time is its launch and its PDL
+// wait, and the ratio says nothing about how it moves bytes.
+constexpr double kStageRatioMinFloorUs = 2.0;
+
+const StageFloor* stage_floor_of(const Point& p, const std::string& stage) {
+  for (const StageFloor& f : p.stage_floor)
+    if (stage == f.stage) return &f;
+  return nullptr;
+}
+
 void print_table(const RunResult& r) {
   std::printf("\n%s on %s\n", r.mode == "gpu" ? "unimoe MoE layer" : "CPU reference", r.device.c_str());
   if (!r.note.empty()) std::printf("NOTE: %s\n", r.note.c_str());
-  std::printf("ceilings: %.3f TB/s, %.1f TFLOP/s bf16, %.1f TFLOP/s e4m3%s\n",
-              r.ceilings.bandwidth_tbps, r.ceilings.matmul_tflops, r.ceilings.fp8_matmul_tflops,
-              r.mode == "gpu" ? " (measured in this run)" : " (H200 reference values)");
-  std::printf("columns: time and floor in us; rel_err vs the CPU reference; a peer's (xN) is its time over unimoe's\n");
+  if (r.mode == "gpu")
+    std::printf("ceilings: %.3f TB/s (the faster of a copy, %.3f, and a read, %.3f), %.1f TFLOP/s bf16, "
+                "%.1f TFLOP/s e4m3 (measured in this run)\n",
+                r.ceilings.bandwidth_tbps, r.ceilings.copy_tbps, r.ceilings.read_tbps, r.ceilings.matmul_tflops,
+                r.ceilings.fp8_matmul_tflops);
+  else
+    std::printf("ceilings: %.3f TB/s, %.1f TFLOP/s bf16, %.1f TFLOP/s e4m3 (H200 reference values)\n",
+                r.ceilings.bandwidth_tbps, r.ceilings.matmul_tflops, r.ceilings.fp8_matmul_tflops);
+  std::printf("columns: time and floor in us; rel_err vs the CPU reference; ");
+  if (r.mode == "gpu")
+    std::printf("a stage's (Nx) is its time over its own floor, where that floor is %.0f us or more; ",
+                kStageRatioMinFloorUs);
+  std::printf("a peer's (xN) is its time over unimoe's\n");
   std::printf("%-16s %-13s %6s %6s %10s %10s %7s %7s %8s %9s  %s\n", "preset", "backend", "T", "active", "time_us",
               "floor_us", "t/floor", "TB/s", "TFLOP/s", "rel_err", "stages (us) | peers (us)");
   for (const Point& p : r.points) {
     std::string stages;
     for (const auto& [name, us] : p.stage_us) {
       char buf[64];
-      std::snprintf(buf, sizeof buf, "%s %.1f ", name.c_str(), us);
+      const StageFloor* f = stage_floor_of(p, name);
+      if (f != nullptr && f->floor_us >= kStageRatioMinFloorUs)
+        std::snprintf(buf, sizeof buf, "%s %.1f (%.2fx) ", name.c_str(), us, us / f->floor_us);
+      else
+        std::snprintf(buf, sizeof buf, "%s %.1f ", name.c_str(), us);
       stages += buf;
     }
     if (!p.gemm2_gate.empty()) stages += "(gate: " + p.gemm2_gate + ") ";
@@ -116,6 +140,10 @@ void write_json(const Options& opt, const RunResult& r) {
   doc["ceilings"] = {{"bandwidth_TBps", r.ceilings.bandwidth_tbps},
                      {"matmul_TFLOPs", r.ceilings.matmul_tflops},
                      {"fp8_matmul_TFLOPs", r.ceilings.fp8_matmul_tflops}};
+  if (r.mode == "gpu") {
+    doc["ceilings"]["copy_TBps"] = r.ceilings.copy_tbps;
+    doc["ceilings"]["read_TBps"] = r.ceilings.read_tbps;
+  }
   for (const Point& p : r.points) {
     nlohmann::json row = {{"preset", p.preset},
                           {"backend", p.backend},
@@ -142,6 +170,8 @@ void write_json(const Options& opt, const RunResult& r) {
       row["rel_err"] = p.rel_err;
     }
     for (const auto& [name, us] : p.stage_us) row["stages_us"][name] = us;
+    for (const StageFloor& f : p.stage_floor)
+      row["stage_floors"][f.stage] = {{"floor_us", f.floor_us}, {"bytes", f.bytes}, {"flops", f.flops}};
     for (const auto& [name, us] : p.peers_us) row["peers_us"][name] = us;
     if (!p.choice.empty()) row["tuned_choice"] = p.choice;
     if (!p.plan.empty()) row["plan"] = p.plan;

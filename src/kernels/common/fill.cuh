@@ -35,4 +35,11 @@ void launch_fill_f32(float* out, std::size_t n, uint64_t seed, float scale, cuda
 // only 2.77 TB/s on an H200 where kernels stream at about 4.3.
 void launch_copy(void* dst, const void* src, std::size_t bytes, cudaStream_t stream);
 
+// A read-only stream of `bytes` (a multiple of 16; 16-byte loads, eight in
+// flight a thread): the other half of the bandwidth ceiling. The decode
+// GEMMs mostly read, and a copy's write traffic costs the HBM turnarounds a
+// read does not, so a copy alone understates what a read can reach. `sink`
+// (one word) is written only for an input no fill produces.
+void launch_read(const void* src, std::size_t bytes, uint32_t* sink, cudaStream_t stream);
+
 }  // namespace unimoe
