@@ -22,7 +22,7 @@ static_assert(sizeof(kSm90Names) / sizeof(kSm90Names[0]) == kNumSm90GemmTactics,
 
 std::string GemmTactic::to_string() const {
   if (stream) return "stream_m" + std::to_string(tile_m);
-  const std::string tile = "m" + std::to_string(tile_m) + "n" + std::to_string(tile_n);
+  const std::string tile = (wgmma ? "wg_m" : "m") + std::to_string(tile_m) + "n" + std::to_string(tile_n);
   return ctas_per_sm == 0 ? tile : tile + "x" + std::to_string(ctas_per_sm);
 }
 

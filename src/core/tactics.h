@@ -20,12 +20,15 @@ struct GemmTactic {
   // 0: the tile's standard build. Else a second build of the same tile that
   // keeps this many CTAs on an SM, with a shallower pipeline to fit them.
   int ctas_per_sm = 0;
-  std::string to_string() const;  // "m64n128", "m32n64x5", "stream_m16"
+  // Tiled with Hopper's warp-group MMA (wgmma, sm_90a) instead of mma.sync:
+  // 128-row tiles, two warp groups (src/kernels/gemm/sm90_wgmma_gemm.cu).
+  bool wgmma = false;
+  std::string to_string() const;  // "m64n128", "m32n64x5", "stream_m16", "wg_m128n256"
 };
 
 constexpr bool operator==(const GemmTactic& a, const GemmTactic& b) {
   return a.tile_m == b.tile_m && a.tile_n == b.tile_n && a.stream == b.stream &&
-         a.ctas_per_sm == b.ctas_per_sm;
+         a.ctas_per_sm == b.ctas_per_sm && a.wgmma == b.wgmma;
 }
 constexpr bool operator!=(const GemmTactic& a, const GemmTactic& b) { return !(a == b); }
 
@@ -33,12 +36,12 @@ constexpr bool operator!=(const GemmTactic& a, const GemmTactic& b) { return !(a
 // (src/kernels/gemm/grouped_gemm.cu instantiates one kernel for each and
 // checks the list at compile time).
 inline constexpr GemmTactic kMmaTactics[] = {
-    {128, 128}, {64, 128}, {48, 128}, {32, 64},     {32, 64, false, 5},
-    {16, 128},  {16, 64},  {16, 32},  {16, 0, true}};
+    {128, 128}, {64, 128}, {48, 128}, {32, 64},  {32, 64, false, 5},         {16, 128},
+    {16, 64},   {16, 32},  {128, 256, false, 0, true}, {128, 128, false, 0, true}, {16, 0, true}};
 inline constexpr int kNumMmaTactics = sizeof(kMmaTactics) / sizeof(kMmaTactics[0]);
 
 // "m16n64" -> {16, 64}, "m32n64x5" -> {32, 64, false, 5}, "stream_m16" ->
-// {16, 0, true}. Throws Error (field "mma_tactic") listing the compiled
+// {16, 0, true}, "wg_m128n256" -> {128, 256, false, 0, true}. Throws Error (field "mma_tactic") listing the compiled
 // tactics when `s` is not one of kMmaTactics.
 GemmTactic parse_gemm_tactic(const std::string& s);
 

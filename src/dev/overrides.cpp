@@ -1,5 +1,8 @@
 #include "dev/overrides.h"
 
+#include "core/tactics.h"
+#include "unimoe/unimoe.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
@@ -14,7 +17,7 @@ namespace unimoe {
 namespace {
 
 // How one knob's value is read and checked.
-enum class Kind { Switch, Count, Ctas, Splits, TileM, Wide, Gemm2 };
+enum class Kind { Switch, Count, Ctas, Splits, TileM, Wide, Gemm2, Tactic };
 
 struct Knob {
   const char* name;  // lower case, without the UNIMOE_ prefix
@@ -50,6 +53,7 @@ constexpr Knob kKnobs[] = {
     {"stream_overlap", Kind::Switch, &DevOverrides::stream_overlap, nullptr},
     {"w4_tile_m", Kind::TileM, nullptr, &DevOverrides::w4_tile_m},
     {"gemm2_path", Kind::Gemm2, nullptr, nullptr},
+    {"mma_tactic", Kind::Tactic, nullptr, nullptr},
 };
 
 // UNIMOE_* variables that belong to the scripts and the test programs, not
@@ -143,6 +147,25 @@ void apply(DevOverrides& d, const Knob& k, const std::string& value) {
         refuse(k, value, "auto (the rule, the default), expert, combine or gate");
       }
       return;
+    case Kind::Tactic: {
+      if (value == "auto") {
+        d.mma_tactic.clear();
+        return;
+      }
+      const std::string allowed = "auto (the rule, the default), or G1 or G1:G2 with tiled mma tactics of "
+                                  "one tile_m, e.g. wg_m128n256:wg_m128n128";
+      GemmTactic g1, g2;
+      try {
+        const std::size_t colon = value.find(':');
+        g1 = parse_gemm_tactic(value.substr(0, colon));
+        g2 = colon == std::string::npos ? g1 : parse_gemm_tactic(value.substr(colon + 1));
+      } catch (const Error& e) {
+        refuse(k, value, allowed + " (" + e.what() + ")");
+      }
+      if (g1.stream || g2.stream || g1.tile_m != g2.tile_m) refuse(k, value, allowed);
+      d.mma_tactic = value;
+      return;
+    }
   }
 }
 
@@ -158,6 +181,7 @@ std::string value_of(const DevOverrides& d, const Knob& k) {
       return d.wide_choice == WideChoice::kOff        ? "0"
              : d.wide_choice == WideChoice::kEverywhere ? "1"
                                                         : "measured";
+    case Kind::Tactic: return d.mma_tactic.empty() ? "auto" : d.mma_tactic;
     default: return std::to_string(d.*k.number);
   }
 }

@@ -52,6 +52,10 @@ struct DevOverrides {
   bool stream_overlap = true;    // UNIMOE_STREAM_OVERLAP
   int w4_tile_m = 0;             // UNIMOE_W4_TILE_M: 0 = measured rule, 16 or 64
   DevGemm2Path gemm2_path = DevGemm2Path::kRule;  // UNIMOE_GEMM2_PATH: auto, expert, combine, gate
+  // UNIMOE_MMA_TACTIC: "" (the rule, written "auto"), or "G1" or "G1:G2", the
+  // mma path's GEMM1 and GEMM2 tactics (tiled, one tile_m; GEMM2 = G1 when
+  // G2 is not given), wherever the mma path runs.
+  std::string mma_tactic;
 
   // Every UNIMOE_* variable above that is set, validated; throws
   // std::invalid_argument naming the variable and the allowed values. An

@@ -69,7 +69,7 @@ int tile_m_for(double rows_per_expert) {
 GemmTactic tiled_tactic(int tile_m, int ctas_per_sm = 0) {
   const int tile_n = tile_m <= 32 ? 64 : 128;
   for (const GemmTactic& t : kMmaTactics)
-    if (!t.stream && t.tile_m == tile_m && t.tile_n == tile_n && t.ctas_per_sm == ctas_per_sm)
+    if (!t.stream && !t.wgmma && t.tile_m == tile_m && t.tile_n == tile_n && t.ctas_per_sm == ctas_per_sm)
       return t;
   throw std::runtime_error("no GEMM tactic compiled for " +
                            GemmTactic{tile_m, tile_n, false, ctas_per_sm}.to_string());
@@ -388,6 +388,13 @@ LayerPlan plan_layer(const MoEConfig& config, int num_tokens, bool precomputed,
   plan.stream_one_token = dev.stream_one_token;
   if (is_w4(config.experts.quant) && plan.path == ExpertsPath::Stream && dev.w4_tile_m != 0)
     plan.tile_m = dev.w4_tile_m;
+  if (plan.path == ExpertsPath::Mma && !dev.mma_tactic.empty()) {
+    // DevOverrides::set checked the pair: tiled tactics of one tile_m.
+    const std::size_t colon = dev.mma_tactic.find(':');
+    plan.gemm1 = parse_gemm_tactic(dev.mma_tactic.substr(0, colon));
+    plan.gemm2 = colon == std::string::npos ? plan.gemm1 : parse_gemm_tactic(dev.mma_tactic.substr(colon + 1));
+    plan.tile_m = plan.gemm1.tile_m;
+  }
   plan.gemm2_mode = gemm2_mode_for(config, num_tokens, plan.path, dev);
   plan.routing = plan_routing(config, num_tokens, precomputed, caps, dev);
   return plan;

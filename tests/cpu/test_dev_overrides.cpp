@@ -57,6 +57,7 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
   d.set("wide_choice=1");
   d.set("stream_max_splits=4");
   d.set("gemm2_path=combine");
+  d.set("mma_tactic=wg_m128n256:m128n128");
   EXPECT_FALSE(d.sorted_pair);
   EXPECT_EQ(d.cluster_max_ctas, 16);
   EXPECT_EQ(d.spread_from_tokens, 33);
@@ -66,7 +67,7 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
   const std::string text = d.to_string();
   EXPECT_EQ(text,
             "sorted_pair=0 spread_from_tokens=33 cluster_max_ctas=16 wide_choice=1 "
-            "stream_max_splits=4 gemm2_path=combine");
+            "stream_max_splits=4 gemm2_path=combine mma_tactic=wg_m128n256:m128n128");
   DevOverrides back;
   std::size_t start = 0;
   while (start < text.size()) {
@@ -75,7 +76,7 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
     start = end == std::string::npos ? text.size() : end + 1;
   }
   EXPECT_EQ(back, d);
-  EXPECT_EQ(DevOverrides::names().size(), 25u);
+  EXPECT_EQ(DevOverrides::names().size(), 26u);
 }
 
 TEST(DevOverrides, RefusesBadValuesNamingTheVariable) {
@@ -100,6 +101,9 @@ TEST(DevOverrides, RefusesBadValuesNamingTheVariable) {
   refused("wide_choice=2", "measured");
   refused("gemm2_path=fused", "UNIMOE_GEMM2_PATH is 'fused'; allowed: auto (the rule, the default), "
                               "expert, combine or gate");
+  refused("mma_tactic=m64n128:m16n64", "UNIMOE_MMA_TACTIC is 'm64n128:m16n64'; allowed: auto");
+  refused("mma_tactic=stream_m16", "tiled mma tactics of one tile_m");
+  refused("mma_tactic=m128n512", "not a compiled mma tactic");
   refused("no_such_knob=1", "not name=value with a known name");
   refused("sorted_pair", "not name=value");
 }

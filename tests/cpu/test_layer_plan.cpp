@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <string>
 
+#include "dev/overrides.h"
 #include "plan/layer_plan.h"
+#include "plan/routing_plan.h"
 #include "support/presets.h"
 #include "core/tactics.h"
 
@@ -170,6 +172,31 @@ TEST(LayerPlan, BackendNamesAndUnsupportedConfigsSayWhy) {
   EXPECT_EQ(gpu_unsupported_reason(c), "");
   c.experts.quant = QuantVariant::MXFP4;
   EXPECT_EQ(gpu_unsupported_reason(c), "");
+}
+
+// The mma_tactic knob sets both GEMMs' tactics, and the schedule's M tile
+// with them, wherever the mma path runs; other paths ignore it.
+TEST(LayerPlan, MmaTacticKnobSetsBothGemmsOnTheMmaPath) {
+  MoEConfig c = find_preset("qwen3-30b-a3b").config;
+  c.options.backend = "mma";
+  DevOverrides dev;
+  dev.set("mma_tactic=wg_m128n256:wg_m128n128");
+  for (int t : {1, 64, 16384}) {
+    const LayerPlan p = plan_layer(c, t, false, RoutingDeviceCaps{}, dev);
+    EXPECT_EQ(p.path, ExpertsPath::Mma);
+    EXPECT_EQ(p.gemm1.to_string(), "wg_m128n256") << t;
+    EXPECT_EQ(p.gemm2.to_string(), "wg_m128n128") << t;
+    EXPECT_EQ(p.tile_m, 128) << t;
+  }
+  dev.set("mma_tactic=m64n128");
+  const LayerPlan one = plan_layer(c, 512, false, RoutingDeviceCaps{}, dev);
+  EXPECT_EQ(one.gemm1, (GemmTactic{64, 128}));
+  EXPECT_EQ(one.gemm2, one.gemm1);
+  EXPECT_EQ(one.tile_m, 64);
+  c.options.backend = "cutlass";
+  EXPECT_EQ(plan_layer(c, 512, false, RoutingDeviceCaps{}, dev).path, ExpertsPath::Cutlass);
+  c.options.backend = "stream";
+  EXPECT_EQ(plan_layer(c, 512, false, RoutingDeviceCaps{}, dev).gemm1.to_string(), "stream_m16");
 }
 
 TEST(LayerPlan, FourBitTakesTheStreamPathOnly) {

@@ -75,10 +75,14 @@ TEST(Tactics, NamesRoundTripAndErrorsListTheCompiledOnes) {
   EXPECT_EQ(parse_gemm_tactic("m16n64"), (GemmTactic{16, 64}));
   EXPECT_EQ(parse_gemm_tactic("m32n64x5"), (GemmTactic{32, 64, false, 5}));
   EXPECT_NE(parse_gemm_tactic("m32n64x5"), parse_gemm_tactic("m32n64"));
+  EXPECT_EQ(parse_gemm_tactic("wg_m128n256"), (GemmTactic{128, 256, false, 0, true}));
+  EXPECT_NE(parse_gemm_tactic("wg_m128n128"), parse_gemm_tactic("m128n128"));
+  EXPECT_THROW(parse_gemm_tactic("m128n256"), Error);  // the 256-column tile is wgmma only
   EXPECT_THROW(parse_gemm_tactic("m32n64x4"), Error);  // no such build
   const Error mma = error_of([] { parse_gemm_tactic("m32n128"); });
   EXPECT_EQ(mma.field(), "mma_tactic");
-  EXPECT_TRUE(contains(mma.what(), "allowed: m128n128, m64n128, m48n128, m32n64, m32n64x5, m16n128, m16n64, m16n32")) << mma.what();
+  EXPECT_TRUE(contains(mma.what(), "allowed: m128n128, m64n128, m48n128, m32n64, m32n64x5, m16n128, m16n64, m16n32, "
+                                 "wg_m128n256, wg_m128n128, stream_m16")) << mma.what();
 
   EXPECT_EQ(to_string(Sm90GemmTactic::Cooperative128x128), "coop_128x128x64");
   EXPECT_EQ(to_string(Sm90GemmTactic::Cooperative128x256), "coop_128x256x64");
@@ -159,7 +163,9 @@ TEST(Candidates, EveryBackendWithEveryCompiledTactic) {
   std::size_t pairs = 0;
   for (const GemmTactic& a : kMmaTactics)
     for (const GemmTactic& b : kMmaTactics) pairs += !a.stream && !b.stream && a.tile_m == b.tile_m;
-  EXPECT_EQ(pairs, 16u);  // m128, m64, m48: 1 each; m32: 2 x 2 (m32n64, m32n64x5); m16: 3 x 3
+  // m128: 3 x 3 (m128n128, wg_m128n256, wg_m128n128); m64, m48: 1 each; m32: 2 x 2 (m32n64,
+  // m32n64x5); m16: 3 x 3.
+  EXPECT_EQ(pairs, 24u);
   ASSERT_EQ(all.size(), pairs + 1 + kNumSm90GemmTactics);  // + the stream tactic
   std::vector<Sm90GemmTactic> sm90;
   for (std::size_t i = 0; i < all.size(); ++i) {

@@ -354,10 +354,51 @@ TEST(GroupedGemm, DifferentTacticsPerStage) {
   run_case(c, tactics.front(), tactics.back());
 }
 
+std::vector<GemmTactic> wgmma_tactics() {
+  std::vector<GemmTactic> out;
+  for (const GemmTactic& t : all_tactics())
+    if (t.wgmma) out.push_back(t);
+  return out;
+}
+
+// The wgmma tactics at prefill-like sizes: many 128-row tiles, K of many
+// 64-wide blocks (deeper than the pipeline) with a tail, column blocks with
+// a partial last one for both GEMMs, and an expert hot enough for several
+// tiles.
+TEST(GroupedGemm, WgmmaTacticsAtPrefillSizes) {
+  UNIMOE_REQUIRE_GPU();
+  const std::vector<GemmTactic> wg = wgmma_tactics();
+  ASSERT_FALSE(wg.empty());
+  for (const GemmTactic& t : wg) {
+    Case c;
+    c.tokens = 700;
+    c.hidden = 1096;
+    c.intermediate = 520;
+    c.experts = 8;
+    c.top_k = 2;
+    run_case(c, t, t);
+    Case hot = c;
+    hot.tokens = 300;
+    hot.hot = 6;
+    hot.activation = Activation::SwiGLUOai;
+    hot.bias = true;
+    run_case(hot, t, t);
+  }
+  // Each wgmma tactic beside the mma.sync one of the same tile rows.
+  Case mixed;
+  mixed.tokens = 260;
+  mixed.hidden = 384;
+  mixed.intermediate = 192;
+  mixed.experts = 4;
+  mixed.top_k = 2;
+  run_case(mixed, wg.front(), GemmTactic{128, 128});
+  run_case(mixed, GemmTactic{128, 128}, wg.back());
+}
+
 // One capture serves any routing: the grid comes from the capacity, the work
 // from the device tile count.
-TEST(GroupedGemm, GraphReplayFollowsTheRouting) {
-  UNIMOE_REQUIRE_GPU();
+void graph_replay_follows_the_routing(const GemmTactic& t) {
+  SCOPED_TRACE(t.to_string());
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   Case c;
@@ -367,7 +408,6 @@ TEST(GroupedGemm, GraphReplayFollowsTheRouting) {
   c.experts = 16;
   c.top_k = 4;
   Problem p = make_problem(c, seed);
-  const GemmTactic t = all_tactics().front();
   DeviceExperts dev(p, t, t);
   dev.set_routing(p.routing);
 
@@ -393,6 +433,12 @@ TEST(GroupedGemm, GraphReplayFollowsTheRouting) {
   UNIMOE_CUDA_CHECK(cudaGraphExecDestroy(exec));
   UNIMOE_CUDA_CHECK(cudaGraphDestroy(graph));
   UNIMOE_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST(GroupedGemm, GraphReplayFollowsTheRouting) {
+  UNIMOE_REQUIRE_GPU();
+  graph_replay_follows_the_routing(all_tactics().front());
+  for (const GemmTactic& t : wgmma_tactics()) graph_replay_follows_the_routing(t);
 }
 
 }  // namespace

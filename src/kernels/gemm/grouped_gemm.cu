@@ -25,14 +25,14 @@
 #include "kernels/gemm/grouped_gemm_args.cuh"
 #include "kernels/epilogue/grouped_gemm_epilogue.cuh"
 #include "kernels/gemm/stream_gemm.cuh"
+#include "kernels/gemm/tile_operands.cuh"
 #include "kernels/gemm/warp_mma.cuh"
+#include "kernels/gemm/sm90_wgmma_gemm.cuh"
 
 namespace unimoe {
 namespace {
 
-constexpr int kBlockK = 64;           // K per pipeline stage: one swizzled shared-memory row
-constexpr int kChunks = kBlockK / 8;  // 16-byte chunks per row
-static_assert(kBlockK * 2 == kSwizzleRowBytes, "a stage row is one swizzle row");
+constexpr int kBlockK = kTileBlockK;  // K per pipeline stage: one swizzled shared-memory row
 
 // A tactic: CTA tile, warp grid, pipeline depth, and the CTAs per SM that the
 // register budget is built for.
@@ -48,8 +48,6 @@ struct TileConfig {
   static constexpr int kWarpN = TileN / WarpsN;
   static constexpr int kFragsM = kWarpM / 16;  // m16 fragments per warp
   static constexpr int kFragsN = kWarpN / 8;   // n8 fragments per warp
-  // Rows one pass of 16-byte copies covers: every thread keeps one chunk column.
-  static constexpr int kRowsPerPass = kThreads / kChunks;
   static constexpr int kStageBytes = (TileM + TileN) * kSwizzleRowBytes;
   // The epilogue stages the output tile in bf16, rows padded by 16 bytes.
   static constexpr int kStagedStride = TileN + 8;
@@ -59,14 +57,6 @@ struct TileConfig {
 
   static_assert(TileM % (16 * WarpsM) == 0 && TileN % (16 * WarpsN) == 0,
                 "warp tiles are whole m16 fragments and pairs of n8 fragments");
-  // Rows r and r + kRowsPerPass share (r % 8), so one swizzled column serves
-  // every row a thread copies; and they share r % 2, so a thread copies only
-  // gate rows or only up rows of a gated B tile.
-  static_assert(kRowsPerPass % 8 == 0, "threads must be a multiple of 64");
-  static_assert(TileM % kRowsPerPass == 0 && TileN % kRowsPerPass == 0,
-                "copy passes must cover whole tiles");
-  static_assert(TileM / kRowsPerPass <= 32 && TileN / kRowsPerPass <= 32,
-                "validity of a thread's rows is a 32-bit mask");
   static_assert(Stages >= 2, "a pipeline needs two stages");
   static_assert(kStagedStride * 2 % 16 == 0, "staged rows must keep 16-byte alignment");
 };
@@ -76,9 +66,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     grouped_gemm_kernel(const GroupedGemmArgs args) {
   pdl_begin();
   constexpr int kTileM = Cfg::kTileM, kTileN = Cfg::kTileN, kStages = Cfg::kStages;
-  constexpr int kRowsPerPass = Cfg::kRowsPerPass;
-  constexpr int kLoadsA = kTileM / kRowsPerPass;  // A rows a thread copies per stage
-  constexpr int kLoadsB = kTileN / kRowsPerPass;  // B rows a thread copies per stage
 
   const int tile_index = blockIdx.x / args.n_blocks;
   if (tile_index >= *args.num_tiles) return;
@@ -91,60 +78,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t smem_base = shared_address(smem);
 
-  // ---- copy assignment: thread copies chunk `chunk` of rows load_row + j * kRowsPerPass.
   const int tid = threadIdx.x;
-  const int chunk = tid % kChunks;
-  const int load_row = tid / kChunks;
-  const uint32_t copy_offset = swizzled_offset(load_row, chunk);
-
-  // Row starts (at this thread's chunk), or args.a for rows past the tile.
-  const uint16_t* a_src[kLoadsA];
-  uint32_t a_valid = 0;
-#pragma unroll
-  for (int j = 0; j < kLoadsA; ++j) {
-    const int i = load_row + j * kRowsPerPass;
-    a_src[j] = args.a;
-    if (i < tile.rows) {
-      const int r = tile.row_start + i;
-      const int src_row = args.gather != nullptr ? args.gather[r] / args.top_k : r;
-      a_src[j] = args.a + static_cast<size_t>(src_row) * args.k + chunk * 8;
-      a_valid |= 1u << j;
-    }
-  }
-
-  // Gated B tiles interleave: shared row 2c holds the gate row of output
-  // column n0 + c, row 2c + 1 its up row, so each thread's accumulator pair
-  // (c0, c1) of an n8 fragment is one column's (gate, up).
-  const int first_col = gated ? n0 + (load_row >> 1) : n0 + load_row;
-  const int col_step = gated ? kRowsPerPass / 2 : kRowsPerPass;
-  const int first_b_row = gated && (load_row & 1) ? args.up_offset + first_col : first_col;
-  const uint16_t* b_src = args.b +
-                          (static_cast<size_t>(tile.expert) * args.b_rows + first_b_row) * args.k +
-                          chunk * 8;
-  const size_t b_step = static_cast<size_t>(col_step) * args.k;
-  uint32_t b_valid = 0;
-#pragma unroll
-  for (int j = 0; j < kLoadsB; ++j)
-    if (first_col + j * col_step < args.n_out) b_valid |= 1u << j;
-
-  // Rows past the tile, columns past n_out and the K tail are zero-filled.
+  const TileOperandLoader<Cfg::kThreads, kTileM, kTileN> loader(args, tile, gated, n0, tid);
   auto load_stage = [&](int k_tile, int stage) {
-    const int k_elem = k_tile * kBlockK;
-    const bool k_ok = k_elem + chunk * 8 < args.k;
-    const uint32_t a_dst = smem_base + stage * Cfg::kStageBytes + copy_offset;
-#pragma unroll
-    for (int j = 0; j < kLoadsA; ++j) {
-      const bool ok = k_ok && (a_valid >> j & 1u);
-      cp_async_16(a_dst + j * kRowsPerPass * kSwizzleRowBytes, ok ? a_src[j] + k_elem : args.a,
-                  ok ? 16 : 0);
-    }
-    const uint32_t b_dst = a_dst + kTileM * kSwizzleRowBytes;
-#pragma unroll
-    for (int j = 0; j < kLoadsB; ++j) {
-      const bool ok = k_ok && (b_valid >> j & 1u);
-      cp_async_16(b_dst + j * kRowsPerPass * kSwizzleRowBytes,
-                  ok ? b_src + j * b_step + k_elem : args.b, ok ? 16 : 0);
-    }
+    loader.load(args, smem_base + stage * Cfg::kStageBytes, k_tile);
   };
 
   // ---- main loop: kStages - 1 tiles in flight while one is multiplied.
@@ -225,38 +162,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       for (int half = 0; half < 2; ++half) {
         const int row = warp_m * Cfg::kWarpM + mi * 16 + half * 8 + g;
         const int col = warp_n * Cfg::kWarpN + ni * 8 + 2 * t;  // tile column of the pair
-        float v0 = acc[mi][ni][2 * half], v1 = acc[mi][ni][2 * half + 1];
-        if (gated) {
-          const int c = col >> 1;  // (gate, up) of output column n0 + c
-          if (bias != nullptr && n0 + c < args.n_out) {
-            v0 += bias[n0 + c];
-            v1 += bias[args.up_offset + n0 + c];
-          }
-          staged[row * Cfg::kStagedStride + c] =
-              __float2bfloat16_rn(gated_activation(args.epilogue, v0, v1, args.alpha, args.limit));
-        } else {
-          // n_out is even, so columns n0 + col and n0 + col + 1 are valid together.
-          if (bias != nullptr && n0 + col < args.n_out) {
-            v0 += bias[n0 + col];
-            v1 += bias[n0 + col + 1];
-          }
-          *reinterpret_cast<__nv_bfloat162*>(staged + row * Cfg::kStagedStride + col) =
-              __floats2bfloat162_rn(pointwise_activation(args.epilogue, v0),
-                                    pointwise_activation(args.epilogue, v1));
-        }
+        stage_output_pair(args, bias, gated, n0, staged, Cfg::kStagedStride, row, col, acc[mi][ni][2 * half],
+                          acc[mi][ni][2 * half + 1]);
       }
   __syncthreads();
 
-  // n_out and out_cols are multiples of 8: a 16-byte chunk is valid or not as a whole.
-  const int chunks_per_row = out_cols / 8;
-  for (int c = tid; c < kTileM * chunks_per_row; c += Cfg::kThreads) {
-    const int row = c / chunks_per_row;
-    const int col = (c - row * chunks_per_row) * 8;
-    if (row >= tile.rows || n0 + col >= args.n_out) continue;
-    *reinterpret_cast<uint4*>(args.out + static_cast<size_t>(tile.row_start + row) * args.n_out +
-                              n0 + col) =
-        *reinterpret_cast<const uint4*>(staged + row * Cfg::kStagedStride + col);
-  }
+  store_staged_tile<kTileM, Cfg::kThreads>(args, tile, staged, Cfg::kStagedStride, n0, out_cols, tid);
 }
 
 // ---- the compiled tactics, best first for large T (picked by timing
@@ -311,16 +222,19 @@ constexpr int kNumTactics = kNumMmaTactics;
 template <class Cfg>
 constexpr bool same_tile(int index) {
   const GemmTactic& t = kMmaTactics[index];
-  return !t.stream && t.tile_m == Cfg::kTileM && t.tile_n == Cfg::kTileN &&
+  return !t.stream && !t.wgmma && t.tile_m == Cfg::kTileM && t.tile_n == Cfg::kTileN &&
          (t.ctas_per_sm == 0 || t.ctas_per_sm == Cfg::kMinBlocks);
 }
-// The tiled configs first, then the stream kernel (stream_gemm.cu).
-constexpr int kStreamIndex = 8;
-static_assert(kNumMmaTactics == 9 && same_tile<TileM128N128>(0) && same_tile<TileM64N128>(1) &&
+// The tiled configs first, then the wgmma ones (sm90_wgmma_gemm.cu), then the
+// stream kernel (stream_gemm.cu).
+constexpr int kFirstWgmmaIndex = 8;
+constexpr int kStreamIndex = 10;
+static_assert(kNumMmaTactics == 11 && same_tile<TileM128N128>(0) && same_tile<TileM64N128>(1) &&
                   same_tile<TileM48N128>(2) && same_tile<TileM32N64>(3) &&
                   same_tile<TileM32N64X5>(4) && kMmaTactics[4].ctas_per_sm != 0 &&
                   same_tile<TileM16N128>(5) && same_tile<TileM16N64>(6) &&
-                  same_tile<TileM16N32>(7) &&
+                  same_tile<TileM16N32>(7) && kMmaTactics[kFirstWgmmaIndex].wgmma &&
+                  kMmaTactics[kFirstWgmmaIndex + 1].wgmma &&
                   kMmaTactics[kStreamIndex].stream &&
                   kMmaTactics[kStreamIndex].tile_m == kStreamTileM,
               "plan/tactics.h's kMmaTactics must list the compiled configs in order");
@@ -372,6 +286,10 @@ void launch_grouped_gemm(GroupedGemmArgs args, const GemmTactic& tactic, int max
   }
   const int out_cols = is_gated(args.epilogue) ? tactic.tile_n / 2 : tactic.tile_n;
   args.n_blocks = ceil_div(args.n_out, out_cols);
+  if (tactic.wgmma) {
+    launch_wgmma_gemm(args, tactic, max_tiles, stream);
+    return;
+  }
   const long long blocks = static_cast<long long>(max_tiles) * args.n_blocks;
   require(blocks <= INT_MAX, who, "max_tiles x column blocks = " + std::to_string(blocks) +
                                       " exceeds the grid limit");
