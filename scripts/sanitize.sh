@@ -43,8 +43,9 @@
 #                            (captured and replayed)
 #   permute                  PermuteGpu.EmptyExperts, .OneHotExpert, .NoTokens...,
 #                            .GraphReplayOfRoutingAndPermute
-#   GEMM, mma and stream     GroupedGemm.OddSizesEveryActivation (every tactic),
-#                            .StreamOneTokenTilesAtEveryKSplit, .GraphReplay...
+#   GEMM, mma and stream     GroupedGemm.OddSizesEveryActivation (every tactic,
+#                            the wgmma ones too), .StreamOneTokenTilesAtEveryKSplit,
+#                            .GraphReplay..., .WgmmaTacticsAtPrefillSizes
 #   GEMM, cutlass            Sm90GroupedGemmTest shapes 0, 1, 2 and 4 (every
 #                            tactic; not the anchor-sized 5 and 6),
 #                            Sm90GroupedGemm.GraphReplayServesNewOffsets,
@@ -56,7 +57,8 @@
 #                            (both variants)
 #   fp8 GEMMs                Sm90Fp8GroupedGemmTest shapes 0, 2 and 4 (both
 #                            tactics, bf16 and fp32 D), Sm90Fp8GroupedGemm.
-#                            GraphReplayServesNewOffsets, Fp8StreamGemm.
+#                            GraphReplayServesNewOffsets, Fp8WgmmaGemm.OneHot...
+#                            and .GraphReplays... (the wgmma kernel), Fp8StreamGemm.
 #                            MultiRowTilesAndEmptyExperts and .GraphReplays...
 #                            (both tile paths, every unit width), Fp8RowsGpu.*
 #                            (quantize with group-major scales, gather, fp32
@@ -120,6 +122,7 @@ readonly kFullFilter="GpuSmoke.*\
 :Shapes/Sm90Fp8GroupedGemmTest.*/0:Shapes/Sm90Fp8GroupedGemmTest.*/2:Shapes/Sm90Fp8GroupedGemmTest.*/4\
 :Sm90Fp8GroupedGemm.GraphReplayServesNewOffsets\
 :Fp8StreamGemm.MultiRowTilesAndEmptyExperts:Fp8StreamGemm.GraphReplaysForTwoSchedules:Fp8RowsGpu.*\
+:Fp8WgmmaGemm.OneHotExpert:Fp8WgmmaGemm.GraphReplaysForTwoSchedules:GroupedGemm.WgmmaTacticsAtPrefillSizes\
 :LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows:LayerFp8Gpu.PrecomputedRouting\
 :Fp4WeightsGpu.Bf16SourceMatchesReference:Fp4WeightsGpu.SyntheticSourceMatchesReference\
 :Fp4WeightsGpu.SpecialValues:Fp4WeightsGpu.EmptyShapes:Fp4WeightsGpu.PrepareMatchesHost\
@@ -136,6 +139,7 @@ readonly kRacecheckFilter="PermuteGpu.GraphReplayOfRoutingAndPermute\
 :LayerGpu.PrecomputedRouting:LayerGpu.ExpertParallelRangeDropsOffRankRows\
 :Fp8QuantGpu.RowsSpecialValues:Fp8QuantGpu.TensorSpecialValues:Fp8WeightsGpu.SpecialValues\
 :Shapes/Sm90Fp8GroupedGemmTest.*/4:Fp8StreamGemm.GraphReplaysForTwoSchedules:Fp8RowsGpu.*\
+:Fp8WgmmaGemm.GraphReplaysForTwoSchedules:GroupedGemm.GraphReplayFollowsTheRouting\
 :LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows\
 :LayerW4Gpu.ExpertParallelRangeDropsOffRankRows:LayerW4Gpu.BlockScaleCodesOverTheirRange\
 :LayerW4Gpu.BothTileForms\

@@ -1,7 +1,8 @@
 // The FP8 experts backends (FP8Block128 and FP8PerTensor; the contract is
 // ExpertsBackend's, backends/experts_backend.h):
-//   Fp8StreamBackend (Stream path, decode): x quantized once per token, the
-//     FP8 stream kernel for GEMM1 (x rows gathered on load, bias and
+//   Fp8StreamBackend (Stream path, decode; Mma path, prefill): x quantized
+//     once per token, the FP8 stream kernel (Stream) or the FP8 wgmma
+//     kernel over 128-row tiles (Mma) for GEMM1 (x rows gathered on load, bias and
 //     activation in registers, fp32 out), the activation quantized, the FP8
 //     stream kernel for GEMM2 (b2 in its epilogue, bf16 y);
 //   Fp8CutlassBackend (Cutlass path, prefill): x quantized once per token,
@@ -26,6 +27,7 @@
 #include "backends/experts_backend.h"
 #include "kernels/common/common.cuh"
 #include "kernels/gemm/sm90_fp8_grouped_gemm.cuh"
+#include "kernels/gemm/sm90_fp8_wgmma_gemm.cuh"
 #include "kernels/gemm/stream_gemm_fp8.cuh"
 #include "kernels/permute/expert_rows.cuh"
 #include "kernels/quant/fp8_quant.cuh"
@@ -231,10 +233,13 @@ class Fp8Backend : public ExpertsBackend {
   void* arena_ = nullptr;
 };
 
+// The Stream path (the FP8 stream kernel over 16-row tiles) and the Mma
+// path (the FP8 wgmma kernel over 128-row tiles): one contract
+// (Fp8StreamGemmParams), so one backend with the kernel its path names.
 class Fp8StreamBackend final : public Fp8Backend {
  public:
-  Fp8StreamBackend(const MoEConfig& config, int max_tokens)
-      : Fp8Backend(ExpertsPath::Stream, config, max_tokens) {
+  Fp8StreamBackend(ExpertsPath path, const MoEConfig& config, int max_tokens)
+      : Fp8Backend(path, config, max_tokens) {
     size_workspace();
   }
 
@@ -259,7 +264,7 @@ class Fp8StreamBackend final : public Fp8Backend {
     p.alpha = config_.experts.swiglu_alpha;
     p.limit = config_.experts.swiglu_limit;
     p.out_f32 = act_f32_;
-    launch_fp8_stream_gemm(p, chain);
+    launch(p, plan, chain);
     quantize_act(call, chain);
   }
 
@@ -277,7 +282,7 @@ class Fp8StreamBackend final : public Fp8Backend {
     p.n_out = hidden_;
     p.epilogue = GemmEpilogue::Identity;
     p.out_bf16 = call.y;
-    launch_fp8_stream_gemm(p, KernelStream(stream, plan.pdl));
+    launch(p, plan, KernelStream(stream, plan.pdl));
   }
 
   // GEMM2's epilogue adds b2.
@@ -285,6 +290,18 @@ class Fp8StreamBackend final : public Fp8Backend {
 
  private:
   void carve_own(WorkspaceCarver&) override {}
+
+  // The path's kernel; the plan's tactics must be the ones it runs.
+  void launch(const Fp8StreamGemmParams& p, const LayerPlan& plan, KernelStream stream) const {
+    if (path() == ExpertsPath::Stream) {
+      launch_fp8_stream_gemm(p, stream);
+      return;
+    }
+    if (plan.tile_m != kFp8WgmmaTileM || plan.gemm1 != kFp8MmaTactic || plan.gemm2 != kFp8MmaTactic)
+      throw std::runtime_error("the FP8 mma path runs " + kFp8MmaTactic.to_string() +
+                               " for both GEMMs over 128-row tiles; the plan has " + plan.to_string());
+    launch_fp8_wgmma_gemm(p, stream);
+  }
 
   // The schedule and the PDL behaviour, as the BF16 stream path's: the tile
   // schedule (and the weights) were complete before the kernel ahead of
@@ -396,10 +413,10 @@ class Fp8CutlassBackend final : public Fp8Backend {
 std::unique_ptr<ExpertsBackend> make_fp8_experts_backend(ExpertsPath p, const MoEConfig& config,
                                                          int max_tokens, int sm_count) {
   switch (p) {
-    case ExpertsPath::Stream: return std::make_unique<Fp8StreamBackend>(config, max_tokens);
+    case ExpertsPath::Stream:
+    case ExpertsPath::Mma: return std::make_unique<Fp8StreamBackend>(p, config, max_tokens);
     case ExpertsPath::Cutlass:
       return std::make_unique<Fp8CutlassBackend>(config, max_tokens, sm_count);
-    case ExpertsPath::Mma: break;
   }
   return nullptr;
 }

@@ -40,6 +40,11 @@ inline constexpr GemmTactic kMmaTactics[] = {
     {16, 64},   {16, 32},  {128, 256, false, 0, true}, {128, 128, false, 0, true}, {16, 0, true}};
 inline constexpr int kNumMmaTactics = sizeof(kMmaTactics) / sizeof(kMmaTactics[0]);
 
+// The FP8 variants on the mma path run one kernel, the FP8 wgmma GEMM
+// (src/kernels/gemm/sm90_fp8_wgmma_gemm.cu), named by its tile: this pair
+// for both GEMMs, over 128-row tiles.
+inline constexpr GemmTactic kFp8MmaTactic = {128, 128, false, 0, true};
+
 // "m16n64" -> {16, 64}, "m32n64x5" -> {32, 64, false, 5}, "stream_m16" ->
 // {16, 0, true}, "wg_m128n256" -> {128, 256, false, 0, true}. Throws Error (field "mma_tactic") listing the compiled
 // tactics when `s` is not one of kMmaTactics.

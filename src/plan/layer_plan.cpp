@@ -202,10 +202,6 @@ std::string backend_unsupported_reason(ExpertsPath p, const MoEConfig& config,
   if (p != ExpertsPath::Stream && is_w4(config.experts.quant))
     return std::string(path_name(p)) + ": " + to_string(config.experts.quant) +
            " runs on the stream path only (no W4A16 kernel of this path yet)";
-  // The Mma path's kernels read bf16 operands only.
-  if (p == ExpertsPath::Mma && is_fp8(config.experts.quant))
-    return std::string(path_name(p)) + ": bf16 weights only; " +
-           to_string(config.experts.quant) + " runs on the stream and cutlass paths";
   if (arch.major != 9 || arch.minor != 0)
     return std::string(path_name(p)) + ": the kernels are built for sm_90a (Hopper); this device is sm_" +
            std::to_string(arch.major) + std::to_string(arch.minor);
@@ -253,6 +249,9 @@ LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens,
   if (plan.path == ExpertsPath::Stream) {
     plan.tile_m = w4_stream_tile_m(config, per_expert);
     plan.gemm1 = plan.gemm2 = kStream;
+  } else if (plan.fp8 && plan.path == ExpertsPath::Mma) {
+    plan.tile_m = kFp8MmaTactic.tile_m;
+    plan.gemm1 = plan.gemm2 = kFp8MmaTactic;
   } else {
     plan.tile_m = tile_m_for(per_expert);
     plan.gemm1 = tiled_tactic(plan.tile_m);

@@ -101,7 +101,15 @@ std::vector<TuningChoice> candidates_for(const MoEConfig& config, int bucket,
   auto offered = [&](ExpertsPath p) {
     return backend_allows(backend, p) && backend_unsupported_reason(p, config, arch).empty();
   };
-  if (offered(ExpertsPath::Mma))
+  const bool fp8 = config.experts.quant == QuantVariant::FP8Block128 ||
+                   config.experts.quant == QuantVariant::FP8PerTensor;
+  // FP8 on the mma path runs one kernel (kFp8MmaTactic): one candidate.
+  if (offered(ExpertsPath::Mma) && fp8) {
+    TuningChoice c;
+    c.path = ExpertsPath::Mma;
+    c.gemm1 = c.gemm2 = kFp8MmaTactic;
+    out.push_back(c);
+  } else if (offered(ExpertsPath::Mma))
     for (const GemmTactic& g1 : kMmaTactics)
       for (const GemmTactic& g2 : kMmaTactics) {
         // The stream tactic is the Stream path's.
@@ -125,8 +133,6 @@ std::vector<TuningChoice> candidates_for(const MoEConfig& config, int bucket,
   // The FP8 Cutlass path runs its own blockwise-scaled GEMM, whose tile
   // follows the call's rows per expert (backends/fp8_backends.cu), not the
   // BF16 tactic: one candidate.
-  const bool fp8 = config.experts.quant == QuantVariant::FP8Block128 ||
-                   config.experts.quant == QuantVariant::FP8PerTensor;
   if (offered(ExpertsPath::Cutlass))
     for (Sm90GemmTactic t : kSm90GemmTactics) {
       TuningChoice c;

@@ -225,7 +225,7 @@ TEST(LayerPlan, FourBitTakesTheStreamPathOnly) {
       << gpu_unsupported_reason(c);
 }
 
-TEST(LayerPlan, Fp8TakesTheStreamThenTheCutlassPathAndNoMma) {
+TEST(LayerPlan, Fp8TakesTheStreamThenTheCutlassPathOrTheWgmmaKernelWhenForced) {
   for (QuantVariant q : {QuantVariant::FP8Block128, QuantVariant::FP8PerTensor}) {
     MoEConfig c = find_preset("dsv3-tp8").config;  // E 256, K 8: T / 32 rows per expert
     c.experts.quant = q;
@@ -235,8 +235,12 @@ TEST(LayerPlan, Fp8TakesTheStreamThenTheCutlassPathAndNoMma) {
     EXPECT_EQ(plan_for_tokens(c, 2047).to_string(), "path=cutlass sm90=fp8_pingpong_64x128x128");
     EXPECT_EQ(plan_for_tokens(c, 2048).to_string(), "path=cutlass sm90=fp8_coop_128x128x128");
     const DeviceArch hopper{9, 0, 132};
-    EXPECT_EQ(backend_unsupported_reason(ExpertsPath::Mma, c, hopper).rfind("mma: bf16 weights only", 0), 0u)
-        << backend_unsupported_reason(ExpertsPath::Mma, c, hopper);
+    EXPECT_EQ(backend_unsupported_reason(ExpertsPath::Mma, c, hopper), "");
+    MoEConfig forced = c;
+    forced.options.backend = "mma";
+    for (int t : {1, 64, 4096})
+      EXPECT_EQ(plan_for_tokens(forced, t).to_string(), "path=mma tile_m=128 gemm1=wg_m128n128 gemm2=wg_m128n128")
+          << t;
     EXPECT_EQ(backend_unsupported_reason(ExpertsPath::Stream, c, hopper), "");
     EXPECT_EQ(backend_unsupported_reason(ExpertsPath::Cutlass, c, hopper), "");
   }

@@ -49,7 +49,7 @@ struct Form {
 constexpr Form kForms[] = {{QuantVariant::FP8Block128, false, "block128"},
                            {QuantVariant::FP8PerTensor, false, "per-tensor dynamic"},
                            {QuantVariant::FP8PerTensor, true, "per-tensor static"}};
-constexpr const char* kBackends[] = {"stream", "cutlass"};
+constexpr const char* kBackends[] = {"stream", "cutlass", "mma"};
 
 // One fresh set of weights and inputs per point, run by each FP8 form on
 // each backend; the largest error of the point is printed.
@@ -154,9 +154,9 @@ TEST_P(LayerFp8GraphGpu, CapturedOnceReplaysWithFreshRouting) {
   }
 }
 
-// The autotuner times both FP8 paths, checks each against the reference on
+// The autotuner times every FP8 path, checks each against the reference on
 // the layer's own (dequantized) weights, and serves the winner.
-TEST(LayerFp8Gpu, AutotuneTimesBothPathsAndServesTheWinner) {
+TEST(LayerFp8Gpu, AutotuneTimesEveryPathAndServesTheWinner) {
   UNIMOE_REQUIRE_GPU();
   for (const Form& form : kForms) {
     const uint64_t seed = test::fresh_seed();
@@ -170,14 +170,16 @@ TEST(LayerFp8Gpu, AutotuneTimesBothPathsAndServesTheWinner) {
     std::vector<std::string> lines;
     o.progress = [&](const std::string& line) { lines.push_back(line); };
     const std::string report = rig.layer().autotune(o);
-    int timed_stream = 0, timed_cutlass = 0;
+    int timed_stream = 0, timed_cutlass = 0, timed_mma = 0;
     for (const std::string& line : lines) {
       if (line.rfind("timed ", 0) != 0) continue;
       timed_stream += line.find("path=stream") != std::string::npos;
       timed_cutlass += line.find("path=cutlass") != std::string::npos;
+      timed_mma += line.find("path=mma") != std::string::npos;
     }
     EXPECT_GT(timed_stream, 0) << report;
     EXPECT_GT(timed_cutlass, 0) << report;
+    EXPECT_GT(timed_mma, 0) << report;
     for (int t : {1, 33}) {
       const std::vector<float> logits = ref::make_logits(c, t, seed + t, "uniform");
       rig.load_inputs(t, seed ^ t, logits);
@@ -218,10 +220,11 @@ TEST(LayerFp8Gpu, SetWeightsChecksTheScalesOfEachVariant) {
   b.experts.quant = QuantVariant::BF16;
   LayerRig bf16(b, 4, 1);
   EXPECT_EQ(field_of([&] { bf16.layer().set_weights(ok); }), "weights.w13_scale");
-  // FP8 has no mma path; the plan says which paths serve it.
+  // The mma path serves FP8 with its one kernel; the rule takes the others.
   MoEConfig mma = c;
   mma.options.backend = "mma";
-  EXPECT_EQ(field_of([&] { MoELayer::create(mma, 4); }), "options.backend");
+  const std::string forced = MoELayer::create(mma, 4)->describe(1);
+  EXPECT_EQ(forced.rfind("path=mma tile_m=128 gemm1=wg_m128n128 gemm2=wg_m128n128", 0), 0u) << forced;
   std::unique_ptr<MoELayer> layer = MoELayer::create(c, 4096);
   EXPECT_EQ(layer->describe(1).rfind("path=stream", 0), 0u) << layer->describe(1);
   EXPECT_EQ(layer->describe(4096).rfind("path=cutlass", 0), 0u) << layer->describe(4096);

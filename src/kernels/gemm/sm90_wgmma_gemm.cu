@@ -22,15 +22,13 @@
 
 #include <cuda_bf16.h>
 
-#include <cute/arch/mma_sm90_desc.hpp>
-#include <cute/arch/mma_sm90_gmma.hpp>
-
 #include <climits>
 #include <cstddef>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
+#include "kernels/gemm/sm90_wgmma_util.cuh"
 #include "kernels/gemm/tile_operands.cuh"
 
 namespace unimoe {
@@ -38,7 +36,6 @@ namespace {
 
 constexpr int kTileM = 128;      // two warp groups of 64 rows
 constexpr int kThreads = 256;
-constexpr int kSmemAlign = 1024;  // a 128-byte swizzle atom: 8 rows of 128 bytes
 
 template <int TileN, int Stages, int MinBlocks>
 struct WgConfig {
@@ -55,19 +52,6 @@ struct WgConfig {
   static_assert(Stages >= 3, "loads run Stages - 2 blocks ahead of the MMA");
   static_assert(kStageBytes % kSmemAlign == 0, "every slot starts on a swizzle atom");
 };
-
-// wgmma's shared-memory descriptor of a K-major operand in 128-byte
-// swizzled rows: 8-row atoms 1024 bytes apart; the leading offset is unused
-// by swizzled K-major layouts (1 by convention).
-__device__ __forceinline__ uint64_t sw128_descriptor(uint32_t address) {
-  cute::GmmaDescriptor d;
-  d.bitfield.start_address_ = static_cast<uint16_t>((address & 0x3FFFF) >> 4);
-  d.bitfield.leading_byte_offset_ = 1;
-  d.bitfield.stride_byte_offset_ = 1024 >> 4;
-  d.bitfield.base_offset_ = 0;
-  d.bitfield.layout_type_ = static_cast<uint8_t>(cute::SM90::GMMA::LayoutType::B128);
-  return d.desc_;
-}
 
 template <int TileN>
 struct Wgmma;
@@ -87,16 +71,6 @@ template <int TileN, std::size_t... I>
 __device__ __forceinline__ void wgmma_k16(float (&d)[TileN / 2], uint64_t a, uint64_t b,
                                           std::index_sequence<I...>) {
   Wgmma<TileN>::Op::fma(a, b, d[I]..., cute::SM90::GMMA::ScaleOut::One);
-}
-
-template <int N>
-__device__ __forceinline__ void fence_accumulators(float (&d)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) cute::warpgroup_fence_operand(d[i]);
-}
-
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
 template <class Cfg>

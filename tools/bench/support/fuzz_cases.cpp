@@ -186,7 +186,7 @@ FuzzLayer fuzz_layer(uint64_t seed, int layer) {
   // The 4-bit variants run on the stream path only.
   std::vector<std::string> backends = w4 ? std::vector<std::string>{"auto", "auto", "stream"}
                                          : std::vector<std::string>{"auto", "auto", "cutlass", "stream"};
-  if (c.experts.quant == QuantVariant::BF16) backends.push_back("mma");
+  if (!w4) backends.push_back("mma");  // BF16's tiled kernels, FP8's wgmma kernel
   c.options.backend = r.pick(backends);
   const std::vector<std::string> variants = {"auto", "auto", "split", "fused", "cluster"};
   c.options.routing_variant = r.pick(variants);
