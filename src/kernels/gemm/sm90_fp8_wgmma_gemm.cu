@@ -49,7 +49,6 @@ constexpr int kStagedStride = kTileN + 4;  // fp32 staging, rows padded by 16 by
 constexpr int kStagedBytes = kTileM * kStagedStride * 4;
 constexpr int kSmemBytes = (kStages * kStageBytes > kStagedBytes ? kStages * kStageBytes : kStagedBytes) + kSmemAlign;
 static_assert(kBlock == kSwizzleRowBytes, "one swizzled row of e4m3 is one scale block");
-static_assert(kStageBytes % kSmemAlign == 0, "every slot starts on a swizzle atom");
 
 using Wgmma = cute::SM90::GMMA::MMA_64x128x32_F32E4M3E4M3_SS_TN<>;
 
@@ -62,27 +61,21 @@ __device__ __forceinline__ void wgmma_k32(float (&d)[kAccum], uint64_t a, uint64
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_wgmma_gemm_kernel(const Fp8StreamGemmParams p, const GroupedGemmArgs view) {
   pdl_begin();
-  const int tile_index = blockIdx.x / view.n_blocks;
-  if (tile_index >= *p.num_tiles) return;
-  const DeviceTile tile = p.tiles[tile_index];
-  const int block_n = blockIdx.x - tile_index * view.n_blocks;
-  const bool gated = is_gated(p.epilogue);
-  const int out_cols = gated ? kTileN / 2 : kTileN;
-  const int n0 = block_n * out_cols;
+  TileWork work;
+  if (!tile_work(p.tiles, p.num_tiles, view.n_blocks, p.epilogue, kTileN, work)) return;
+  const DeviceTile& tile = work.tile;
+  const bool gated = work.gated;
+  const int out_cols = work.out_cols, n0 = work.n0;
 
   extern __shared__ __align__(128) uint8_t smem_raw[];
-  const uint32_t raw = shared_address(smem_raw);
-  const uint32_t smem_base = (raw + kSmemAlign - 1) & ~static_cast<uint32_t>(kSmemAlign - 1);
-  uint8_t* smem = smem_raw + (smem_base - raw);
+  uint8_t* smem;
+  const uint32_t smem_base = align_to_swizzle_atom(smem_raw, &smem);
 
   const int tid = threadIdx.x;
   const TileOperandLoader<kThreads, kTileM, kTileN> loader(view, tile, gated, n0, tid);
   const int k_tiles = p.k / kBlock;
-#pragma unroll
-  for (int s = 0; s < kStages - 2; ++s) {
-    if (s < k_tiles) loader.load(view, smem_base + s * kStageBytes, s);
-    cp_async_commit();
-  }
+  const WgmmaPipeline<kStages, kStageBytes, decltype(loader), GroupedGemmArgs> pipe{loader, view, smem_base, k_tiles};
+  pipe.prologue();
 
   // This thread's rows (tile rows r0 and r0 + 8) and their A rows; rows past
   // the tile are zero-filled, so any finite scale serves them.
@@ -108,14 +101,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr auto kAccumIndex = std::make_index_sequence<kAccum>{};
 
   for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
-    cp_async_wait<kStages - 3>();
-    fence_proxy_async_shared();
-    __syncthreads();  // publishes block k_tile; every thread is done with block k_tile - 1's MMAs
-    const int next = k_tile + kStages - 2;
-    if (next < k_tiles) loader.load(view, smem_base + (next % kStages) * kStageBytes, next);
-    cp_async_commit();
-
-    const uint32_t stage = smem_base + (k_tile % kStages) * kStageBytes;
+    const uint32_t stage = pipe.acquire(k_tile);
     const uint32_t a = stage + group * 64 * kSwizzleRowBytes;
     const uint32_t b = stage + kTileM * kSwizzleRowBytes;
     fence_accumulators(acc);

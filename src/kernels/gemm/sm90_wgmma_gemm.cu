@@ -49,8 +49,6 @@ struct WgConfig {
   static constexpr int kSmemBytes =
       (Stages * kStageBytes > kStagedBytes ? Stages * kStageBytes : kStagedBytes) + kSmemAlign;
   static_assert(TileN == 128 || TileN == 256, "wgmma m64n128k16 or m64n256k16");
-  static_assert(Stages >= 3, "loads run Stages - 2 blocks ahead of the MMA");
-  static_assert(kStageBytes % kSmemAlign == 0, "every slot starts on a swizzle atom");
 };
 
 template <int TileN>
@@ -77,27 +75,22 @@ template <class Cfg>
 __global__ void __launch_bounds__(kThreads, Cfg::kMinBlocks) wgmma_gemm_kernel(const GroupedGemmArgs args) {
   pdl_begin();
   constexpr int kTileN = Cfg::kTileN, kStages = Cfg::kStages;
-  const int tile_index = blockIdx.x / args.n_blocks;
-  if (tile_index >= *args.num_tiles) return;
-  const DeviceTile tile = args.tiles[tile_index];
-  const int block_n = blockIdx.x - tile_index * args.n_blocks;
-  const bool gated = is_gated(args.epilogue);
-  const int out_cols = gated ? kTileN / 2 : kTileN;
-  const int n0 = block_n * out_cols;
+  TileWork work;
+  if (!tile_work(args.tiles, args.num_tiles, args.n_blocks, args.epilogue, kTileN, work)) return;
+  const DeviceTile& tile = work.tile;
+  const bool gated = work.gated;
+  const int out_cols = work.out_cols, n0 = work.n0;
 
   extern __shared__ __align__(128) uint8_t smem_raw[];
-  const uint32_t raw = shared_address(smem_raw);
-  const uint32_t smem_base = (raw + kSmemAlign - 1) & ~static_cast<uint32_t>(kSmemAlign - 1);
-  uint8_t* smem = smem_raw + (smem_base - raw);
+  uint8_t* smem;
+  const uint32_t smem_base = align_to_swizzle_atom(smem_raw, &smem);
 
   const int tid = threadIdx.x;
   const TileOperandLoader<kThreads, kTileM, kTileN> loader(args, tile, gated, n0, tid);
   const int k_tiles = (args.k + kTileBlockK - 1) / kTileBlockK;
-#pragma unroll
-  for (int s = 0; s < kStages - 2; ++s) {
-    if (s < k_tiles) loader.load(args, smem_base + s * Cfg::kStageBytes, s);
-    cp_async_commit();
-  }
+  const WgmmaPipeline<kStages, Cfg::kStageBytes, decltype(loader), GroupedGemmArgs> pipe{loader, args, smem_base,
+                                                                                         k_tiles};
+  pipe.prologue();
 
   float acc[Cfg::kAccum];
 #pragma unroll
@@ -106,16 +99,7 @@ __global__ void __launch_bounds__(kThreads, Cfg::kMinBlocks) wgmma_gemm_kernel(c
   constexpr auto kAccumIndex = std::make_index_sequence<Cfg::kAccum>{};
 
   for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
-    cp_async_wait<kStages - 3>();  // this thread's copies of block k_tile have landed
-    fence_proxy_async_shared();
-    // Publishes block k_tile, and every thread is past its wait for the batch
-    // of block k_tile - 2, whose slot the next copy refills.
-    __syncthreads();
-    const int next = k_tile + kStages - 2;
-    if (next < k_tiles) loader.load(args, smem_base + (next % kStages) * Cfg::kStageBytes, next);
-    cp_async_commit();
-
-    const uint32_t stage = smem_base + (k_tile % kStages) * Cfg::kStageBytes;
+    const uint32_t stage = pipe.acquire(k_tile);
     const uint32_t a = stage + group * 64 * kSwizzleRowBytes;
     const uint32_t b = stage + kTileM * kSwizzleRowBytes;
     fence_accumulators(acc);

@@ -96,6 +96,28 @@ struct TileOperandLoader {
   }
 };
 
+// The (tile, column block) work item of CTA blockIdx.x in a grid of
+// max_tiles x n_blocks: its tile and first output column. A gated epilogue
+// makes tile_n B rows into tile_n / 2 output columns.
+struct TileWork {
+  DeviceTile tile;
+  bool gated;
+  int out_cols;  // output columns of the CTA
+  int n0;        // its first output column
+};
+
+// False for a CTA past the device tile count, which must return at once.
+__device__ __forceinline__ bool tile_work(const DeviceTile* tiles, const int32_t* num_tiles, int n_blocks,
+                                          GemmEpilogue epilogue, int tile_n, TileWork& w) {
+  const int tile_index = blockIdx.x / n_blocks;
+  if (tile_index >= *num_tiles) return false;
+  w.tile = tiles[tile_index];
+  w.gated = is_gated(epilogue);
+  w.out_cols = w.gated ? tile_n / 2 : tile_n;
+  w.n0 = (blockIdx.x - tile_index * n_blocks) * w.out_cols;
+  return true;
+}
+
 // One accumulator pair (tile row `row`, tile columns col and col + 1, col
 // even) with bias and activation, as bf16 into the staged tile [rows,
 // stride]: one output column (col / 2) of a gated epilogue, two of a
