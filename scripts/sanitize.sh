@@ -129,7 +129,7 @@ readonly kFullFilter="GpuSmoke.*\
 :Fp4WeightsGpu.QuantizeBadArguments:Fp4WeightsGpu.PrepareBadArguments\
 :LayerW4Gpu.OddSizes:LayerW4Gpu.ExpertParallelRangeDropsOffRankRows\
 :LayerW4Gpu.InterleavedGateUpMatchesBitForBit:LayerW4Gpu.BlockScaleCodesOverTheirRange\
-:LayerW4Gpu.BothTileForms\
+:LayerW4Gpu.EveryTileForm\
 :Gemm2GateGpu.ExpertParallelRangeAndFewTilesSplittingK:Gemm2GateGpu.PrecomputedRoutingThroughTheGate\
 :Gemm2GateGpu.CombinePathLeavesTheExpertRowsPoisoned:Gemm2GateGpu.OneGraphTakesBothPathsAsTheRoutingChanges"
 readonly kRacecheckFilter="PermuteGpu.GraphReplayOfRoutingAndPermute\
@@ -142,7 +142,7 @@ readonly kRacecheckFilter="PermuteGpu.GraphReplayOfRoutingAndPermute\
 :Fp8WgmmaGemm.GraphReplaysForTwoSchedules:GroupedGemm.GraphReplayFollowsTheRouting\
 :LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows\
 :LayerW4Gpu.ExpertParallelRangeDropsOffRankRows:LayerW4Gpu.BlockScaleCodesOverTheirRange\
-:LayerW4Gpu.BothTileForms\
+:LayerW4Gpu.EveryTileForm\
 :Gemm2GateGpu.ExpertParallelRangeAndFewTilesSplittingK:Gemm2GateGpu.PrecomputedRoutingThroughTheGate"
 # initcheck, which tracks every byte of device memory, runs the racecheck
 # filter and the CUTLASS workspace's and the gather's tests (the whole

@@ -117,9 +117,9 @@ void apply(DevOverrides& d, const Knob& k, const std::string& value) {
       return;
     }
     case Kind::TileM: {
-      const char* allowed = "0 (the measured rule), 16 or 64";
+      const char* allowed = "0 (the measured rule), 16, 64 or 128";
       const int n = whole_number(k, value, allowed);
-      if (n != 0 && n != 16 && n != 64) refuse(k, value, allowed);
+      if (n != 0 && n != 16 && n != 64 && n != 128) refuse(k, value, allowed);
       d.*k.number = n;
       return;
     }

@@ -50,7 +50,7 @@ struct DevOverrides {
   bool stream_one_token = true;  // UNIMOE_STREAM_ONE_TOKEN
   int stream_max_splits = 0;     // UNIMOE_STREAM_MAX_SPLITS: 0 = measured rule, else 1, 2, 4, 8
   bool stream_overlap = true;    // UNIMOE_STREAM_OVERLAP
-  int w4_tile_m = 0;             // UNIMOE_W4_TILE_M: 0 = measured rule, 16 or 64
+  int w4_tile_m = 0;             // UNIMOE_W4_TILE_M: 0 = measured rule, 16, 64 or 128
   DevGemm2Path gemm2_path = DevGemm2Path::kRule;  // UNIMOE_GEMM2_PATH: auto, expert, combine, gate
   // UNIMOE_MMA_TACTIC: "" (the rule, written "auto"), or "G1" or "G1:G2", the
   // mma path's GEMM1 and GEMM2 tactics (tiled, one tile_m; GEMM2 = G1 when

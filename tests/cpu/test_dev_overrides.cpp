@@ -97,7 +97,7 @@ TEST(DevOverrides, RefusesBadValuesNamingTheVariable) {
   refused("spread_max_ctas=-3", "UNIMOE_SPREAD_MAX_CTAS is '-3'");
   refused("spread_from_tokens=12x", "positive integer");
   refused("stream_max_splits=3", "1, 2, 4 or 8");
-  refused("w4_tile_m=32", "16 or 64");
+  refused("w4_tile_m=32", "16, 64 or 128");
   refused("wide_choice=2", "measured");
   refused("gemm2_path=fused", "UNIMOE_GEMM2_PATH is 'fused'; allowed: auto (the rule, the default), "
                               "expert, combine or gate");

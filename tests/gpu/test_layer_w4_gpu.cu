@@ -83,19 +83,20 @@ TEST(LayerW4Gpu, OddSizes) {
   }
 }
 
-// Both forms of the stream kernel, forced (development knob w4_tile_m): the
-// 16-row form and the rows form of 64-row tiles, on tiles of 1 to 64 rows,
-// a hot expert (several 64-row tiles), K tails and a gated activation with
-// biases.
-TEST(LayerW4Gpu, BothTileForms) {
+// Every form of the W4A16 kernel, forced (development knob w4_tile_m): the
+// 16-row form, the rows form of 64-row tiles and the wgmma form of 128-row
+// tiles, on tiles of 1 to 128 rows, a hot expert (several tiles), K tails
+// and a gated activation with biases.
+TEST(LayerW4Gpu, EveryTileForm) {
   UNIMOE_REQUIRE_GPU();
-  for (const int tile_m : {16, 64}) {
+  for (const int tile_m : {16, 64, 128}) {
     DevOverrides dev;
     dev.w4_tile_m = tile_m;
     SCOPED_TRACE(dev.to_string());
     const MoEConfig c = moe_config(RoutingPolicy::Renormalize, 16, 4, 512, 384);
     for (int t : {1, 3, 33, 130}) check_point(c, t, "uniform", &dev);
     check_point(c, 130, "hot", &dev);
+    if (tile_m == 128) check_point(c, 600, "uniform", &dev);  // about 150 rows an expert: two tiles
     const MoEConfig odd = moe_config(RoutingPolicy::Renormalize, 7, 3, 160, 96);
     for (int t : {1, 19}) check_point(odd, t, "uniform", &dev);
     MoEConfig oai = moe_config(RoutingPolicy::Renormalize, 12, 3, 256, 128);

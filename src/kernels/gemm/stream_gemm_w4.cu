@@ -26,7 +26,8 @@
 // MXFP4 codes above 128 (scales of 2 and more) take a second multiply,
 // since 2^126 times their scale is not a bf16; code 255 (NaN) gives NaN.
 //
-// Two forms, by the schedule's M tile (W4StreamGemmParams::tile_m):
+// Two forms here, by the schedule's M tile (W4StreamGemmParams::tile_m),
+// and a third, tile_m 128, in sm90_w4_wgmma_gemm.cu:
 // - 16 rows: weights loaded straight into registers, a few steps in
 //   flight. A one-row tile (decode: most tiles) stages its row in shared
 //   memory once, and every warp reads it there; larger tiles read their
@@ -54,7 +55,9 @@
 
 #include "core/fp4_layout.h"
 #include "kernels/common/common.cuh"
+#include "kernels/gemm/sm90_w4_wgmma_gemm.cuh"
 #include "kernels/gemm/stream_gemm.cuh"
+#include "kernels/gemm/w4_dequant.cuh"
 
 namespace unimoe {
 namespace w4_stream {
@@ -73,7 +76,6 @@ constexpr int kStepsRows = 2;        // the same for larger tiles (token rows in
 constexpr int kRowsTileM = w4_rows_tile_m;
 constexpr int kRowsStages = 3;
 constexpr int kXStageBytes = kRowsTileM * kStepK * 2;
-constexpr uint32_t kNegZero2 = 0x80008000u;  // bf16x2 (-0, -0): a * b + -0 is a * b exactly
 static_assert(kStreamTileM == 16, "two n8 token fragments per tile");
 
 struct Args {
@@ -86,14 +88,6 @@ struct Args {
   bool gated = false;
   bool rows_form = false;  // tiles of up to kRowsTileM rows: token rows staged by the CTA
 };
-
-__device__ __forceinline__ uint4 load_weights(const uint8_t* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
 
 // cp.async of 16 code bytes (L2 fetches the whole 128-byte line, as the
 // loads above) and of a 4-byte scale word; `ok` false writes zeros.
@@ -113,56 +107,12 @@ __device__ __forceinline__ void copy_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(kNegZero2));
-  return d;
-}
-
 __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                          uint32_t a3, uint32_t b0, uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t broadcast_bf16(uint32_t bits) { return bits | bits << 16; }
-
-// The block scales of one lane load: MXFP4 one e8m0 code, NVFP4 two e4m3
-// codes (low byte: values 0..15, high byte: 16..31).
-__device__ __forceinline__ uint32_t load_scales(const Args& a, const uint8_t* p) {
-  if (a.p.format == W4Format::MXFP4) return __ldg(p);
-  return __ldg(reinterpret_cast<const unsigned short*>(p));
-}
-
-// e4m3 code -> bf16 bits of its value times 2^117 (exact: at most 448 *
-// 2^117 < 2^126, at least 2^-9 * 2^117).
-__device__ __forceinline__ uint32_t nv_factor(uint32_t code) {
-  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
-  const float f = __half2float(__half(h)) * 0x1p117f;
-  return broadcast_bf16(__bfloat16_as_ushort(__float2bfloat16_rn(f)));
-}
-
-// 32 values of one row (a 16-byte load) -> 16 bf16 pairs d[m] = values (2m, 2m + 1).
-__device__ __forceinline__ void dequantize(const Args& a, const uint4& w, uint32_t scales,
-                                           uint32_t (&d)[16]) {
-  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-  if (a.p.format == W4Format::MXFP4) {
-    const uint32_t f = broadcast_bf16((min(scales, 128u) + 126u) << 7);  // 2^(min(c, 128) - 1)
-#pragma unroll
-    for (int m = 0; m < 16; ++m) d[m] = bf16x2_mul(fp4_pair_bits(words[m / 4], m % 4), f);
-    if (scales > 128u) {  // rare: scales of 2 and more, or NaN
-      const uint32_t f2 = broadcast_bf16(scales == 255u ? 0x7FC0u : (scales - 1u) << 7);
-#pragma unroll
-      for (int m = 0; m < 16; ++m) d[m] = bf16x2_mul(d[m], f2);
-    }
-  } else {
-    const uint32_t f0 = nv_factor(scales & 0xffu), f1 = nv_factor(scales >> 8);
-#pragma unroll
-    for (int m = 0; m < 16; ++m)
-      d[m] = bf16x2_mul(fp4_pair_bits(words[m / 4], m % 4), m < 8 ? f0 : f1);
-  }
 }
 
 // acc += the 8 mma steps of one lane load pair against one token fragment.
@@ -344,10 +294,10 @@ __device__ __forceinline__ void run_tile(const Args& a, const DeviceTile& tile, 
       const bool in = ks + kLaneK * r.t < r.k_end;
       const size_t byte = static_cast<size_t>(ks) / 2;
       const int scale = ks / kStepK * scales_per_step + scale_lane;
-      wl[u] = in && r.lo_ok ? load_weights(r.w_lo + byte) : zero;
-      wh[u] = in && r.hi_ok ? load_weights(r.w_hi + byte) : zero;
-      sl[u] = in && r.lo_ok ? load_scales(a, r.s_lo + scale) : 0u;
-      sh[u] = in && r.hi_ok ? load_scales(a, r.s_hi + scale) : 0u;
+      wl[u] = in && r.lo_ok ? w4::load_codes(r.w_lo + byte) : zero;
+      wh[u] = in && r.hi_ok ? w4::load_codes(r.w_hi + byte) : zero;
+      sl[u] = in && r.lo_ok ? w4::load_scales(a.p.format, r.s_lo + scale) : 0u;
+      sh[u] = in && r.hi_ok ? w4::load_scales(a.p.format, r.s_hi + scale) : 0u;
     }
     if (k0 == r.k_begin) token_rows<kFrags, kSmemRow>(p, tile, r.g, x_sm, x_row);
 #pragma unroll
@@ -356,8 +306,8 @@ __device__ __forceinline__ void run_tile(const Args& a, const DeviceTile& tile, 
       uint4 xv[kFrags][4];
       token_values<kFrags, kSmemRow>(x_sm, x_row, k0 + u * kStepK + kLaneK * r.t, r.k_end, xv);
       uint32_t dlo[16], dhi[16];
-      dequantize(a, wl[u], sl[u], dlo);
-      dequantize(a, wh[u], sh[u], dhi);
+      w4::dequantize(a.p.format, wl[u], sl[u], dlo);
+      w4::dequantize(a.p.format, wh[u], sh[u], dhi);
       mma_load<kFrags>(acc, dlo, dhi, xv);
     }
   }
@@ -469,8 +419,8 @@ __device__ __forceinline__ void run_rows_tile(const Args& a, const DeviceTile& t
     const uint32_t sl = in ? (ring_scales[(2 * slot) * kThreads + tid] >> scale_shift) & scale_mask : 0u;
     const uint32_t sh = in ? (ring_scales[(2 * slot + 1) * kThreads + tid] >> scale_shift) & scale_mask : 0u;
     uint32_t dlo[16], dhi[16];
-    dequantize(a, wl, sl, dlo);
-    dequantize(a, wh, sh, dhi);
+    w4::dequantize(a.p.format, wl, sl, dlo);
+    w4::dequantize(a.p.format, wh, sh, dhi);
     const char* stage = x_ring + slot * kXStageBytes;
 #pragma unroll
     for (int f = 0; f < kFrags; ++f) {
@@ -543,9 +493,9 @@ void validate(const W4StreamGemmParams& p) {
   require(!is_gated(p.epilogue) || up_ok, "up_offset",
           is(p.up_offset) + "the up rows [up_offset, up_offset + n_out) must be B rows");
   require(p.max_tiles >= 0, "max_tiles", is(p.max_tiles) + "must be >= 0");
-  require(p.tile_m == kStreamTileM || p.tile_m == kRowsTileM, "tile_m",
-          is(p.tile_m) + "allowed: " + std::to_string(kStreamTileM) + " or " +
-              std::to_string(kRowsTileM));
+  require(p.tile_m == kStreamTileM || p.tile_m == kRowsTileM || p.tile_m == w4_wgmma_tile_m, "tile_m",
+          is(p.tile_m) + "allowed: " + std::to_string(kStreamTileM) + ", " + std::to_string(kRowsTileM) +
+              " or " + std::to_string(w4_wgmma_tile_m));
   require(p.scale_stride == 0 || p.scale_stride >= p.k / w4_block_values(p.format),
           "scale_stride", is(p.scale_stride) + "must be 0 or at least k / block");
   require(p.gather == nullptr || p.top_k >= 1, "top_k", is(p.top_k) + "must be >= 1");
@@ -580,6 +530,10 @@ void launch_w4_stream_gemm(const W4StreamGemmParams& p, KernelStream stream) {
   using namespace w4_stream;
   validate(p);
   if (p.max_tiles == 0) return;
+  if (p.tile_m == w4_wgmma_tile_m) {
+    launch_w4_wgmma_gemm(p, p.scale_stride != 0 ? p.scale_stride : p.k / w4_block_values(p.format), stream);
+    return;
+  }
   Args a;
   a.p = p;
   a.gated = is_gated(p.epilogue);

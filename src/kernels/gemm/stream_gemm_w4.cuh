@@ -46,8 +46,9 @@ struct W4StreamGemmParams {
   float alpha = 0.0f, limit = 0.0f;  // SwiGLUOai
   // The permute's tile schedule and its M tile: kStreamTileM (16; each
   // warp streams its weights against at most 2 token fragments read from
-  // L1) or w4_rows_tile_m (64; the CTA stages the tile's token rows in
-  // shared memory, each warp takes all of K; for 16 and more rows an expert).
+  // L1), w4_rows_tile_m (64; the CTA stages the tile's token rows in
+  // shared memory, each warp takes all of K; for 16 and more rows an
+  // expert) or w4_wgmma_tile_m (128; the wgmma form).
   int tile_m = kStreamTileM;
   const DeviceTile* tiles = nullptr;
   const int32_t* num_tiles = nullptr;  // CTAs of tiles >= *num_tiles exit at once
@@ -76,5 +77,8 @@ int w4_stream_splits(int k);
 constexpr int w4_scale_stride_multiple = 8;
 // The rows form's M tile.
 constexpr int w4_rows_tile_m = 64;
+// The wgmma form's M tile (sm90_w4_wgmma_gemm.cu: 128-row tiles on two warp
+// groups, weights dequantized into shared memory, for prefill).
+constexpr int w4_wgmma_tile_m = 128;
 
 }  // namespace unimoe

@@ -24,32 +24,23 @@ static_assert(kTileBlockK * 2 == kSwizzleRowBytes, "a stage row is one swizzle r
 // swizzled row of 64 K values (swizzled_offset). Thread `tid` copies chunk
 // tid % 8 of rows tid / 8 + j * kRowsPerPass of both.
 //
-// Gated B tiles interleave: B row 2c holds the gate row of output column
-// n0 + c, row 2c + 1 its up row, so an accumulator pair (even column, odd
-// column) of the MMA is one output column's (gate, up).
-template <int kThreads, int kTileM, int kTileN>
-struct TileOperandLoader {
+// TileRowsLoader copies the A rows; TileOperandLoader both. Rows r and
+// r + kRowsPerPass share (r % 8), so one swizzled column serves every row
+// a thread copies.
+template <int kThreads, int kTileM>
+struct TileRowsLoader {
   static constexpr int kRowsPerPass = kThreads / kTileChunks;
   static constexpr int kLoadsA = kTileM / kRowsPerPass;  // A rows a thread copies per stage
-  static constexpr int kLoadsB = kTileN / kRowsPerPass;  // B rows a thread copies per stage
-  // Rows r and r + kRowsPerPass share (r % 8), so one swizzled column serves
-  // every row a thread copies; and they share r % 2, so a thread copies only
-  // gate rows or only up rows of a gated B tile.
   static_assert(kRowsPerPass % 8 == 0, "threads must be a multiple of 64");
-  static_assert(kTileM % kRowsPerPass == 0 && kTileN % kRowsPerPass == 0,
-                "copy passes must cover whole tiles");
-  static_assert(kLoadsA <= 32 && kLoadsB <= 32, "validity of a thread's rows is a 32-bit mask");
+  static_assert(kTileM % kRowsPerPass == 0, "copy passes must cover whole tiles");
+  static_assert(kLoadsA <= 32, "validity of a thread's rows is a 32-bit mask");
 
   const uint16_t* a_src[kLoadsA];  // row starts at this thread's chunk, or args.a past the tile
   uint32_t a_valid = 0;
-  const uint16_t* b_src = nullptr;
-  size_t b_step = 0;
-  uint32_t b_valid = 0;
   uint32_t copy_offset = 0;
   int chunk = 0;
 
-  __device__ __forceinline__ TileOperandLoader(const GroupedGemmArgs& args, const DeviceTile& tile,
-                                               bool gated, int n0, int tid) {
+  __device__ __forceinline__ TileRowsLoader(const GroupedGemmArgs& args, const DeviceTile& tile, int tid) {
     chunk = tid % kTileChunks;
     const int load_row = tid / kTileChunks;
     copy_offset = swizzled_offset(load_row, chunk);
@@ -64,10 +55,48 @@ struct TileOperandLoader {
         a_valid |= 1u << j;
       }
     }
+  }
+
+  // Copies K block k_tile of the A rows into the stage at shared address
+  // `stage`; rows past the tile and the K tail are zero-filled.
+  __device__ __forceinline__ void load(const GroupedGemmArgs& args, uint32_t stage, int k_tile) const {
+    const int k_elem = k_tile * kTileBlockK;
+    const bool k_ok = k_elem + chunk * 8 < args.k;
+#pragma unroll
+    for (int j = 0; j < kLoadsA; ++j) {
+      const bool ok = k_ok && (a_valid >> j & 1u);
+      cp_async_16(stage + copy_offset + j * kRowsPerPass * kSwizzleRowBytes, ok ? a_src[j] + k_elem : args.a,
+                  ok ? 16 : 0);
+    }
+  }
+};
+
+// Gated B tiles interleave: B row 2c holds the gate row of output column
+// n0 + c, row 2c + 1 its up row, so an accumulator pair (even column, odd
+// column) of the MMA is one output column's (gate, up). Rows r and
+// r + kRowsPerPass share r % 2, so a thread copies only gate rows or only
+// up rows.
+template <int kThreads, int kTileM, int kTileN>
+struct TileOperandLoader {
+  using Rows = TileRowsLoader<kThreads, kTileM>;
+  static constexpr int kRowsPerPass = Rows::kRowsPerPass;
+  static constexpr int kLoadsB = kTileN / kRowsPerPass;  // B rows a thread copies per stage
+  static_assert(kTileN % kRowsPerPass == 0, "copy passes must cover whole tiles");
+  static_assert(kLoadsB <= 32, "validity of a thread's rows is a 32-bit mask");
+
+  Rows rows;
+  const uint16_t* b_src = nullptr;
+  size_t b_step = 0;
+  uint32_t b_valid = 0;
+
+  __device__ __forceinline__ TileOperandLoader(const GroupedGemmArgs& args, const DeviceTile& tile,
+                                               bool gated, int n0, int tid)
+      : rows(args, tile, tid) {
+    const int load_row = tid / kTileChunks;
     const int first_col = gated ? n0 + (load_row >> 1) : n0 + load_row;
     const int col_step = gated ? kRowsPerPass / 2 : kRowsPerPass;
     const int first_b_row = gated && (load_row & 1) ? args.up_offset + first_col : first_col;
-    b_src = args.b + (static_cast<size_t>(tile.expert) * args.b_rows + first_b_row) * args.k + chunk * 8;
+    b_src = args.b + (static_cast<size_t>(tile.expert) * args.b_rows + first_b_row) * args.k + rows.chunk * 8;
     b_step = static_cast<size_t>(col_step) * args.k;
 #pragma unroll
     for (int j = 0; j < kLoadsB; ++j)
@@ -77,16 +106,10 @@ struct TileOperandLoader {
   // Copies K block k_tile into the stage at shared address `stage`. Rows
   // past the tile, columns past n_out and the K tail are zero-filled.
   __device__ __forceinline__ void load(const GroupedGemmArgs& args, uint32_t stage, int k_tile) const {
+    rows.load(args, stage, k_tile);
     const int k_elem = k_tile * kTileBlockK;
-    const bool k_ok = k_elem + chunk * 8 < args.k;
-    const uint32_t a_dst = stage + copy_offset;
-#pragma unroll
-    for (int j = 0; j < kLoadsA; ++j) {
-      const bool ok = k_ok && (a_valid >> j & 1u);
-      cp_async_16(a_dst + j * kRowsPerPass * kSwizzleRowBytes, ok ? a_src[j] + k_elem : args.a,
-                  ok ? 16 : 0);
-    }
-    const uint32_t b_dst = a_dst + kTileM * kSwizzleRowBytes;
+    const bool k_ok = k_elem + rows.chunk * 8 < args.k;
+    const uint32_t b_dst = stage + rows.copy_offset + kTileM * kSwizzleRowBytes;
 #pragma unroll
     for (int j = 0; j < kLoadsB; ++j) {
       const bool ok = k_ok && (b_valid >> j & 1u);
