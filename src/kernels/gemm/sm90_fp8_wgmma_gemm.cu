@@ -38,9 +38,10 @@
 namespace unimoe {
 namespace {
 
-constexpr int kTileM = kFp8WgmmaTileM;  // two warp groups of 64 rows
+constexpr int kTileM = kWgmmaTileM;
 constexpr int kTileN = 128;             // B rows a CTA: 64 gated output columns, or 128 plain ones
-constexpr int kThreads = 256;
+constexpr int kThreads = kWgmmaThreads;
+static_assert(kTileM == kFp8WgmmaTileM, "the contract's M tile");
 constexpr int kBlock = 128;             // K values a scale block (and a swizzled row) holds
 constexpr int kStages = 5;
 constexpr int kAccum = kTileN / 2;      // fp32 accumulators a thread: 64 x 128 / 128
@@ -65,7 +66,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (!tile_work(p.tiles, p.num_tiles, view.n_blocks, p.epilogue, kTileN, work)) return;
   const DeviceTile& tile = work.tile;
   const bool gated = work.gated;
-  const int out_cols = work.out_cols, n0 = work.n0;
+  const int n0 = work.n0;
 
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem;
@@ -128,23 +129,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // ---- epilogue
-  cp_async_wait<0>();
-  __syncthreads();  // every thread's MMAs are done with every slot
   const float* bias = p.bias != nullptr ? p.bias + static_cast<size_t>(tile.expert) * p.b_rows : nullptr;
   const int col0 = 2 * (lane & 3);
   if (p.out_bf16 != nullptr) {
-    __nv_bfloat16* staged = reinterpret_cast<__nv_bfloat16*>(smem);  // [kTileM, kTileN + 8]
-    constexpr int kStride = kTileN + 8;
-#pragma unroll
-    for (int j = 0; j < kTileN / 8; ++j)
-#pragma unroll
-      for (int half = 0; half < 2; ++half)
-        stage_output_pair(view, bias, gated, n0, staged, kStride, r0 + 8 * half, 8 * j + col0,
-                          sum[4 * j + 2 * half], sum[4 * j + 2 * half + 1]);
-    __syncthreads();
-    store_staged_tile<kTileM, kThreads>(view, tile, staged, kStride, n0, out_cols, tid);
+    bf16_wgmma_epilogue<kTileN>(view, work, bias, 1.0f, sum, reinterpret_cast<__nv_bfloat16*>(smem), kTileN + 8);
     return;
   }
+  cp_async_wait<0>();
+  __syncthreads();  // every thread's MMAs are done with every slot
   float* staged = reinterpret_cast<float*>(smem);  // [kTileM, kStagedStride]
 #pragma unroll
   for (int j = 0; j < kTileN / 8; ++j)
@@ -170,7 +162,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   __syncthreads();
   // n_out is a multiple of 16 and out_cols of 64: a 4-float chunk is valid or not as a whole.
-  const int chunks_per_row = out_cols / 4;
+  const int chunks_per_row = work.out_cols / 4;
   for (int c = tid; c < kTileM * chunks_per_row; c += kThreads) {
     const int row = c / chunks_per_row;
     const int col = (c - row * chunks_per_row) * 4;

@@ -24,8 +24,6 @@
 #include <cstddef>
 #include <stdexcept>
 #include <string>
-#include <utility>
-
 #include "kernels/gemm/grouped_gemm_args.cuh"
 #include "kernels/gemm/sm90_wgmma_util.cuh"
 #include "kernels/gemm/tile_operands.cuh"
@@ -34,9 +32,9 @@
 namespace unimoe {
 namespace {
 
-constexpr int kTileM = w4_wgmma_tile_m;  // two warp groups of 64 rows
-constexpr int kTileN = 256;              // B rows a CTA: 128 gated output columns, or 256 plain ones
-constexpr int kThreads = 256;
+constexpr int kTileM = kWgmmaTileM;
+constexpr int kTileN = 256;  // B rows a CTA: 128 gated output columns, or 256 plain ones
+constexpr int kThreads = kWgmmaThreads;
 constexpr int kStages = 4;
 constexpr int kAccum = kTileN / 2;       // fp32 accumulators a thread: 64 x 256 / 128
 constexpr int kHalfRows = 2 * kTileN / kThreads;  // half rows of B a thread dequantizes per K block
@@ -44,15 +42,8 @@ constexpr int kStageBytes = (kTileM + kTileN) * kSwizzleRowBytes;
 constexpr int kStagedStride = kTileN + 8;  // bf16 epilogue staging, rows padded by 16 bytes
 constexpr int kStagedBytes = kTileM * kStagedStride * 2;
 constexpr int kSmemBytes = (kStages * kStageBytes > kStagedBytes ? kStages * kStageBytes : kStagedBytes) + kSmemAlign;
-static_assert(kTileM == 128, "two warp groups of 64 rows");
+static_assert(kTileM == w4_wgmma_tile_m, "the contract's M tile");
 static_assert(2 * kTileN % kThreads == 0, "every thread owns whole half rows");
-
-using Wgmma = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
-
-template <std::size_t... I>
-__device__ __forceinline__ void wgmma_k16(float (&d)[kAccum], uint64_t a, uint64_t b, std::index_sequence<I...>) {
-  Wgmma::fma(a, b, d[I]..., cute::SM90::GMMA::ScaleOut::One);
-}
 
 __device__ __forceinline__ void store_shared_v4(uint32_t address, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(a), "r"(b), "r"(c), "r"(d)
@@ -154,43 +145,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   pipe.prologue();
 
   float acc[kAccum];
-#pragma unroll
-  for (int i = 0; i < kAccum; ++i) acc[i] = 0.0f;
-  const int group = tid / 128;
-  constexpr auto kAccumIndex = std::make_index_sequence<kAccum>{};
-  for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
-    const uint32_t stage = pipe.acquire(k_tile);
-    const uint32_t a = stage + group * 64 * kSwizzleRowBytes;
-    const uint32_t b = stage + kTileM * kSwizzleRowBytes;
-    fence_accumulators(acc);
-    cute::warpgroup_arrive();
-#pragma unroll
-    for (int kk = 0; kk < kTileBlockK / 16; ++kk)
-      wgmma_k16(acc, sw128_descriptor(a + kk * 32), sw128_descriptor(b + kk * 32), kAccumIndex);
-    cute::warpgroup_commit_batch();
-    cute::warpgroup_wait<1>();
-    fence_accumulators(acc);
-  }
-  cute::warpgroup_wait<0>();
-  fence_accumulators(acc);
-
-  // ---- epilogue (the accumulator layout of sm90_wgmma_gemm.cu's)
-  cp_async_wait<0>();
-  __syncthreads();
+  bf16_wgmma_mainloop<kTileN>(pipe, k_tiles, tid / 128, acc);
   const float g = p.b_global != nullptr ? p.b_global[work.tile.expert] * 0x1p9f : 1.0f;  // NVFP4: undo the 2^-9
-  __nv_bfloat16* staged = reinterpret_cast<__nv_bfloat16*>(smem);
   const float* bias = p.bias != nullptr ? p.bias + static_cast<size_t>(work.tile.expert) * p.b_rows : nullptr;
-  const int lane = tid % 32, warp = (tid % 128) / 32;
-  const int row0 = group * 64 + warp * 16 + (lane >> 2);
-  const int col0 = 2 * (lane & 3);
-#pragma unroll
-  for (int j = 0; j < kTileN / 8; ++j)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      stage_output_pair(view, bias, work.gated, work.n0, staged, kStagedStride, row0 + 8 * h, 8 * j + col0,
-                        g * acc[4 * j + 2 * h], g * acc[4 * j + 2 * h + 1]);
-  __syncthreads();
-  store_staged_tile<kTileM, kThreads>(view, work.tile, staged, kStagedStride, work.n0, work.out_cols, tid);
+  bf16_wgmma_epilogue<kTileN>(view, work, bias, g, acc, reinterpret_cast<__nv_bfloat16*>(smem), kStagedStride);
 }
 
 }  // namespace

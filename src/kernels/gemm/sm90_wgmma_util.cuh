@@ -1,14 +1,20 @@
-// What the wgmma kernels (sm90_wgmma_gemm.cu, sm90_fp8_wgmma_gemm.cu)
-// share: the shared-memory descriptor of their 128-byte-swizzled K-major
-// operands, the accumulator fence and the proxy fence between cp.async's
-// writes and wgmma's reads. sm_90a only.
+// What the wgmma kernels (sm90_wgmma_gemm.cu, sm90_fp8_wgmma_gemm.cu,
+// sm90_w4_wgmma_gemm.cu) share: the shared-memory descriptor of their
+// 128-byte-swizzled K-major operands, the fences, the cp.async pipeline, and
+// the bf16 main loop and epilogue of the two bf16-operand kernels. sm_90a
+// only.
 #pragma once
 
+#include <cuda_bf16.h>
+
+#include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include <cute/arch/mma_sm90_desc.hpp>
 #include <cute/arch/mma_sm90_gmma.hpp>
 
+#include "kernels/gemm/tile_operands.cuh"
 #include "kernels/gemm/warp_mma.cuh"
 
 namespace unimoe {
@@ -87,5 +93,78 @@ struct WgmmaPipeline {
     return base + (k_tile % kStages) * kStageBytes;
   }
 };
+
+// The wgmma kernels' CTA: two warp groups, 64 rows each.
+inline constexpr int kWgmmaTileM = 128;
+inline constexpr int kWgmmaThreads = 256;
+
+template <int TileN>
+struct Bf16Wgmma;
+template <>
+struct Bf16Wgmma<128> {
+  using Op = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+};
+template <>
+struct Bf16Wgmma<256> {
+  using Op = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+};
+
+// d += A(64 x 16) * B(TileN x 16)^T, the accumulators as one array.
+template <int TileN, std::size_t... I>
+__device__ __forceinline__ void bf16_wgmma_k16(float (&d)[TileN / 2], uint64_t a, uint64_t b,
+                                               std::index_sequence<I...>) {
+  Bf16Wgmma<TileN>::Op::fma(a, b, d[I]..., cute::SM90::GMMA::ScaleOut::One);
+}
+
+// The bf16 main loop over every K block of the pipeline: this warp group's
+// 64 rows of A (from row 64 * group of the slot) times the slot's TileN B
+// rows, accumulated in acc; one wgmma batch in flight while the next is
+// issued. Every wgmma is complete on return.
+template <int TileN, class Pipe>
+__device__ __forceinline__ void bf16_wgmma_mainloop(const Pipe& pipe, int k_tiles, int group, float (&acc)[TileN / 2]) {
+#pragma unroll
+  for (int i = 0; i < TileN / 2; ++i) acc[i] = 0.0f;
+  constexpr auto kIndex = std::make_index_sequence<TileN / 2>{};
+  for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
+    const uint32_t stage = pipe.acquire(k_tile);
+    const uint32_t a = stage + group * 64 * kSwizzleRowBytes;
+    const uint32_t b = stage + kWgmmaTileM * kSwizzleRowBytes;
+    fence_accumulators(acc);
+    cute::warpgroup_arrive();
+#pragma unroll
+    for (int kk = 0; kk < kTileBlockK / 16; ++kk)  // 16 K values: 32 bytes along the swizzled row
+      bf16_wgmma_k16<TileN>(acc, sw128_descriptor(a + kk * 32), sw128_descriptor(b + kk * 32), kIndex);
+    cute::warpgroup_commit_batch();
+    cute::warpgroup_wait<1>();
+    fence_accumulators(acc);
+  }
+  cute::warpgroup_wait<0>();
+  fence_accumulators(acc);
+}
+
+// The epilogue of a bf16 output from wgmma accumulators (the mma.sync
+// kernel's, tile_operands.cuh): scale * acc, bias, activation, staged as
+// bf16 at `staged` (kWgmmaTileM rows of `stride`) and stored. Warp w of a
+// group holds rows 16w + g and 16w + g + 8 (g = lane / 4) of the group's
+// 64 and, in each n8 block j, columns 8j + 2(lane % 4) + {0, 1}. Waits for
+// every thread's copies and MMAs before it writes the staging area.
+template <int TileN>
+__device__ __forceinline__ void bf16_wgmma_epilogue(const GroupedGemmArgs& args, const TileWork& work,
+                                                    const float* bias, float scale, const float (&acc)[TileN / 2],
+                                                    __nv_bfloat16* staged, int stride) {
+  cp_async_wait<0>();
+  __syncthreads();
+  const int tid = threadIdx.x, lane = tid % 32;
+  const int row0 = (tid / 128) * 64 + ((tid % 128) / 32) * 16 + (lane >> 2);
+  const int col0 = 2 * (lane & 3);
+#pragma unroll
+  for (int j = 0; j < TileN / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      stage_output_pair(args, bias, work.gated, work.n0, staged, stride, row0 + 8 * h, 8 * j + col0,
+                        scale * acc[4 * j + 2 * h], scale * acc[4 * j + 2 * h + 1]);
+  __syncthreads();
+  store_staged_tile<kWgmmaTileM, kWgmmaThreads>(args, work.tile, staged, stride, work.n0, work.out_cols, tid);
+}
 
 }  // namespace unimoe
