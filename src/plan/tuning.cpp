@@ -103,19 +103,18 @@ std::vector<TuningChoice> candidates_for(const MoEConfig& config, int bucket,
   };
   const bool fp8 = config.experts.quant == QuantVariant::FP8Block128 ||
                    config.experts.quant == QuantVariant::FP8PerTensor;
-  // FP8 on the mma path runs one kernel (kFp8MmaTactic): one candidate.
-  if (offered(ExpertsPath::Mma) && fp8) {
-    TuningChoice c;
-    c.path = ExpertsPath::Mma;
-    c.gemm1 = c.gemm2 = kFp8MmaTactic;
-    out.push_back(c);
-  } else if (offered(ExpertsPath::Mma))
+  // The wgmma kernels (the BF16 wgmma tactics, FP8's mma path) are not
+  // offered until they have been checked and timed on a GPU: a kernel that
+  // faulted would end the tuning process, not just lose a candidate. They
+  // run where forced (options.backend, the mma_tactic knob).
+  if (offered(ExpertsPath::Mma) && !fp8)
     for (const GemmTactic& g1 : kMmaTactics)
       for (const GemmTactic& g2 : kMmaTactics) {
         // The stream tactic is the Stream path's.
         if (g1.stream || g2.stream) continue;
         // One tile schedule serves both GEMMs, so their M tiles must agree.
         if (g1.tile_m != g2.tile_m) continue;
+        if (g1.wgmma || g2.wgmma) continue;
         TuningChoice c;
         c.path = ExpertsPath::Mma;
         c.gemm1 = g1;

@@ -162,10 +162,11 @@ TEST(Candidates, EveryBackendWithEveryCompiledTactic) {
   // with that tile_m)^2.
   std::size_t pairs = 0;
   for (const GemmTactic& a : kMmaTactics)
-    for (const GemmTactic& b : kMmaTactics) pairs += !a.stream && !b.stream && a.tile_m == b.tile_m;
-  // m128: 3 x 3 (m128n128, wg_m128n256, wg_m128n128); m64, m48: 1 each; m32: 2 x 2 (m32n64,
-  // m32n64x5); m16: 3 x 3.
-  EXPECT_EQ(pairs, 24u);
+    for (const GemmTactic& b : kMmaTactics)
+      pairs += !a.stream && !b.stream && !a.wgmma && !b.wgmma && a.tile_m == b.tile_m;
+  // m128, m64, m48: 1 each; m32: 2 x 2 (m32n64, m32n64x5); m16: 3 x 3. The
+  // wgmma tactics are not offered yet.
+  EXPECT_EQ(pairs, 16u);
   ASSERT_EQ(all.size(), pairs + 1 + kNumSm90GemmTactics);  // + the stream tactic
   std::vector<Sm90GemmTactic> sm90;
   for (std::size_t i = 0; i < all.size(); ++i) {

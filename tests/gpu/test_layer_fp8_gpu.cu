@@ -154,9 +154,10 @@ TEST_P(LayerFp8GraphGpu, CapturedOnceReplaysWithFreshRouting) {
   }
 }
 
-// The autotuner times every FP8 path, checks each against the reference on
-// the layer's own (dequantized) weights, and serves the winner.
-TEST(LayerFp8Gpu, AutotuneTimesEveryPathAndServesTheWinner) {
+// The autotuner times the stream and cutlass paths (the mma path's wgmma
+// kernel is not offered yet), checks each against the reference on the
+// layer's own (dequantized) weights, and serves the winner.
+TEST(LayerFp8Gpu, AutotuneTimesBothPathsAndServesTheWinner) {
   UNIMOE_REQUIRE_GPU();
   for (const Form& form : kForms) {
     const uint64_t seed = test::fresh_seed();
@@ -179,7 +180,7 @@ TEST(LayerFp8Gpu, AutotuneTimesEveryPathAndServesTheWinner) {
     }
     EXPECT_GT(timed_stream, 0) << report;
     EXPECT_GT(timed_cutlass, 0) << report;
-    EXPECT_GT(timed_mma, 0) << report;
+    EXPECT_EQ(timed_mma, 0) << report;
     for (int t : {1, 33}) {
       const std::vector<float> logits = ref::make_logits(c, t, seed + t, "uniform");
       rig.load_inputs(t, seed ^ t, logits);
