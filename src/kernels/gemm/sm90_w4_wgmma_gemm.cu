@@ -65,8 +65,8 @@ struct W4Loader {
   W4Format format;
   int k;                  // K values
   int block_values;       // K values a scale covers
-  const uint8_t* code[kHalfRows];   // the half row's codes at K 0
-  const uint8_t* scale[kHalfRows];  // its first scale byte
+  const uint8_t* code[kHalfRows];   // the half row's codes in K block 0 (2 values a byte)
+  const uint8_t* scale[kHalfRows];  // its scale byte(s) in K block 0
   uint32_t valid = 0;     // bit i: half row i is a B row of the call (column < n_out)
   int half;               // K values 32 * half .. 32 * half + 31 of each block
   mutable HalfRows even, odd;
@@ -96,7 +96,7 @@ struct W4Loader {
 #pragma unroll
     for (int i = 0; i < kHalfRows; ++i) {
       const bool ok = (valid >> i & 1u) && k_elem < k;
-      h.codes[i] = ok ? w4::load_codes(code[i] + k_elem / 2) : make_uint4(0, 0, 0, 0);
+      h.codes[i] = ok ? w4::load_codes(code[i] + k_tile * (kTileBlockK / 2)) : make_uint4(0, 0, 0, 0);
       h.scales[i] = ok ? w4::load_scales(format, scale[i] + k_tile * kTileBlockK / block_values) : 0u;
     }
   }
