@@ -83,6 +83,11 @@
 #                            RowsPoisoned, .OneGraphTakesBothPathsAsTheRouting
 #                            Changes (the gate and both paths in one graph);
 #                            racecheck and initcheck: the first two
+#   expert parallelism       EPLayerGpu.DispatchSlotsMatchTheReference (the
+#                            slot scan, packing and padding over 4 loopback
+#                            ranks), .EmptyCallsWriteNothing, .CapturedOnce
+#                            ReplaysWithFreshRouting (every step of 4 ranks in
+#                            one graph); racecheck and initcheck: the first two
 #   finalize, the layer      LayerGpu.OddSizesAndEveryActivation (every backend
 #                            and activation, b2 in the finalize on cutlass),
 #                            .ExpertParallelRangeDropsOffRankRows, .Precomputed
@@ -131,7 +136,9 @@ readonly kFullFilter="GpuSmoke.*\
 :LayerW4Gpu.InterleavedGateUpMatchesBitForBit:LayerW4Gpu.BlockScaleCodesOverTheirRange\
 :LayerW4Gpu.EveryTileForm\
 :Gemm2GateGpu.ExpertParallelRangeAndFewTilesSplittingK:Gemm2GateGpu.PrecomputedRoutingThroughTheGate\
-:Gemm2GateGpu.CombinePathLeavesTheExpertRowsPoisoned:Gemm2GateGpu.OneGraphTakesBothPathsAsTheRoutingChanges"
+:Gemm2GateGpu.CombinePathLeavesTheExpertRowsPoisoned:Gemm2GateGpu.OneGraphTakesBothPathsAsTheRoutingChanges\
+:EPLayerGpu.DispatchSlotsMatchTheReference:EPLayerGpu.EmptyCallsWriteNothing\
+:EPLayerGpu.CapturedOnceReplaysWithFreshRouting"
 readonly kRacecheckFilter="PermuteGpu.GraphReplayOfRoutingAndPermute\
 :FusedRoutingGpu.ClusterWaysAtTheirBound:FusedRoutingGpu.ClusterOfTwoGraphReplayWithNewLogits\
 :GroupedGemm.OddSizesEveryActivation:GroupedGemm.StreamOneTokenTilesAtEveryKSplit\
@@ -143,7 +150,8 @@ readonly kRacecheckFilter="PermuteGpu.GraphReplayOfRoutingAndPermute\
 :LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows\
 :LayerW4Gpu.ExpertParallelRangeDropsOffRankRows:LayerW4Gpu.BlockScaleCodesOverTheirRange\
 :LayerW4Gpu.EveryTileForm\
-:Gemm2GateGpu.ExpertParallelRangeAndFewTilesSplittingK:Gemm2GateGpu.PrecomputedRoutingThroughTheGate"
+:Gemm2GateGpu.ExpertParallelRangeAndFewTilesSplittingK:Gemm2GateGpu.PrecomputedRoutingThroughTheGate\
+:EPLayerGpu.DispatchSlotsMatchTheReference:EPLayerGpu.EmptyCallsWriteNothing"
 # initcheck, which tracks every byte of device memory, runs the racecheck
 # filter and the CUTLASS workspace's and the gather's tests (the whole
 # filter took over 140 s on an H100, mostly in the layer tests at H=2048).

@@ -3,6 +3,9 @@
 #   - Debian packages: cmake, ninja, g++, GoogleTest, nlohmann-json, CLI11, ccache
 #   - CUTLASS/CuTe headers from the pinned PyPI wheel nvidia-cutlass, unpacked
 #     into .deps/cutlass/include (ignored by git, never committed)
+#   - NCCL's headers from the pinned PyPI wheel nvidia-nccl-cu13 (the NCCL
+#     PyTorch uses), into .deps/nccl/include, for expert parallelism over
+#     NCCL; the library itself is loaded at run time (docs/expert-parallel.md)
 #   - copies of GoogleTest's source and the header-only libraries under .deps,
 #     so that a copy of the tree with its .deps folder also builds on a
 #     machine without network access or these packages.
@@ -55,6 +58,29 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$CUTLASS_VERSION" ]; then
   unzip -q "$whl" 'cutlass_library/source/include/*' -d "$tmp/x"
   mv "$tmp/x/cutlass_library/source/include" "$DEPS/cutlass/include"
   echo "$CUTLASS_VERSION" >"$stamp"
+  rm -rf "$tmp"
+fi
+
+# NCCL's headers only: the library loads libnccl.so.2 when an EP transport
+# over NCCL is made, so the build needs no NCCL library.
+NCCL_VERSION=2.28.9
+NCCL_SHA256=e4553a30f34195f3fa1da02a6da3d6337d28f2003943aa0a3d247bbc25fefc42
+stamp="$DEPS/nccl/VERSION"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$NCCL_VERSION" ]; then
+  echo "setup: fetching nvidia-nccl-cu13==$NCCL_VERSION (headers only)"
+  tmp=$(mktemp -d)
+  python3 -m pip download -q --no-deps --only-binary=:all: "nvidia-nccl-cu13==$NCCL_VERSION" -d "$tmp"
+  whl=$(ls "$tmp"/nvidia_nccl_cu13-*.whl)
+  got=$(sha256sum "$whl" | cut -d' ' -f1)
+  if [ "$got" != "$NCCL_SHA256" ]; then
+    echo "setup: nvidia-nccl-cu13 wheel sha256 $got does not match the pinned $NCCL_SHA256" >&2
+    exit 1
+  fi
+  rm -rf "$DEPS/nccl"
+  mkdir -p "$DEPS/nccl"
+  unzip -q "$whl" 'nvidia/nccl/include/*' -d "$tmp/x"
+  mv "$tmp/x/nvidia/nccl/include" "$DEPS/nccl/include"
+  echo "$NCCL_VERSION" >"$stamp"
   rm -rf "$tmp"
 fi
 

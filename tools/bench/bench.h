@@ -130,6 +130,23 @@ int run_stream_patterns(const StreamPatternOptions& opt);
 
 // --launch-floor: an empty kernel (kernels/launch_floor.cuh) in the decode
 // routing kernels' launch shapes, timed as the routing sweep times them.
+// unimoe-bench --ep N (ep_bench.cpp): the expert-parallel layer over NCCL,
+// one forked process a GPU; each point checked against the CPU reference.
+struct EPBenchOptions {
+  int world_size = 1;
+  std::vector<Preset> shapes;
+  std::vector<int> tokens;
+  std::string routing = "uniform";
+  int iters = 20;
+  int check_tokens = 4;
+  DevOverrides dev;
+  std::string json_path = "out/ep.json";
+};
+// Forks the ranks (before any CUDA call of this process), waits for them,
+// prints the table and writes the JSON; 1 if a point failed its check or a
+// rank could not run.
+int run_ep_bench(const EPBenchOptions& opt);
+
 struct LaunchFloorOptions {
   int iters = 20;
   bool pdl = true;  // --dev pdl=0 launches without programmatic dependent launch

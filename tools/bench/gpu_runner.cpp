@@ -373,6 +373,11 @@ int run_launch_floor(const LaunchFloorOptions&) {
   return 2;
 }
 
+int run_ep_bench(const EPBenchOptions&) {
+  std::fprintf(stderr, "unimoe-bench --ep needs GPUs: built without CUDA\n");
+  return 2;
+}
+
 }  // namespace unimoe::bench
 
 #endif

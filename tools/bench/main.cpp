@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "bench.h"
+#include "unimoe/ep.h"
 #include "json_file.h"
 #include "plan/layer_plan.h"
 #include "ref/synthetic.h"
@@ -291,6 +292,12 @@ int main(int argc, char** argv) {
   app.add_option("--seed", fuzz.seed, "fuzz: the run's seed")->capture_default_str();
   app.add_option("--fuzz-case", fuzz.only_case,
                  "fuzz: rerun one case, SEED:LAYER:CALL as a failure prints it");
+  int ep_world = 0;
+  app.add_option("--ep", ep_world,
+                 "instead of the layer: the expert-parallel layer over NCCL on N GPUs, one forked "
+                 "process a GPU, the experts split evenly; each point checked against the CPU "
+                 "reference (docs/expert-parallel.md)")
+      ->check(CLI::Range(1, EPLayer::kMaxWorldSize));
   CLI11_PARSE(app, argc, argv);
   try {
     opt.dev = DevOverrides::from_environment();
@@ -303,6 +310,22 @@ int main(int argc, char** argv) {
       throw Error(shapes.config.empty() ? "hf-config" : "config",
                   "gives the layer run its shape; --routing-sweep, --stream-patterns, "
                   "--launch-floor and --fuzz take none");
+    if (ep_world > 0) {
+      // No CUDA call before the ranks fork.
+      if (other_mode) throw Error("ep", "runs alone: drop the other modes");
+      EPBenchOptions eo;
+      eo.world_size = ep_world;
+      if (!quant.empty()) shapes.quant = parse_quant_variant(quant);
+      shapes.presets_given = app.count("--preset") > 0;
+      eo.shapes = bench_shapes(shapes);
+      eo.tokens = parse_counts(token_list, "tokens");
+      eo.routing = opt.routing;
+      eo.iters = opt.iters;
+      eo.check_tokens = opt.check_tokens;
+      eo.dev = opt.dev;
+      eo.json_path = app.count("--json") > 0 ? opt.json_path : "out/ep.json";
+      return run_ep_bench(eo);
+    }
     if (fuzz_cases > 0 || !fuzz.only_case.empty()) {
       if (fuzz_cases > 0) fuzz.cases = fuzz_cases;
       fuzz.force_cpu = opt.force_cpu;
