@@ -102,7 +102,10 @@ class EPLayer {
   virtual std::size_t bytes_sent_per_call() const = 0;
 
   // This rank's experts only: the ExpertWeights of MoELayer::set_weights for
-  // E / W experts (the slice [r * E / W, (r + 1) * E / W) of the model's).
+  // E / W experts (the slice [r * E / W, (r + 1) * E / W) of the model's;
+  // slice_experts makes it). FP8PerTensor needs its static activation
+  // scales (x_scale, act_scale): dynamic ones would be taken over the rows
+  // a rank receives, padding included (Error, field "weights.x_scale").
   virtual void set_weights(const ExpertWeights& weights) = 0;
 
   // One call: args as for MoELayer::forward, with this rank's tokens
@@ -118,5 +121,15 @@ class EPLayer {
 };
 
 const char* ep_step_name(EPLayer::Step step);
+
+// The ExpertWeights of experts [first, first + count) of a model's weights
+// `all` (every array in ExpertWeights' layout for all E experts of
+// `config`, whose expert range must be the default): pointers into the same
+// arrays, no copy. Per-matrix scalars shared by every expert (FP8PerTensor's
+// x_scale and act_scale) and w13_interleaved are kept. A slice can start
+// off 16-byte alignment (a small block-scale array, say), which
+// set_weights then refuses naming the field. Throws Error (field "first"
+// or "count") for a range outside [0, E).
+ExpertWeights slice_experts(const ExpertWeights& all, const MoEConfig& config, int first, int count);
 
 }  // namespace unimoe

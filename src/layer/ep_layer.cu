@@ -56,6 +56,9 @@ class EPLayerImpl final : public EPLayer {
     probe_routing_device_caps(routing, caps_);
     carve(nullptr);
     UNIMOE_CUDA_CHECK(cudaMalloc(&arena_, arena_bytes_));
+    // Padding rows are never read as tokens, but kernels that scan whole
+    // inputs (FP8's row quantization) read them: give them defined values.
+    UNIMOE_CUDA_CHECK(cudaMemset(arena_, 0, arena_bytes_));
     carve(static_cast<char*>(arena_));
   }
   ~EPLayerImpl() override { cudaFree(arena_); }
@@ -66,7 +69,16 @@ class EPLayerImpl final : public EPLayer {
   MoELayer& local_layer() override { return *local_; }
   std::size_t buffer_bytes() const override { return arena_bytes_; }
   std::size_t bytes_sent_per_call() const override { return g_.bytes_sent_per_call(); }
-  void set_weights(const ExpertWeights& weights) override { local_->set_weights(weights); }
+  void set_weights(const ExpertWeights& weights) override {
+    // A dynamic per-tensor scale would be the amax of every row the rank
+    // receives, padding rows included, and would depend on the other ranks'
+    // tokens.
+    if (g_.local_config.experts.quant == QuantVariant::FP8PerTensor && (!weights.x_scale || !weights.act_scale))
+      throw Error(weights.x_scale ? "weights.act_scale" : "weights.x_scale",
+                  "expert parallelism needs FP8PerTensor's static activation scales (x_scale and "
+                  "act_scale): dynamic ones would be taken over the rows each rank receives");
+    local_->set_weights(weights);
+  }
 
   void forward(const ForwardArgs& args, CUstream_st* stream) override {
     check_args(args);

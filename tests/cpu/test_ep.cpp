@@ -68,6 +68,64 @@ TEST(EPGeometry, RefusesWithTheField) {
   EXPECT_EQ(test::error_of([&] { plan_ep(bad, 8, 0, 4); }).field(), "routing.top_k");
 }
 
+// Each variant's arrays advance by whole experts; shared scalars stay.
+TEST(SliceExperts, OffsetsEveryArrayByWholeExperts) {
+  char* base = reinterpret_cast<char*>(std::uintptr_t(1) << 40);
+  ExpertWeights all;
+  all.w13 = base;
+  all.w2 = base + (1 << 30);
+  all.b13 = reinterpret_cast<const float*>(base + (2u << 30));
+  all.b2 = reinterpret_cast<const float*>(base + (3u << 30));
+  all.w13_scale = reinterpret_cast<const float*>(base + (4ull << 30));
+  all.w2_scale = reinterpret_cast<const float*>(base + (5ull << 30));
+  all.w13_block_scale = reinterpret_cast<const uint8_t*>(base + (6ull << 30));
+  all.w2_block_scale = reinterpret_cast<const uint8_t*>(base + (7ull << 30));
+  all.x_scale = reinterpret_cast<const float*>(base + (8ull << 30));
+  auto moved = [](const void* from, const void* to) {
+    return static_cast<const char*>(to) - static_cast<const char*>(from);
+  };
+  MoEConfig c = small_config(16, 4);  // H 64, I 32, gated: gemm1_cols 64
+  c.experts.has_bias = true;
+  ExpertWeights s = slice_experts(all, c, 3, 2);
+  EXPECT_EQ(moved(all.w13, s.w13), 3 * 64 * 64 * 2);
+  EXPECT_EQ(moved(all.w2, s.w2), 3 * 64 * 32 * 2);
+  EXPECT_EQ(moved(all.b13, s.b13), 3 * 64 * 4);
+  EXPECT_EQ(moved(all.b2, s.b2), 3 * 64 * 4);
+  EXPECT_EQ(s.x_scale, all.x_scale);
+
+  c.experts.quant = QuantVariant::FP8Block128;
+  c.experts.hidden = 256;
+  c.experts.intermediate = 128;  // gemm1_cols 256: 2 x 2 blocks; w2 2 x 1
+  s = slice_experts(all, c, 5, 1);
+  EXPECT_EQ(moved(all.w13, s.w13), 5 * 256 * 256);
+  EXPECT_EQ(moved(all.w2, s.w2), 5 * 256 * 128);
+  EXPECT_EQ(moved(all.w13_scale, s.w13_scale), 5 * 4 * 4);
+  EXPECT_EQ(moved(all.w2_scale, s.w2_scale), 5 * 2 * 4);
+
+  c.experts.quant = QuantVariant::FP8PerTensor;
+  s = slice_experts(all, c, 5, 1);
+  EXPECT_EQ(moved(all.w13_scale, s.w13_scale), 5 * 4);
+  EXPECT_EQ(moved(all.w2_scale, s.w2_scale), 5 * 4);
+
+  c.experts.quant = QuantVariant::MXFP4;  // H 256, I 128
+  s = slice_experts(all, c, 2, 1);
+  EXPECT_EQ(moved(all.w13, s.w13), 2 * 256 * 128);
+  EXPECT_EQ(moved(all.w2, s.w2), 2 * 256 * 64);
+  EXPECT_EQ(moved(all.w13_block_scale, s.w13_block_scale), 2 * 256 * 8);
+  EXPECT_EQ(moved(all.w2_block_scale, s.w2_block_scale), 2 * 256 * 4);
+
+  c.experts.quant = QuantVariant::NVFP4;
+  s = slice_experts(all, c, 2, 1);
+  EXPECT_EQ(moved(all.w13_block_scale, s.w13_block_scale), 2 * 256 * 16);
+  EXPECT_EQ(moved(all.w2_block_scale, s.w2_block_scale), 2 * 256 * 8);
+  EXPECT_EQ(moved(all.w13_scale, s.w13_scale), 2 * 4);
+
+  EXPECT_EQ(test::error_of([&] { slice_experts(all, c, 16, 1); }).field(), "first");
+  EXPECT_EQ(test::error_of([&] { slice_experts(all, c, 15, 2); }).field(), "count");
+  c.experts.num_local_experts = 8;
+  EXPECT_EQ(test::error_of([&] { slice_experts(all, c, 0, 1); }).field(), "experts.num_local_experts");
+}
+
 // Slots by a direct definition: the number of earlier tokens with an expert
 // on the rank.
 TEST(EPSlots, MatchTheDefinition) {

@@ -50,6 +50,23 @@ TEST(FuzzCases, EveryDimensionIsCovered) {
     if (c.routing.n_group > 1) seen["groups"].insert("grouped");
     if (c.routing.has_bias) seen["routing_bias"].insert("yes");
     ep += c.local_experts() < c.routing.num_experts;
+    if (layer.ep_world > 0) {
+      seen["ep_world"].insert(std::to_string(layer.ep_world));
+      // What EPLayer takes: the whole expert range, E a multiple of W, no
+      // FP8PerTensor (static scales only there).
+      EXPECT_EQ(c.local_experts(), c.routing.num_experts);
+      EXPECT_EQ(c.routing.num_experts % layer.ep_world, 0);
+      EXPECT_NE(c.experts.quant, QuantVariant::FP8PerTensor);
+      for (int k = 0; k < kFuzzCallsPerLayer; ++k) {
+        const FuzzCall call = fuzz_call(layer, k);
+        EXPECT_EQ(fuzz_ep_tokens(layer, call, 0), call.num_tokens);
+        for (int r = 1; r < layer.ep_world; ++r) {
+          const int t = fuzz_ep_tokens(layer, call, r);
+          EXPECT_GE(t, 0);
+          EXPECT_LE(t, layer.max_tokens);
+        }
+      }
+    }
     expert_bias += c.experts.has_bias;
     for (int k = 0; k < kFuzzCallsPerLayer; ++k) {
       const FuzzCall call = fuzz_call(layer, k);
@@ -90,6 +107,7 @@ TEST(FuzzCases, EveryDimensionIsCovered) {
   EXPECT_EQ(seen["T"].size(), 3u);
   EXPECT_GT(max_t_calls, 50);
   EXPECT_GT(ep, 20);
+  EXPECT_EQ(seen["ep_world"], (std::set<std::string>{"2", "3", "4", "8"}));
   EXPECT_GT(expert_bias, 20);
   EXPECT_GT(nan_tokens, 20);
   for (int i = 0; i < kHostileIdKinds; ++i) EXPECT_GT(hostile_ids[i], 20) << "hostile id kind " << i;

@@ -37,23 +37,6 @@ constexpr EPLayer::Step kSteps[] = {EPLayer::Step::Dispatch, EPLayer::Step::Exch
                                     EPLayer::Step::Experts, EPLayer::Step::Return,
                                     EPLayer::Step::Combine};
 
-// Experts [first, first + E / W) of the model's weights (BF16 or
-// FP8Block128, biases where set): pointers into the same arrays.
-ExpertWeights slice(const ExpertWeights& w, const MoEConfig& c, int first) {
-  const std::size_t g1 = c.gemm1_cols(), h = c.experts.hidden, i = c.experts.intermediate;
-  const std::size_t bytes = c.experts.quant == QuantVariant::BF16 ? 2 : 1;
-  ExpertWeights s = w;
-  s.w13 = static_cast<const char*>(w.w13) + first * g1 * h * bytes;
-  s.w2 = static_cast<const char*>(w.w2) + first * h * i * bytes;
-  if (w.b13) s.b13 = w.b13 + first * g1;
-  if (w.b2) s.b2 = w.b2 + first * h;
-  if (c.experts.quant == QuantVariant::FP8Block128) {
-    s.w13_scale = w.w13_scale + first * (g1 / 128) * (h / 128);
-    s.w2_scale = w.w2_scale + first * (h / 128) * (i / 128);
-  }
-  return s;
-}
-
 MoEConfig bf16_config(RoutingPolicy policy, int experts, int top_k) {
   MoEConfig c;
   c.routing.policy = policy;
@@ -75,7 +58,8 @@ class EPRig {
         out_(std::size_t(world) * cap * c.experts.hidden) {
     for (int r = 0; r < world; ++r) {
       ranks_.push_back(ep_access::create(c, cap, *transports_[r], dev));
-      ranks_.back()->set_weights(slice(single_.device_weights(), c, r * (c.routing.num_experts / world)));
+      const int per_rank = c.routing.num_experts / world;
+      ranks_.back()->set_weights(slice_experts(single_.device_weights(), c, r * per_rank, per_rank));
     }
   }
 
@@ -343,6 +327,12 @@ TEST(EPLayerGpu, RefusesBadGroupsAndCalls) {
   ForwardArgs a;
   a.num_tokens = 9;
   EXPECT_EQ(test::error_of([&] { layer->forward(a, nullptr); }).field(), "num_tokens");
+  // FP8PerTensor without static activation scales.
+  MoEConfig per_tensor = c;
+  per_tensor.experts.quant = QuantVariant::FP8PerTensor;
+  per_tensor.experts.hidden = 128;
+  auto fp8 = EPLayer::create(per_tensor, 8, *two[0]);
+  EXPECT_EQ(test::error_of([&] { fp8->set_weights(ExpertWeights{}); }).field(), "weights.x_scale");
   // A rank that starts a second exchange before its peer made the first.
   EPRig rig(c, 2, 8, test::fresh_seed());
   rig.load(1, ref::make_logits(c, 16, 1, "uniform"));

@@ -10,6 +10,7 @@
 //   - a CUDA-graph replay of the call gives the eager output bit for bit.
 // A failure prints one line with the case id that --fuzz-case reruns.
 // Without a GPU it runs the planning slice (run_fuzz_planning) and says so.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -31,6 +32,7 @@
 #include "core/hash_random.h"
 #include "kernels/common/common.cuh"
 #include "kernels/common/fill.cuh"
+#include "layer/ep_layer.h"
 #include "layer/graph_timing.h"
 #include "layer/layer_access.h"
 #include "layer/moe_layer.h"
@@ -38,6 +40,7 @@
 #include "ref/ref.h"
 #include "ref/synthetic.h"
 #include "support/device_weights.h"
+#include "unimoe/ep.h"
 
 #endif
 
@@ -161,7 +164,7 @@ class FuzzRig {
  public:
   FuzzRig(const FuzzLayer& layer, cudaStream_t stream)
       : layer_(layer), c_(layer.config), seeds_(ref::seeds_for(layer.seed)), host_(c_, seeds_),
-        stream_(stream) {
+        stream_(stream), ranks_(std::max(1, layer.ep_world)) {
     const std::size_t h = c_.experts.hidden, m = layer.max_tokens, k = c_.routing.top_k;
     const std::size_t experts = c_.routing.num_experts;
     expert_weights_ = std::make_unique<SyntheticDeviceWeights>(c_, seeds_, stream);
@@ -170,58 +173,89 @@ class FuzzRig {
     logits_ = std::make_unique<DeviceMem>(m * experts * 4);
     ids_ = std::make_unique<DeviceMem>(m * k * 4);
     weights_ = std::make_unique<DeviceMem>(m * k * 4);
-    out_ = std::make_unique<DeviceMem>(m * h * 2);
-    replay_ = std::make_unique<DeviceMem>(m * h * 2);
+    // One output (and replay) block of max_tokens rows a rank.
+    out_ = std::make_unique<DeviceMem>(ranks_ * m * h * 2);
+    replay_ = std::make_unique<DeviceMem>(ranks_ * m * h * 2);
     host_bias_ = ref::host_bias(c_, seeds_);
     UNIMOE_CUDA_CHECK(cudaMemcpyAsync(bias_->p, host_bias_.data(), experts * 4, cudaMemcpyHostToDevice, stream));
-    layer_ptr_ = layer_access::create(c_, layer.max_tokens,
-                                      fuzz_dev_overrides(layer, DevOverrides::from_environment()));
-    layer_ptr_->set_weights(expert_weights_->weights());
+    const DevOverrides dev = fuzz_dev_overrides(layer, DevOverrides::from_environment());
+    if (layer.ep_world == 0) {
+      layer_ptr_ = layer_access::create(c_, layer.max_tokens, dev);
+      layer_ptr_->set_weights(expert_weights_->weights());
+      return;
+    }
+    // Every rank over the loopback, with its slice of the same weights.
+    transports_ = make_loopback_transports(layer.ep_world);
+    const int per_rank = int(experts) / layer.ep_world;
+    for (int r = 0; r < layer.ep_world; ++r) {
+      ep_.push_back(ep_access::create(c_, layer.max_tokens, *transports_[r], dev));
+      ep_.back()->set_weights(slice_experts(expert_weights_->weights(), c_, r * per_rank, per_rank));
+    }
   }
-
-  MoELayer& layer() { return *layer_ptr_; }
 
   // Runs one call; returns "" when every check passes, else what failed.
   // err: the checked rows' relative L2 error (-1 where none was checked).
+  // An EP layer's rank r passes the first fuzz_ep_tokens(r) tokens of the
+  // same inputs; every rank's rows are checked.
   std::string run(const FuzzCall& call, std::map<std::string, std::map<std::string, int>>& coverage,
                   double* err) {
     const int t = call.num_tokens, h = c_.experts.hidden, k = c_.routing.top_k;
     const std::size_t m = layer_.max_tokens;
     const uint64_t x_seed = hash64(call.seed ^ 0x78);
     const bool precomputed = call.routing != FuzzRouting::Logits;
-    launch_fill_bf16(x_->as<uint16_t>(), std::size_t(t) * h, x_seed, ref::kXScale, stream_);
-    const ref::DeviceLogits logits = ref::device_logits(fuzz_logits(layer_, call), c_.routing.logits_type);
+    std::vector<int> tokens(ranks_);
+    for (int r = 0; r < ranks_; ++r) tokens[r] = fuzz_ep_tokens(layer_, call, r);
+    const int t_all = *std::max_element(tokens.begin(), tokens.end());
+    // Inputs for the most tokens any rank passes; a larger call draws the
+    // same first rows (the draws are per token).
+    FuzzCall widest = call;
+    widest.num_tokens = t_all;
+    launch_fill_bf16(x_->as<uint16_t>(), std::size_t(t_all) * h, x_seed, ref::kXScale, stream_);
+    const ref::DeviceLogits logits = ref::device_logits(fuzz_logits(layer_, widest), c_.routing.logits_type);
     FuzzPrecomputed pre;
-    if (precomputed) pre = fuzz_precomputed(layer_, call);
+    if (precomputed) pre = fuzz_precomputed(layer_, widest);
     // Pageable copies: the host vectors may go once these return.
     UNIMOE_CUDA_CHECK(cudaMemcpyAsync(logits_->p, logits.bytes.data(), logits.bytes.size(),
                                       cudaMemcpyHostToDevice, stream_));
-    if (precomputed && t > 0) {
+    if (precomputed && t_all > 0) {
       UNIMOE_CUDA_CHECK(cudaMemcpyAsync(ids_->p, pre.ids.data(), pre.ids.size() * 4, cudaMemcpyHostToDevice, stream_));
       UNIMOE_CUDA_CHECK(cudaMemcpyAsync(weights_->p, pre.weights.data(), pre.weights.size() * 4,
                                         cudaMemcpyHostToDevice, stream_));
     }
-    UNIMOE_CUDA_CHECK(cudaMemsetAsync(out_->p, 0xff, m * h * 2, stream_));
-    UNIMOE_CUDA_CHECK(cudaMemsetAsync(replay_->p, 0xff, m * h * 2, stream_));
-    ForwardArgs a;
-    a.num_tokens = t;
-    a.x = x_->p;
-    a.logits = logits_->p;  // ignored where ids and weights are given
-    a.routing_bias = c_.routing.has_bias ? bias_->as<float>() : nullptr;
-    if (precomputed) {
-      a.topk_ids = ids_->as<int32_t>();
-      a.topk_weights = weights_->as<float>();
-    }
-    a.out = out_->p;
-    layer_ptr_->forward(a, stream_);
-    ForwardArgs b = a;
-    b.out = replay_->p;
-    cudaGraphExec_t g = capture(stream_, [&] { layer_ptr_->forward(b, stream_); });
+    UNIMOE_CUDA_CHECK(cudaMemsetAsync(out_->p, 0xff, ranks_ * m * h * 2, stream_));
+    UNIMOE_CUDA_CHECK(cudaMemsetAsync(replay_->p, 0xff, ranks_ * m * h * 2, stream_));
+    auto args = [&](int r, void* out) {
+      ForwardArgs a;
+      a.num_tokens = tokens[r];
+      a.x = x_->p;
+      a.logits = logits_->p;  // ignored where ids and weights are given
+      a.routing_bias = c_.routing.has_bias ? bias_->as<float>() : nullptr;
+      if (precomputed) {
+        a.topk_ids = ids_->as<int32_t>();
+        a.topk_weights = weights_->as<float>();
+      }
+      a.out = static_cast<uint16_t*>(out) + r * m * h;
+      return a;
+    };
+    auto forward = [&](void* out) {
+      if (ep_.empty()) {
+        layer_ptr_->forward(args(0, out), stream_);
+        return;
+      }
+      for (EPLayer::Step step : {EPLayer::Step::Dispatch, EPLayer::Step::Exchange, EPLayer::Step::Experts,
+                                 EPLayer::Step::Return, EPLayer::Step::Combine})
+        for (int r = 0; r < ranks_; ++r) ep_[r]->run_step(step, args(r, out), stream_);
+    };
+    forward(out_->p);
+    cudaGraphExec_t g = capture(stream_, [&] { forward(replay_->p); });
     UNIMOE_CUDA_CHECK(cudaGraphLaunch(g, stream_));
     UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
     cudaGraphExecDestroy(g);
 
-    const LayerPlan plan = layer_access::impl(*layer_ptr_).plan_for(t, precomputed);
+    const MoELayerImpl& served = ep_.empty() ? layer_access::impl(*layer_ptr_)
+                                             : layer_access::impl(ep_[0]->local_layer());
+    const LayerPlan plan = ep_.empty() ? served.plan_for(t, precomputed)
+                                       : served.plan_for(ranks_ * int(m), true);
     coverage["path"][path_name(plan.path)]++;
     coverage["routing_kernel"][first_words(plan.routing.to_string(), 2)]++;
     coverage["policy"][to_string(c_.routing.policy)]++;
@@ -231,20 +265,26 @@ class FuzzRig {
     coverage["quant"][to_string(c_.experts.quant)]++;
     coverage["gemm2"][gemm2_mode_name(plan.gemm2_mode)]++;
     coverage["T"][t == 0 ? "0" : t == 1 ? "1" : t == layer_.max_tokens ? "max" : t % 2 ? "odd" : "even"]++;
+    coverage["ep"][ep_.empty() ? "off" : "W=" + std::to_string(ranks_)]++;
 
-    std::vector<uint16_t> out(m * h), replay(m * h);
+    std::vector<uint16_t> out(ranks_ * m * h), replay(ranks_ * m * h);
     UNIMOE_CUDA_CHECK(cudaMemcpy(out.data(), out_->p, out.size() * 2, cudaMemcpyDeviceToHost));
     UNIMOE_CUDA_CHECK(cudaMemcpy(replay.data(), replay_->p, replay.size() * 2, cudaMemcpyDeviceToHost));
-    const std::size_t used = std::size_t(t) * h;
-    for (std::size_t i = used; i < out.size(); ++i)
-      if (out[i] != kPoison || replay[i] != kPoison)
-        return "wrote row " + std::to_string(i / h) + " past T = " + std::to_string(t);
-    if (std::memcmp(out.data(), replay.data(), used * 2) != 0) return "graph replay differs from the eager forward";
-    for (std::size_t i = 0; i < used; ++i)
-      if (!finite_bf16(out[i]) && static_cast<int>(i / h) != pre.nan_token)
-        return "row " + std::to_string(i / h) + " not finite";
+    for (int r = 0; r < ranks_; ++r) {
+      const std::string who = ep_.empty() ? "" : "rank " + std::to_string(r) + ": ";
+      const std::size_t first = r * m * h, used = std::size_t(tokens[r]) * h;
+      for (std::size_t i = first + used; i < first + m * h; ++i)
+        if (out[i] != kPoison || replay[i] != kPoison)
+          return who + "wrote row " + std::to_string((i - first) / h) + " past T = " + std::to_string(tokens[r]);
+      if (std::memcmp(out.data() + first, replay.data() + first, used * 2) != 0)
+        return who + "graph replay differs from the eager forward";
+      for (std::size_t i = 0; i < used; ++i)
+        if (!finite_bf16(out[first + i]) && static_cast<int>(i / h) != pre.nan_token)
+          return who + "row " + std::to_string(i / h) + " not finite";
+    }
 
-    const std::vector<int> check = fuzz_check_tokens(layer_, call);
+    // The checked tokens of the widest call; each rank compares those it passed.
+    const std::vector<int> check = fuzz_check_tokens(layer_, widest);
     if (check.empty()) return "";
     ref::Routing routing;
     routing.num_tokens = static_cast<int>(check.size());
@@ -267,15 +307,23 @@ class FuzzRig {
     }
     const std::vector<float> x = ref::host_x_rows(c_, check, x_seed);
     // FP8PerTensor's dynamic scales are one amax over all T tokens: the
-    // reference of the checked tokens takes the ones the forward computed.
+    // reference of the checked tokens takes the ones the forward computed
+    // (EP layers never have FP8PerTensor).
     ref::ActivationScales scales = expert_weights_->static_scales();
     if (c_.experts.quant == QuantVariant::FP8PerTensor && scales.x == 0.0f)
       scales = layer_access::impl(*layer_ptr_).dynamic_activation_scales(t, precomputed);
     const std::vector<float> want = ref::moe_forward(c_, host_.source(), x.data(), routing, 0, scales);
     std::vector<uint16_t> got;
-    for (int token : check)
-      got.insert(got.end(), out.begin() + std::size_t(token) * h, out.begin() + std::size_t(token + 1) * h);
-    return compare_rows(got, want, fuzz_error_bound(c_.experts.quant), err);
+    std::vector<float> wanted;
+    for (int r = 0; r < ranks_; ++r)
+      for (std::size_t j = 0; j < check.size(); ++j) {
+        if (check[j] >= tokens[r]) continue;
+        const auto row = out.begin() + r * m * h + std::size_t(check[j]) * h;
+        got.insert(got.end(), row, row + h);
+        wanted.insert(wanted.end(), want.begin() + j * h, want.begin() + (j + 1) * h);
+      }
+    if (got.empty()) return "";
+    return compare_rows(got, wanted, fuzz_error_bound(c_.experts.quant), err);
   }
 
  private:
@@ -284,10 +332,13 @@ class FuzzRig {
   ref::Seeds seeds_;
   ref::HostWeights host_;
   cudaStream_t stream_;
+  int ranks_;  // 1, or the EP layer's W
   std::vector<float> host_bias_;
   std::unique_ptr<SyntheticDeviceWeights> expert_weights_;
   std::unique_ptr<DeviceMem> bias_, x_, logits_, ids_, weights_, out_, replay_;
   std::unique_ptr<MoELayer> layer_ptr_;
+  std::vector<std::unique_ptr<EPTransport>> transports_;
+  std::vector<std::unique_ptr<EPLayer>> ep_;
 };
 
 int run_gpu_fuzz(const FuzzOptions& opt) {

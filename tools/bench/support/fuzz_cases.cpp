@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 
+#include "core/ep_geometry.h"
 #include "core/hash_random.h"
 #include "dev/overrides.h"
 #include "plan/autotune.h"
@@ -194,7 +195,25 @@ FuzzLayer fuzz_layer(uint64_t seed, int layer) {
   // stay what they were before this draw existed.
   static const char* const kGemm2Paths[] = {"auto", "combine", "gate", "gate"};
   f.gemm2_path = kGemm2Paths[hash64(f.seed ^ 0x6e22) % 4];
+  // Expert parallelism, from its own hash as well. The local layers see W x
+  // max_tokens tokens: max_tokens shrinks to keep that within the call cap.
+  const uint64_t ep_draw = hash64(f.seed ^ 0xe9e9);
+  if (ep_draw % 4 == 0 && c.experts.local_expert_offset == 0 && c.experts.num_local_experts == -1 &&
+      c.experts.quant != QuantVariant::FP8PerTensor) {
+    std::vector<int> worlds;
+    for (int w : {2, 3, 4, 8})
+      if (c.routing.num_experts % w == 0) worlds.push_back(w);
+    if (!worlds.empty()) {
+      f.ep_world = worlds[(ep_draw >> 8) % worlds.size()];
+      f.max_tokens = std::max(1, std::min(f.max_tokens, cap / f.ep_world));
+    }
+  }
   return f;
+}
+
+int fuzz_ep_tokens(const FuzzLayer& layer, const FuzzCall& call, int rank) {
+  if (rank == 0) return call.num_tokens;
+  return int(hash64(call.seed ^ (0xe900 + uint64_t(rank))) % uint64_t(layer.max_tokens + 1));
 }
 
 DevOverrides fuzz_dev_overrides(const FuzzLayer& layer, DevOverrides dev) {
@@ -230,7 +249,8 @@ FuzzCall fuzz_call(const FuzzLayer& layer, int call) {
 
 std::string describe(const FuzzLayer& layer, const FuzzCall& call) {
   return layer.config.to_string() + " max_tokens=" + std::to_string(layer.max_tokens) +
-         " gemm2_path=" + layer.gemm2_path + " T=" + std::to_string(call.num_tokens) + " logits=" + to_string(call.logits) +
+         " gemm2_path=" + layer.gemm2_path + (layer.ep_world > 0 ? " ep=" + std::to_string(layer.ep_world) : "") +
+         " T=" + std::to_string(call.num_tokens) + " logits=" + to_string(call.logits) +
          " routing=" + to_string(call.routing);
 }
 
@@ -390,6 +410,13 @@ FuzzPlanSummary run_fuzz_planning(uint64_t seed, int first_layer, int layers) {
     if (c.options.backend != "auto") {
       const std::string why = backend_unsupported_reason(parse_experts_path(c.options.backend), c, hopper);
       if (!why.empty()) fail(0, "forced backend refuses: " + why);
+    }
+    if (layer.ep_world > 0) {
+      try {
+        for (int r = 0; r < layer.ep_world; ++r) plan_ep(c, layer.max_tokens, r, layer.ep_world);
+      } catch (const std::exception& e) {
+        fail(0, std::string("plan_ep refuses: ") + e.what());
+      }
     }
     const std::vector<float> bias = ref::host_bias(c, ref::seeds_for(layer.seed));
     for (int k = 0; k < kFuzzCallsPerLayer; ++k) {

@@ -37,7 +37,14 @@ struct FuzzLayer {
   // rule, the combine path or the gate, drawn for every layer (it changes
   // only BF16 calls of at most 1024 rows on the mma and stream paths).
   std::string gemm2_path = "auto";
+  // Expert parallelism: 0 for the plain layer, else W ranks of an EPLayer
+  // over the loopback transport (include/unimoe/ep.h), each with E / W of
+  // the experts and max_tokens tokens a call. Drawn for about a quarter of
+  // the configs with the default expert range and no FP8PerTensor (which EP
+  // takes only with static scales), W from {2, 3, 4, 8} dividing E.
+  int ep_world = 0;
 };
+
 
 // Router logits of a call.
 enum class FuzzLogits {
@@ -74,6 +81,10 @@ FuzzCall fuzz_call(const FuzzLayer& layer, int call);
 // `dev` with the layer's gemm2_path, unless `dev` sets one (an
 // UNIMOE_GEMM2_PATH in the environment then holds for every layer).
 DevOverrides fuzz_dev_overrides(const FuzzLayer& layer, DevOverrides dev);
+
+// Tokens rank r of an EP layer passes to call `call`: the call's T for
+// rank 0, any of 0..max_tokens for the others.
+int fuzz_ep_tokens(const FuzzLayer& layer, const FuzzCall& call, int rank);
 
 // One line: the config text, max_tokens and the call.
 std::string describe(const FuzzLayer& layer, const FuzzCall& call);
