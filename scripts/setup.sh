@@ -42,47 +42,36 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 mkdir -p "$DEPS"
-stamp="$DEPS/cutlass/VERSION"
-if [ "$(cat "$stamp" 2>/dev/null)" != "$CUTLASS_VERSION" ]; then
-  echo "setup: fetching nvidia-cutlass==$CUTLASS_VERSION (headers only)"
+# headers_from_wheel PACKAGE VERSION SHA256 DIR_IN_WHEEL NAME: unpacks
+# DIR_IN_WHEEL of the pinned wheel PACKAGE==VERSION into $DEPS/NAME/include,
+# once (NAME/VERSION records what is there).
+headers_from_wheel() {
+  local package=$1 version=$2 sha=$3 dir=$4 name=$5
+  local stamp="$DEPS/$name/VERSION"
+  [ "$(cat "$stamp" 2>/dev/null)" = "$version" ] && return 0
+  echo "setup: fetching $package==$version (headers only)"
+  local tmp whl got
   tmp=$(mktemp -d)
-  python3 -m pip download -q --no-deps --only-binary=:all: "nvidia-cutlass==$CUTLASS_VERSION" -d "$tmp"
-  whl=$(ls "$tmp"/nvidia_cutlass-*.whl)
+  python3 -m pip download -q --no-deps --only-binary=:all: "$package==$version" -d "$tmp"
+  whl=$(ls "$tmp"/*.whl)
   got=$(sha256sum "$whl" | cut -d' ' -f1)
-  if [ "$got" != "$CUTLASS_SHA256" ]; then
-    echo "setup: nvidia-cutlass wheel sha256 $got does not match the pinned $CUTLASS_SHA256" >&2
+  if [ "$got" != "$sha" ]; then
+    echo "setup: $package wheel sha256 $got does not match the pinned $sha" >&2
     exit 1
   fi
-  rm -rf "$DEPS/cutlass"
-  mkdir -p "$DEPS/cutlass"
-  unzip -q "$whl" 'cutlass_library/source/include/*' -d "$tmp/x"
-  mv "$tmp/x/cutlass_library/source/include" "$DEPS/cutlass/include"
-  echo "$CUTLASS_VERSION" >"$stamp"
+  rm -rf "${DEPS:?}/$name"
+  mkdir -p "$DEPS/$name"
+  unzip -q "$whl" "$dir/*" -d "$tmp/x"
+  mv "$tmp/x/$dir" "$DEPS/$name/include"
+  echo "$version" >"$stamp"
   rm -rf "$tmp"
-fi
-
+}
+headers_from_wheel nvidia-cutlass "$CUTLASS_VERSION" "$CUTLASS_SHA256" cutlass_library/source/include cutlass
 # NCCL's headers only: the library loads libnccl.so.2 when an EP transport
 # over NCCL is made, so the build needs no NCCL library.
 NCCL_VERSION=2.28.9
 NCCL_SHA256=e4553a30f34195f3fa1da02a6da3d6337d28f2003943aa0a3d247bbc25fefc42
-stamp="$DEPS/nccl/VERSION"
-if [ "$(cat "$stamp" 2>/dev/null)" != "$NCCL_VERSION" ]; then
-  echo "setup: fetching nvidia-nccl-cu13==$NCCL_VERSION (headers only)"
-  tmp=$(mktemp -d)
-  python3 -m pip download -q --no-deps --only-binary=:all: "nvidia-nccl-cu13==$NCCL_VERSION" -d "$tmp"
-  whl=$(ls "$tmp"/nvidia_nccl_cu13-*.whl)
-  got=$(sha256sum "$whl" | cut -d' ' -f1)
-  if [ "$got" != "$NCCL_SHA256" ]; then
-    echo "setup: nvidia-nccl-cu13 wheel sha256 $got does not match the pinned $NCCL_SHA256" >&2
-    exit 1
-  fi
-  rm -rf "$DEPS/nccl"
-  mkdir -p "$DEPS/nccl"
-  unzip -q "$whl" 'nvidia/nccl/include/*' -d "$tmp/x"
-  mv "$tmp/x/nvidia/nccl/include" "$DEPS/nccl/include"
-  echo "$NCCL_VERSION" >"$stamp"
-  rm -rf "$tmp"
-fi
+headers_from_wheel nvidia-nccl-cu13 "$NCCL_VERSION" "$NCCL_SHA256" nvidia/nccl/include nccl
 
 # Copies for a machine without network access or these packages.
 if [ ! -f "$DEPS/googletest/CMakeLists.txt" ]; then
