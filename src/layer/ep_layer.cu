@@ -93,6 +93,8 @@ class EPLayerImpl final : public EPLayer {
   const EPGeometry& geometry() const { return g_; }
   const int32_t* counts() const { return counts_; }
   const int32_t* slots() const { return slots_; }
+  const int32_t* topk_ids() const { return topk_ids_; }
+  const float* topk_weights() const { return topk_weights_; }
 
  private:
   // Every buffer, in one allocation (base nullptr: only the size).
@@ -251,6 +253,8 @@ std::unique_ptr<EPLayer> create(const MoEConfig& config, int max_tokens, EPTrans
 const EPGeometry& geometry(const EPLayer& layer) { return impl(layer).geometry(); }
 const int32_t* dispatch_counts(const EPLayer& layer) { return impl(layer).counts(); }
 const int32_t* dispatch_slots(const EPLayer& layer) { return impl(layer).slots(); }
+const int32_t* routed_ids(const EPLayer& layer) { return impl(layer).topk_ids(); }
+const float* routed_weights(const EPLayer& layer) { return impl(layer).topk_weights(); }
 
 }  // namespace ep_access
 

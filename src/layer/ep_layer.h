@@ -25,5 +25,9 @@ const EPGeometry& geometry(const EPLayer& layer);
 // slots ([max_tokens, W]), for tests.
 const int32_t* dispatch_counts(const EPLayer& layer);
 const int32_t* dispatch_slots(const EPLayer& layer);
+// The routing the last dispatch computed from logits ([max_tokens, K] ids
+// and weights; unset where the call gave its own), for comparisons.
+const int32_t* routed_ids(const EPLayer& layer);
+const float* routed_weights(const EPLayer& layer);
 
 }  // namespace unimoe::ep_access

@@ -21,7 +21,8 @@ EPSlots ep_slots(const int32_t* ids, int num_tokens, int top_k, int num_experts,
 }
 
 std::vector<float> ep_forward(const MoEConfig& config, int world_size, const WeightSource& weights,
-                              const float* x, const Routing& routing, int threads) {
+                              const float* x, const Routing& routing, int threads,
+                              const ActivationScales& scales) {
   const int t = routing.num_tokens, h = config.experts.hidden;
   const EPSlots slots = ep_slots(routing.ids.data(), t, config.routing.top_k,
                                  config.routing.num_experts, world_size);
@@ -30,7 +31,7 @@ std::vector<float> ep_forward(const MoEConfig& config, int world_size, const Wei
     const EPGeometry g = plan_ep(config, 1, d, world_size);
     const int first = d * g.experts_per_rank;
     const WeightSource local = [&](int e) { return weights(first + e); };
-    const std::vector<float> partial = moe_forward(g.local_config, local, x, routing, threads);
+    const std::vector<float> partial = moe_forward(g.local_config, local, x, routing, threads, scales);
     for (int r = 0; r < t; ++r) {
       if (slots.slot[std::size_t(r) * world_size + d] < 0) continue;
       for (int c = 0; c < h; ++c)

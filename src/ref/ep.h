@@ -25,8 +25,10 @@ EPSlots ep_slots(const int32_t* ids, int num_tokens, int top_k, int num_experts,
 // the partial sums of the ranks a token reached added in rank order in fp32
 // (not rounded). `weights`: the model's experts by global index (a source
 // for config with every expert local). A token whose experts are all on
-// one rank gets round_bf16 of moe_forward's value.
+// one rank gets round_bf16 of moe_forward's value. scales: FP8PerTensor's
+// static activation scales, as for moe_forward.
 std::vector<float> ep_forward(const MoEConfig& config, int world_size, const WeightSource& weights,
-                              const float* x, const Routing& routing, int threads = 0);
+                              const float* x, const Routing& routing, int threads = 0,
+                              const ActivationScales& scales = {});
 
 }  // namespace unimoe::ref

@@ -63,13 +63,19 @@ class EPRig {
     }
   }
 
-  ForwardArgs rank_args(int r, int t) const {
+  // Rank r's call of t tokens; with ids and weights ([W * cap, K]) the
+  // rank's rows of them as precomputed routing.
+  ForwardArgs rank_args(int r, int t, const int32_t* ids = nullptr, const float* weights = nullptr) const {
     const ForwardArgs all = single_.args(world_ * cap_);
-    const std::size_t h = c_.experts.hidden, e = c_.routing.num_experts;
+    const std::size_t h = c_.experts.hidden, e = c_.routing.num_experts, k = c_.routing.top_k;
     ForwardArgs a = all;
     a.num_tokens = t;
     a.x = static_cast<const uint16_t*>(all.x) + std::size_t(r) * cap_ * h;
     a.logits = static_cast<const float*>(all.logits) + std::size_t(r) * cap_ * e;
+    if (ids) {
+      a.topk_ids = ids + std::size_t(r) * cap_ * k;
+      a.topk_weights = weights + std::size_t(r) * cap_ * k;
+    }
     a.out = out_.get() + std::size_t(r) * cap_ * h;
     return a;
   }
@@ -83,14 +89,18 @@ class EPRig {
   }
 
   // Every rank's call of t tokens, step by step in lockstep.
-  void run(int t, cudaStream_t stream = nullptr) {
+  void run(int t, cudaStream_t stream = nullptr, const int32_t* ids = nullptr, const float* weights = nullptr) {
     for (EPLayer::Step s : kSteps)
-      for (int r = 0; r < world_; ++r) ranks_[r]->run_step(s, rank_args(r, t), stream);
+      for (int r = 0; r < world_; ++r) ranks_[r]->run_step(s, rank_args(r, t, ids, weights), stream);
   }
 
-  // The single-GPU layer on all W * cap tokens, and its output.
-  std::vector<uint16_t> single_output() {
-    single_.layer().forward(single_.args(world_ * cap_), nullptr);
+  // The single-GPU layer on all W * cap tokens (with the given routing, if
+  // any), and its output.
+  std::vector<uint16_t> single_output(const int32_t* ids = nullptr, const float* weights = nullptr) {
+    ForwardArgs a = single_.args(world_ * cap_);
+    a.topk_ids = ids;
+    a.topk_weights = weights;
+    single_.layer().forward(a, nullptr);
     UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
     return single_out_bits();
   }
@@ -232,8 +242,9 @@ TEST(EPLayerGpu, DispatchSlotsMatchTheReference) {
   }
 }
 
-// Each token's experts on one rank, one GEMM tactic for both layers: the
-// EP output is the single-GPU layer's, bit for bit.
+// Each token's experts on one rank, one routing (given, so that both take
+// the same weights to the bit) and one GEMM tactic for both layers: the EP
+// output is the single-GPU layer's, bit for bit.
 TEST(EPLayerGpu, ConfinedRoutingIsBitwiseTheSingleLayer) {
   UNIMOE_REQUIRE_GPU();
   MoEConfig c = bf16_config(RoutingPolicy::Renormalize, 16, 4);
@@ -246,10 +257,13 @@ TEST(EPLayerGpu, ConfinedRoutingIsBitwiseTheSingleLayer) {
   std::vector<float> logits = ref::make_logits(c, world * cap, test::fresh_seed(), "uniform");
   for (int j = 0; j < world * cap; ++j)
     for (int k = 0; k < 4; ++k) logits[std::size_t(j) * 16 + (j % 4) * 4 + k] += 50.0f;
+  const ref::Routing routing = ref::route(c.routing, logits.data(), world * cap, nullptr);
+  DeviceBuffer<int32_t> ids(routing.ids);
+  DeviceBuffer<float> weights(routing.weights);
   rig.load(test::fresh_seed(), logits);
-  rig.run(cap);
+  rig.run(cap, nullptr, ids.get(), weights.get());
   const std::vector<uint16_t> ep = rig.ep_output();
-  const std::vector<uint16_t> single = rig.single_output();
+  const std::vector<uint16_t> single = rig.single_output(ids.get(), weights.get());
   for (std::size_t j = 0; j < ep.size(); ++j) ASSERT_EQ(ep[j], single[j]) << "element " << j;
 }
 

@@ -31,6 +31,7 @@
 #include "kernels/common/fill.cuh"
 #include "layer/ep_layer.h"
 #include "layer/graph_timing.h"
+#include "layer/layer_access.h"
 #include "layer/nccl_runtime.h"
 #include "plan/autotune.h"
 #include "ref/ep.h"
@@ -70,15 +71,15 @@ json run_point(const EPBenchOptions& opt, const Preset& shape, int t, EPTranspor
   const int rank = transport.rank(), world = transport.world_size();
   std::unique_ptr<EPLayer> layer = ep_access::create(c, t, transport, opt.dev);
   const EPGeometry& g = ep_access::geometry(*layer);
-  const MoEConfig& local = g.local_config;
-  // Every rank holds the same synthetic values for its local experts, so
-  // global expert e is local expert e % (E / W) of the host weights.
+  // The whole model's synthetic weights on every rank (FP8PerTensor with
+  // its static activation scales, which EP needs); each rank serves its
+  // slice, and a single-GPU layer over all of them runs beside it.
   const Seeds seeds = seeds_for(0x5eed);
-  const SyntheticDeviceWeights weights(local, seeds, stream);
+  const SyntheticDeviceWeights weights(c, seeds, stream, c.experts.quant == QuantVariant::FP8PerTensor);
   DeviceMem bias(c.routing.num_experts * 4);
   launch_fill_f32(bias.as<float>(), c.routing.num_experts, seeds.bias, kRoutingBiasScale, stream);
   UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  layer->set_weights(weights.weights());
+  layer->set_weights(slice_experts(weights.weights(), c, rank * g.experts_per_rank, g.experts_per_rank));
 
   // This rank's tokens: input set `rank` of the synthetic inputs.
   const std::size_t h = c.experts.hidden;
@@ -97,6 +98,21 @@ json run_point(const EPBenchOptions& opt, const Preset& shape, int t, EPTranspor
   layer->forward(a, stream);
   UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
 
+  // The single-GPU layer over every expert, on the same tokens and the
+  // routing the EP layer's dispatch computed (so that the two layers'
+  // weights agree to the bit, and both plan for precomputed routing).
+  DeviceMem single_out(std::max<std::size_t>(1, std::size_t(t) * h * 2));
+  {
+    const std::unique_ptr<MoELayer> single = layer_access::create(c, t, opt.dev);
+    single->set_weights(weights.weights());
+    ForwardArgs b = a;
+    b.topk_ids = ep_access::routed_ids(*layer);
+    b.topk_weights = ep_access::routed_weights(*layer);
+    b.out = single_out.p;
+    single->forward(b, stream);
+    UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+
   json p;
   p["preset"] = shape.name;
   p["tokens"] = t;
@@ -104,23 +120,52 @@ json run_point(const EPBenchOptions& opt, const Preset& shape, int t, EPTranspor
   p["world_size"] = world;
   p["config"] = c.to_string();
   p["local_plan"] = layer->local_layer().describe(g.local_tokens());
+  // Against the single-GPU layer: every token within the bound, and the
+  // tokens whose experts sit on one rank bit for bit where the two plans
+  // agree (always at W = 1, where the local layer sees the same T).
+  std::vector<uint16_t> ep_bits(std::size_t(t) * h), single_bits(std::size_t(t) * h);
+  UNIMOE_CUDA_CHECK(cudaMemcpy(ep_bits.data(), out.p, ep_bits.size() * 2, cudaMemcpyDeviceToHost));
+  UNIMOE_CUDA_CHECK(cudaMemcpy(single_bits.data(), single_out.p, single_bits.size() * 2, cudaMemcpyDeviceToHost));
+  const std::vector<float> host_routing_bias = host_bias(c, seeds);
+  const Routing all_routing = route(c.routing, in.logits.values.data(), t,
+                                    c.routing.has_bias ? host_routing_bias.data() : nullptr);
+  std::vector<float> single_values(single_bits.size());
+  for (std::size_t j = 0; j < single_bits.size(); ++j) single_values[j] = bf16_to_f32(single_bits[j]);
+  const double vs_single = relative_l2_error(ep_bits, single_values);
+  int confined = 0, confined_equal = 0;
+  for (int r = 0; r < t; ++r) {
+    int home = -1;
+    bool one = true;
+    for (int k = 0; k < c.routing.top_k; ++k) {
+      const int d = g.rank_of_expert(all_routing.ids[std::size_t(r) * c.routing.top_k + k]);
+      if (d < 0) continue;
+      one = one && (home < 0 || home == d);
+      home = d;
+    }
+    if (!one) continue;
+    ++confined;
+    confined_equal += std::equal(ep_bits.begin() + std::size_t(r) * h, ep_bits.begin() + std::size_t(r + 1) * h,
+                                 single_bits.begin() + std::size_t(r) * h);
+  }
+  p["rel_err_vs_single"] = vs_single;
+  p["confined_tokens"] = confined;
+  p["confined_bitwise"] = confined_equal;
+  bool failed = !(vs_single < reference_tolerance(c.experts.quant)) || (world == 1 && confined_equal != confined);
   // The reference of this rank's first tokens.
   const int check = std::min(t, opt.check_tokens);
   if (check > 0) {
-    const std::vector<float> host_routing_bias = host_bias(c, seeds);
     const Routing routing = route(c.routing, in.logits.values.data(), check,
                                   c.routing.has_bias ? host_routing_bias.data() : nullptr);
     const std::vector<float> hx = host_x(c, check, in.x_seed);
-    HostWeights host(local, seeds);
-    const int per_rank = g.experts_per_rank;
-    const WeightSource global = [&](int e) { return host.view(e % per_rank); };
-    const std::vector<float> want = ep_forward(c, world, global, hx.data(), routing);
-    std::vector<uint16_t> bits(std::size_t(check) * h);
-    UNIMOE_CUDA_CHECK(cudaMemcpy(bits.data(), out.p, bits.size() * 2, cudaMemcpyDeviceToHost));
+    HostWeights host(c, seeds);
+    const std::vector<float> want = ep_forward(c, world, host.source(), hx.data(), routing, 0,
+                                               weights.static_scales());
+    const std::vector<uint16_t> bits(ep_bits.begin(), ep_bits.begin() + std::size_t(check) * h);
     const double err = relative_l2_error(bits, want);
     p["rel_err"] = err;
-    p["failed"] = !(err < reference_tolerance(c.experts.quant));
+    failed = failed || !(err < reference_tolerance(c.experts.quant));
   }
+  p["failed"] = failed;
 
   // Times: the whole call, each step alone, and an all-to-all of the
   // dispatch's bytes (one array of x + ids + weights chunks).
@@ -248,23 +293,29 @@ int run_ep_bench(const EPBenchOptions& opt) {
   doc["points"] = points;
   std::printf("expert parallelism over NCCL %s, %d ranks, %s routing\n",
               doc.value("nccl_version", std::string("?")).c_str(), opt.world_size, opt.routing.c_str());
-  std::printf("%-16s %6s %4s %9s %9s %9s %9s %9s %9s %10s %10s %9s\n", "preset", "T", "rank", "us",
-              "dispatch", "exchange", "experts", "return", "combine", "xchg GB/s", "a2a GB/s", "rel_err");
+  std::printf("%-16s %6s %4s %9s %9s %9s %9s %9s %9s %10s %10s %9s %9s %11s\n", "preset", "T", "rank", "us",
+              "dispatch", "exchange", "experts", "return", "combine", "xchg GB/s", "a2a GB/s", "rel_err",
+              "vs_single", "bitwise");
   for (const auto& p : points) {
     const json& s = p["step_us"];
-    std::printf("%-16s %6d %4d %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %10.1f %10.1f %9.2e\n",
+    const std::string bitwise = std::to_string(p.value("confined_bitwise", 0)) + "/" +
+                                std::to_string(p.value("confined_tokens", 0));
+    std::printf("%-16s %6d %4d %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %10.1f %10.1f %9.2e %9.2e %11s%s\n",
                 p["preset"].get<std::string>().c_str(), p["tokens"].get<int>(), p["rank"].get<int>(),
                 p["us"].get<double>(), s["dispatch"].get<double>(), s["exchange"].get<double>(),
                 s["experts"].get<double>(), s["return"].get<double>(), s["combine"].get<double>(),
                 p["exchange_GBps"].get<double>(), p["nccl_alltoall_GBps"].get<double>(),
-                p.value("rel_err", 0.0));
+                p.value("rel_err", 0.0), p.value("rel_err_vs_single", 0.0), bitwise.c_str(),
+                p.value("failed", false) ? "  FAILED" : "");
   }
   write_json_file(doc, opt.json_path);
   std::printf("wrote %s\n", opt.json_path.c_str());
   if (points.size() != opt.shapes.size() * opt.tokens.size() * std::size_t(opt.world_size))
     std::fprintf(stderr, "unimoe-bench --ep: some ranks did not finish (see their messages above)\n");
   if (worst == 1)
-    std::fprintf(stderr, "unimoe-bench --ep: FAILED: a point over its error bound against the CPU reference\n");
+    std::fprintf(stderr,
+                 "unimoe-bench --ep: FAILED: a point over its error bound against the CPU reference or the "
+                 "single-GPU layer, or (one rank) not bit for bit the single-GPU layer\n");
   return worst == 0 ? 0 : 1;
 }
 
