@@ -35,7 +35,7 @@ extern "C" {
 
 /* Bumped when a function's signature or meaning, or a struct's layout,
  * changes. */
-#define UNIMOE_C_ABI_VERSION 2
+#define UNIMOE_C_ABI_VERSION 3
 
 typedef enum unimoe_status {
   UNIMOE_OK = 0,
@@ -46,6 +46,7 @@ typedef enum unimoe_status {
 
 /* A GPU layer (unimoe::MoELayer). */
 typedef struct unimoe_layer unimoe_layer;
+typedef struct unimoe_ep unimoe_ep;
 
 /* The weights, as unimoe::ExpertWeights: shapes, dtypes and alignment as
  * unimoe.h documents them (MXFP4 and NVFP4: packed e2m1 codes in w13 and
@@ -109,6 +110,38 @@ UNIMOE_C_API int unimoe_layer_autotune(unimoe_layer* layer, const int* tokens,
                                        int num_tokens_list, const char* routing, int iters,
                                        int check_tokens, const char* cache_path, int quiet,
                                        const char** out);
+
+/* ---- expert parallelism (unimoe/ep.h, docs/expert-parallel.md) ----
+ * One rank of a group over NCCL, one process a GPU. The layer makes its own
+ * NCCL communicator from an id that one rank draws and every rank passes
+ * (share its bytes as you like: torch.distributed, a file). */
+
+/* Empty (*out = "") when NCCL can be loaded in this process, else why not. */
+UNIMOE_C_API int unimoe_nccl_support(const char** out);
+/* A new NCCL unique id: id_bytes (128) bytes into id. */
+UNIMOE_C_API int unimoe_nccl_unique_id(void* id, size_t id_bytes);
+/* EPLayer::create over a communicator of world_size ranks made from `id`
+ * on the device current on this thread (every rank calls it; it returns
+ * once all have). config_text: the whole model's layer. */
+UNIMOE_C_API int unimoe_ep_create(const char* config_text, int max_tokens, const void* id,
+                                  size_t id_bytes, int world_size, int rank, unimoe_ep** out);
+/* Does nothing for a null layer. */
+UNIMOE_C_API void unimoe_ep_destroy(unimoe_ep* layer);
+/* This rank's experts (EPLayer::set_weights). */
+UNIMOE_C_API int unimoe_ep_set_weights(unimoe_ep* layer, const unimoe_weights* weights);
+/* EPLayer::forward: as unimoe_layer_forward, with this rank's tokens;
+ * every rank must call it. */
+UNIMOE_C_API int unimoe_ep_forward(unimoe_ep* layer, int num_tokens, const void* x,
+                                   const void* logits, const float* routing_bias,
+                                   const int32_t* topk_ids, const float* topk_weights, void* out,
+                                   void* stream);
+/* The layer over this rank's experts (EPLayer::local_layer), for
+ * describe, workspace_bytes, use_tuning_cache and autotune; owned by the
+ * EP layer: do not destroy it. */
+UNIMOE_C_API int unimoe_ep_local_layer(unimoe_ep* layer, unimoe_layer** out);
+/* EPLayer::bytes_sent_per_call and buffer_bytes. */
+UNIMOE_C_API int unimoe_ep_bytes(const unimoe_ep* layer, size_t* sent_per_call,
+                                 size_t* buffer_bytes);
 
 /* ---- the CPU reference ----
  * ref::moe_forward on host memory, with the quantization emulation of the

@@ -10,7 +10,7 @@ import ctypes
 import os
 
 _OK, _ERROR_VALUE, _ERROR_RUNTIME, _ERROR_UNSUPPORTED = 0, 1, 2, 3
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 
 class Error(ValueError):
@@ -62,6 +62,14 @@ def _load():
         "unimoe_layer_use_tuning_cache": ([p, s, out_str], i),
         "unimoe_layer_autotune": ([p, ctypes.POINTER(i), i, s, i, i, s, i, out_str], i),
         "unimoe_ref_forward": ([s, i, vp, vp, vp, vp, vp, ctypes.POINTER(Weights), vp, i], i),
+        "unimoe_nccl_support": ([out_str], i),
+        "unimoe_nccl_unique_id": ([vp, ctypes.c_size_t], i),
+        "unimoe_ep_create": ([s, i, vp, ctypes.c_size_t, i, i, ctypes.POINTER(p)], i),
+        "unimoe_ep_destroy": ([p], None),
+        "unimoe_ep_set_weights": ([p, ctypes.POINTER(Weights)], i),
+        "unimoe_ep_forward": ([p, i, vp, vp, vp, vp, vp, vp, vp], i),
+        "unimoe_ep_local_layer": ([p, ctypes.POINTER(p)], i),
+        "unimoe_ep_bytes": ([p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)], i),
     }
     for name, (args, res) in signatures.items():
         f = getattr(lib, name)

@@ -92,11 +92,12 @@ class MoELayer:
         self._has_bias = c.routing.has_bias
         bf16_logits = c.routing.logits_type == "BF16"
         self._logits_dtype, self._logits_align = (_BF16, 2) if bf16_logits else (_F32, 4)
-        self._destroy = _lib.lib.unimoe_layer_destroy
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
             raise TypeError(f"max_tokens: {max_tokens!r} is not an int")
         self.max_tokens = max_tokens
-        self._c = None
+        self._c = None  # the unimoe_layer the introspection calls take
+        self._owner = None  # what __del__ destroys, with self._destroy
+        self._local_experts = c.local_experts()  # E_local of the weights
         self._weights = {}
         self._interleaved = False
         self._host_weights = None
@@ -120,19 +121,27 @@ class MoELayer:
             if not _lib.has_cuda():
                 raise RuntimeError("unimoe: this build has no GPU layer (nvcc was not found when "
                                    "it was built); pass device='cpu' for the CPU reference")
-            handle = ctypes.c_void_p()
             with torch.cuda.device(device):
-                _lib.check(_lib.lib.unimoe_layer_create(self._text, max_tokens,
-                                                        ctypes.byref(handle)))
-            self._c = handle
+                self._make_c()
         self.handle = next(_handles)
         _layers[self.handle] = self
 
+    def _make_c(self):
+        """Creates the C layer on the current device: sets _c, _owner,
+        _destroy and the calls set_weights and forward make (_c_set_weights,
+        _c_forward, _c_target)."""
+        handle = ctypes.c_void_p()
+        _lib.check(_lib.lib.unimoe_layer_create(self._text, self.max_tokens, ctypes.byref(handle)))
+        self._c = self._owner = self._c_target = handle
+        self._destroy = _lib.lib.unimoe_layer_destroy
+        self._c_set_weights = _lib.lib.unimoe_layer_set_weights
+        self._c_forward = _c_forward
+
     def __del__(self):
-        c = getattr(self, "_c", None)
-        if c is not None:
-            self._destroy(c)
-            self._c = None
+        owner = getattr(self, "_owner", None)
+        if owner is not None:
+            self._destroy(owner)
+            self._owner = self._c = None
 
     # ---------------------------------------------------------- weights ----
 
@@ -164,7 +173,7 @@ class MoELayer:
         layer keeps references to them."""
         c = self.config
         q = c.experts.quant
-        e, h, i, n1 = c.local_experts(), c.experts.hidden, c.experts.intermediate, c.gemm1_cols()
+        e, h, i, n1 = self._local_experts, c.experts.hidden, c.experts.intermediate, c.gemm1_cols()
         fp4 = q in _FP4
         if fp4:
             w13 = self._check_fp4("w13", w13, (e, n1, h // 2), _FP4_CODES)
@@ -228,7 +237,7 @@ class MoELayer:
             w = _lib.Weights(w13_interleaved=int(w13_interleaved),
                              **{k: t.data_ptr() for k, t in given.items()})
             with torch.cuda.device(self.device):
-                _lib.check(_lib.lib.unimoe_layer_set_weights(self._c, ctypes.byref(w)))
+                _lib.check(self._c_set_weights(self._c_target, ctypes.byref(w)))
         self._weights = given
         self._interleaved = w13_interleaved
         self._host_weights = None
@@ -301,8 +310,9 @@ class MoELayer:
             raise RuntimeError(f"unimoe: the layer is on cuda:{dev} but the current device is "
                                f"cuda:{_current_device()}; call it under "
                                f"torch.cuda.device({dev})")
-        status = _c_forward(self._c, t, x.data_ptr(), _ptr(logits), _ptr(bias), _ptr(topk_ids),
-                            _ptr(topk_weights), out.data_ptr(), _current_raw_stream(dev))
+        status = self._c_forward(self._c_target, t, x.data_ptr(), _ptr(logits), _ptr(bias),
+                                 _ptr(topk_ids), _ptr(topk_weights), out.data_ptr(),
+                                 _current_raw_stream(dev))
         if status:
             _lib.check(status)
         return out

@@ -8,9 +8,6 @@
 #include "capi/capi_status.h"
 #include "unimoe/hf_config.h"
 
-struct unimoe_layer {
-  std::unique_ptr<unimoe::MoELayer> impl;
-};
 
 namespace unimoe::capi {
 namespace {
@@ -117,7 +114,8 @@ int unimoe_layer_create(const char* config_text, int max_tokens, unimoe_layer** 
     require_pointer(out, "out");
     *out = nullptr;
     auto layer = std::make_unique<unimoe_layer>();
-    layer->impl = unimoe::MoELayer::create(unimoe::MoEConfig::parse(config_text), max_tokens);
+    layer->owned = unimoe::MoELayer::create(unimoe::MoEConfig::parse(config_text), max_tokens);
+    layer->impl = layer->owned.get();
     *out = layer.release();
   });
 #endif

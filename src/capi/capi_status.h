@@ -9,6 +9,14 @@
 #include "unimoe/unimoe.h"
 #include "unimoe/unimoe_c.h"
 
+#include <memory>
+
+// A layer the ABI made (owned), or the one an EP layer holds (impl only).
+struct unimoe_layer {
+  std::unique_ptr<unimoe::MoELayer> owned;
+  unimoe::MoELayer* impl = nullptr;
+};
+
 namespace unimoe::capi {
 
 void set_error(const std::string& message, const std::string& field);
