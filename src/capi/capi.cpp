@@ -58,6 +58,19 @@ ExpertWeights to_weights(const unimoe_weights& w) {
   return out;
 }
 
+ForwardArgs forward_args(int num_tokens, const void* x, const void* logits, const float* routing_bias,
+                         const int32_t* topk_ids, const float* topk_weights, void* out) {
+  ForwardArgs a;
+  a.num_tokens = num_tokens;
+  a.x = x;
+  a.logits = logits;
+  a.routing_bias = routing_bias;
+  a.topk_ids = topk_ids;
+  a.topk_weights = topk_weights;
+  a.out = out;
+  return a;
+}
+
 void set_error(const std::string& message, const std::string& field) {
   state().error = message;
   state().field = field;
@@ -136,15 +149,9 @@ int unimoe_layer_forward(unimoe_layer* layer, int num_tokens, const void* x, con
                          const float* topk_weights, void* out, void* stream) {
   if (!layer) return unimoe::capi::null_layer();
   return guarded([&] {
-    unimoe::ForwardArgs a;
-    a.num_tokens = num_tokens;
-    a.x = x;
-    a.logits = logits;
-    a.routing_bias = routing_bias;
-    a.topk_ids = topk_ids;
-    a.topk_weights = topk_weights;
-    a.out = out;
-    layer->impl->forward(a, static_cast<CUstream_st*>(stream));
+    layer->impl->forward(
+        unimoe::capi::forward_args(num_tokens, x, logits, routing_bias, topk_ids, topk_weights, out),
+        static_cast<CUstream_st*>(stream));
   });
 }
 

@@ -130,15 +130,9 @@ int unimoe_ep_forward(unimoe_ep* layer, int num_tokens, const void* x, const voi
 #else
   if (!layer) return no_layer();
   return guarded([&] {
-    unimoe::ForwardArgs a;
-    a.num_tokens = num_tokens;
-    a.x = x;
-    a.logits = logits;
-    a.routing_bias = routing_bias;
-    a.topk_ids = topk_ids;
-    a.topk_weights = topk_weights;
-    a.out = out;
-    layer->layer->forward(a, static_cast<CUstream_st*>(stream));
+    layer->layer->forward(
+        unimoe::capi::forward_args(num_tokens, x, logits, routing_bias, topk_ids, topk_weights, out),
+        static_cast<CUstream_st*>(stream));
   });
 #endif
 }

@@ -23,6 +23,9 @@ void set_error(const std::string& message, const std::string& field);
 // The C struct as unimoe::ExpertWeights (the same fields).
 ExpertWeights to_weights(const unimoe_weights& w);
 void clear_error();
+// The C forward's arguments as unimoe::ForwardArgs.
+ForwardArgs forward_args(int num_tokens, const void* x, const void* logits, const float* routing_bias,
+                         const int32_t* topk_ids, const float* topk_weights, void* out);
 // Keeps `s` in this thread's returned-string slot and points *out at it.
 void return_string(std::string s, const char** out);
 
