@@ -34,4 +34,7 @@ for n in 2 4 8; do
     fi
   done
 done
+# Every run's points, read together (scripts/analyze_ep.py); its exit
+# status fails the check too.
+python3 scripts/analyze_ep.py "$out"/ep*.json || status=1
 exit $status
