@@ -69,3 +69,27 @@ def test_group_of_one_is_the_single_layer_bit_for_bit():
     with pytest.raises(unimoe.Error) as e:
         ep(x.cpu(), logits.cpu())
     assert e.value.field == "x"
+
+
+@pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+def test_group_of_one_in_a_cuda_graph():
+    g = torch.Generator().manual_seed(1)
+    w13 = bf16_values(E, 2 * I, H, scale=0.05, generator=g).bfloat16().cuda()
+    w2 = bf16_values(E, H, I, scale=0.05, generator=g).bfloat16().cuda()
+    ep = unimoe.EPLayer(CONFIG, T, unimoe.nccl_unique_id(), 1, 0)
+    ep.set_weights(w13, w2)
+    single = unimoe.MoELayer(CONFIG, T, device="cuda")
+    single.set_weights(w13, w2)
+    x = bf16_values(T, H, generator=g).bfloat16().cuda()
+    logits = torch.randn(T, E, generator=g).cuda()
+    ep(x, logits)  # warm-up outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = ep(x, logits)
+    for seed in (2, 3):
+        logits.copy_(torch.randn(T, E, generator=torch.Generator().manual_seed(seed)).cuda())
+        graph.replay()
+        torch.cuda.synchronize()
+        want = single(x, logits)
+        diff = (out.double() - want.double()).norm() / want.double().norm()
+        assert diff.item() < 1e-2

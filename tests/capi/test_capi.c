@@ -127,6 +127,28 @@ int main(void) {
   EXPECT(strcmp(unimoe_last_error_field(), "layer") == 0);
   unimoe_layer_destroy(NULL);
 
+  /* expert parallelism: refusals name their field before anything needs
+   * NCCL or a GPU; a null EP layer is an error naming it */
+  unsigned char id[128];
+  memset(id, 0, sizeof id);
+  unimoe_ep* ep = NULL;
+  EXPECT(unimoe_nccl_support(&text) == UNIMOE_OK && text != NULL);
+  if (unimoe_has_cuda()) {
+    EXPECT(unimoe_ep_create(cfg, 4, id, sizeof id, 0, 0, &ep) == UNIMOE_ERROR_VALUE);
+    EXPECT(strcmp(unimoe_last_error_field(), "world_size") == 0);
+    EXPECT(unimoe_ep_create(cfg, 4, id, sizeof id, 2, 2, &ep) == UNIMOE_ERROR_VALUE);
+    EXPECT(strcmp(unimoe_last_error_field(), "rank") == 0);
+    EXPECT(unimoe_ep_create(cfg, 4, NULL, sizeof id, 1, 0, &ep) == UNIMOE_ERROR_VALUE);
+    EXPECT(strcmp(unimoe_last_error_field(), "id") == 0);
+    EXPECT(unimoe_nccl_unique_id(NULL, sizeof id) != UNIMOE_OK);
+  } else {
+    EXPECT(unimoe_ep_create(cfg, 4, id, sizeof id, 1, 0, &ep) == UNIMOE_ERROR_UNSUPPORTED);
+  }
+  EXPECT(ep == NULL);
+  EXPECT(unimoe_ep_set_weights(NULL, &w) != UNIMOE_OK);
+  EXPECT(unimoe_ep_bytes(NULL, NULL, NULL) != UNIMOE_OK);
+  unimoe_ep_destroy(NULL);
+
   printf("C ABI: %s\n", failures ? "FAILED" : "passed");
   return failures ? 1 : 0;
 }
