@@ -120,6 +120,10 @@ class EPLayer {
   virtual void run_step(Step step, const ForwardArgs& args, CUstream_st* stream) = 0;
 };
 
+// The steps of a call in order, as forward runs them.
+inline constexpr EPLayer::Step kEPSteps[] = {EPLayer::Step::Dispatch, EPLayer::Step::Exchange,
+                                             EPLayer::Step::Experts, EPLayer::Step::Return,
+                                             EPLayer::Step::Combine};
 const char* ep_step_name(EPLayer::Step step);
 
 // The ExpertWeights of experts [first, first + count) of a model's weights

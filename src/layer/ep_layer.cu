@@ -7,6 +7,7 @@
 #include "kernels/ep/ep_exchange.cuh"
 #include "kernels/routing/routing.cuh"
 #include "layer/layer_access.h"
+#include "layer/workspace_carver.h"
 #include "plan/routing_plan.h"
 
 namespace unimoe {
@@ -23,27 +24,6 @@ const char* ep_step_name(EPLayer::Step step) {
 }
 
 namespace {
-
-constexpr EPLayer::Step kSteps[] = {EPLayer::Step::Dispatch, EPLayer::Step::Exchange,
-                                    EPLayer::Step::Experts, EPLayer::Step::Return,
-                                    EPLayer::Step::Combine};
-
-// Carves 256-byte aligned buffers out of one allocation.
-class Carver {
- public:
-  explicit Carver(char* base) : base_(base) {}
-  template <typename T>
-  T* take(std::size_t n) {
-    T* p = reinterpret_cast<T*>(base_ ? base_ + used_ : nullptr);
-    used_ += (n * sizeof(T) + 255) / 256 * 256;
-    return p;
-  }
-  std::size_t used() const { return used_; }
-
- private:
-  char* base_;
-  std::size_t used_ = 0;
-};
 
 class EPLayerImpl final : public EPLayer {
  public:
@@ -82,7 +62,7 @@ class EPLayerImpl final : public EPLayer {
 
   void forward(const ForwardArgs& args, CUstream_st* stream) override {
     check_args(args);
-    for (Step s : kSteps) launch_step(s, args, stream);
+    for (Step s : kEPSteps) launch_step(s, args, stream);
   }
 
   void run_step(Step step, const ForwardArgs& args, CUstream_st* stream) override {
@@ -99,7 +79,7 @@ class EPLayerImpl final : public EPLayer {
  private:
   // Every buffer, in one allocation (base nullptr: only the size).
   void carve(char* base) {
-    Carver c(base);
+    WorkspaceCarver c(base);
     const std::size_t chunk_rows = std::size_t(g_.world_size) * g_.max_tokens;
     slots_ = c.take<int32_t>(std::size_t(g_.max_tokens) * g_.world_size);
     counts_ = c.take<int32_t>(g_.world_size);

@@ -33,10 +33,6 @@ namespace {
 
 using test::DeviceBuffer;
 
-constexpr EPLayer::Step kSteps[] = {EPLayer::Step::Dispatch, EPLayer::Step::Exchange,
-                                    EPLayer::Step::Experts, EPLayer::Step::Return,
-                                    EPLayer::Step::Combine};
-
 MoEConfig bf16_config(RoutingPolicy policy, int experts, int top_k) {
   MoEConfig c;
   c.routing.policy = policy;
@@ -90,7 +86,7 @@ class EPRig {
 
   // Every rank's call of t tokens, step by step in lockstep.
   void run(int t, cudaStream_t stream = nullptr, const int32_t* ids = nullptr, const float* weights = nullptr) {
-    for (EPLayer::Step s : kSteps)
+    for (EPLayer::Step s : kEPSteps)
       for (int r = 0; r < world_; ++r) ranks_[r]->run_step(s, rank_args(r, t, ids, weights), stream);
   }
 
@@ -274,7 +270,7 @@ TEST(EPLayerGpu, EmptyCallsWriteNothing) {
   const uint64_t seed = test::fresh_seed();
   // Rank 0 has no tokens while rank 1 has 16; then both have none.
   rig.load(seed, ref::make_logits(c, 32, seed, "uniform"));
-  for (EPLayer::Step s : kSteps) {
+  for (EPLayer::Step s : kEPSteps) {
     rig.rank(0).run_step(s, rig.rank_args(0, 0), nullptr);
     rig.rank(1).run_step(s, rig.rank_args(1, 16), nullptr);
   }

@@ -47,10 +47,6 @@ using namespace ref;
 
 namespace {
 
-constexpr EPLayer::Step kSteps[] = {EPLayer::Step::Dispatch, EPLayer::Step::Exchange,
-                                    EPLayer::Step::Experts, EPLayer::Step::Return,
-                                    EPLayer::Step::Combine};
-
 std::string read_id(const std::string& path, int wait_s) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
   while (std::chrono::steady_clock::now() < end) {
@@ -173,7 +169,7 @@ json run_point(const EPBenchOptions& opt, const Preset& shape, int t, EPTranspor
   p["us"] = median_replay_us(whole, stream, opt.iters, 1);
   cudaGraphExecDestroy(whole);
   json steps = json::object();
-  for (EPLayer::Step s : kSteps) {
+  for (EPLayer::Step s : kEPSteps) {
     cudaGraphExec_t one = capture(stream, [&] { layer->run_step(s, a, stream); });
     steps[ep_step_name(s)] = median_replay_us(one, stream, opt.iters, 1);
     cudaGraphExecDestroy(one);

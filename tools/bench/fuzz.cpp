@@ -242,8 +242,7 @@ class FuzzRig {
         layer_ptr_->forward(args(0, out), stream_);
         return;
       }
-      for (EPLayer::Step step : {EPLayer::Step::Dispatch, EPLayer::Step::Exchange, EPLayer::Step::Experts,
-                                 EPLayer::Step::Return, EPLayer::Step::Combine})
+      for (EPLayer::Step step : kEPSteps)
         for (int r = 0; r < ranks_; ++r) ep_[r]->run_step(step, args(r, out), stream_);
     };
     forward(out_->p);
