@@ -17,7 +17,7 @@ namespace unimoe {
 namespace {
 
 // How one knob's value is read and checked.
-enum class Kind { Switch, Count, Ctas, Splits, TileM, Wide, Gemm2, Tactic };
+enum class Kind { Switch, OptIn, Count, Ctas, Splits, TileM, Wide, Gemm2, Tactic };
 
 struct Knob {
   const char* name;  // lower case, without the UNIMOE_ prefix
@@ -54,6 +54,7 @@ constexpr Knob kKnobs[] = {
     {"w4_tile_m", Kind::TileM, nullptr, &DevOverrides::w4_tile_m},
     {"gemm2_path", Kind::Gemm2, nullptr, nullptr},
     {"mma_tactic", Kind::Tactic, nullptr, nullptr},
+    {"tune_wgmma", Kind::OptIn, &DevOverrides::tune_wgmma, nullptr},
 };
 
 // UNIMOE_* variables that belong to the scripts and the test programs, not
@@ -98,6 +99,10 @@ void apply(DevOverrides& d, const Knob& k, const std::string& value) {
   switch (k.kind) {
     case Kind::Switch:
       if (value != "0" && value != "1") refuse(k, value, "0 (off) or 1 (on, the default)");
+      d.*k.flag = value == "1";
+      return;
+    case Kind::OptIn:
+      if (value != "0" && value != "1") refuse(k, value, "0 (off, the default) or 1 (on)");
       d.*k.flag = value == "1";
       return;
     case Kind::Count:
@@ -171,7 +176,8 @@ void apply(DevOverrides& d, const Knob& k, const std::string& value) {
 
 std::string value_of(const DevOverrides& d, const Knob& k) {
   switch (k.kind) {
-    case Kind::Switch: return d.*k.flag ? "1" : "0";
+    case Kind::Switch:
+    case Kind::OptIn: return d.*k.flag ? "1" : "0";
     case Kind::Gemm2:
       return d.gemm2_path == DevGemm2Path::kExpert    ? "expert"
              : d.gemm2_path == DevGemm2Path::kCombine ? "combine"

@@ -56,6 +56,9 @@ struct DevOverrides {
   // mma path's GEMM1 and GEMM2 tactics (tiled, one tile_m; GEMM2 = G1 when
   // G2 is not given), wherever the mma path runs.
   std::string mma_tactic;
+  // UNIMOE_TUNE_WGMMA: the autotuner also offers the wgmma kernels (the BF16
+  // wgmma tactics, FP8's mma path), which it leaves out by default.
+  bool tune_wgmma = false;
 
   // Every UNIMOE_* variable above that is set, validated; throws
   // std::invalid_argument naming the variable and the allowed values. An

@@ -264,7 +264,8 @@ TuningChoice tune_bucket(AutotuneRun& run, const AutotuneTarget& target,
         return false;
       },
       progress);
-  const TuningChoice winner = tuner.tune(candidates_for(c, target.bucket, current_device_arch()));
+  const TuningChoice winner = tuner.tune(
+      candidates_for(c, target.bucket, current_device_arch(), layer.dev_overrides().tune_wgmma));
   layer.set_tuned(target.bucket, winner);
   return winner;
 }

@@ -93,7 +93,7 @@ bool operator==(const TuningChoice& a, const TuningChoice& b) {
 }
 
 std::vector<TuningChoice> candidates_for(const MoEConfig& config, int bucket,
-                                         const DeviceArch& arch) {
+                                         const DeviceArch& arch, bool offer_wgmma) {
   check_token_bucket(bucket);
   const std::string& backend = config.options.backend;
   std::vector<TuningChoice> out;
@@ -103,10 +103,17 @@ std::vector<TuningChoice> candidates_for(const MoEConfig& config, int bucket,
   };
   const bool fp8 = config.experts.quant == QuantVariant::FP8Block128 ||
                    config.experts.quant == QuantVariant::FP8PerTensor;
-  // The wgmma kernels (the BF16 wgmma tactics, FP8's mma path) are not
-  // offered until they have been checked and timed on a GPU: a kernel that
-  // faulted would end the tuning process, not just lose a candidate. They
-  // run where forced (options.backend, the mma_tactic knob).
+  // The wgmma kernels (the BF16 wgmma tactics, FP8's mma path) are offered
+  // only where asked for until they have been checked and timed on a GPU: a
+  // kernel that faulted would end the tuning process, not just lose a
+  // candidate. Elsewhere they run where forced (options.backend, the
+  // mma_tactic knob).
+  if (offered(ExpertsPath::Mma) && fp8 && offer_wgmma) {
+    TuningChoice c;
+    c.path = ExpertsPath::Mma;
+    c.gemm1 = c.gemm2 = kFp8MmaTactic;
+    out.push_back(c);
+  }
   if (offered(ExpertsPath::Mma) && !fp8)
     for (const GemmTactic& g1 : kMmaTactics)
       for (const GemmTactic& g2 : kMmaTactics) {
@@ -114,7 +121,7 @@ std::vector<TuningChoice> candidates_for(const MoEConfig& config, int bucket,
         if (g1.stream || g2.stream) continue;
         // One tile schedule serves both GEMMs, so their M tiles must agree.
         if (g1.tile_m != g2.tile_m) continue;
-        if (g1.wgmma || g2.wgmma) continue;
+        if ((g1.wgmma || g2.wgmma) && !offer_wgmma) continue;
         TuningChoice c;
         c.path = ExpertsPath::Mma;
         c.gemm1 = g1;

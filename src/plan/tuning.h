@@ -66,9 +66,11 @@ inline bool operator!=(const TuningChoice& a, const TuningChoice& b) { return !(
 // Stream path the stream tactic; on the Cutlass path each compiled sm90
 // tactic. A forced options.backend lists only that path. Every compiled
 // tactic is a candidate at every bucket so far: the tuner, not a rule,
-// rejects the slow ones.
+// rejects the slow ones. The wgmma kernels (the BF16 wgmma tactics, FP8's
+// mma path) are listed only with `offer_wgmma` (the development knob
+// tune_wgmma), until they have been checked and timed on a GPU.
 std::vector<TuningChoice> candidates_for(const MoEConfig& config, int bucket,
-                                         const DeviceArch& arch);
+                                         const DeviceArch& arch, bool offer_wgmma = false);
 
 // ------------------------------------------------------------------- keys ----
 

@@ -40,6 +40,7 @@ TEST(DevOverrides, DefaultsFollowTheMeasuredRules) {
               d.ranked_threshold && d.split_octet_count && d.split_kept_halves &&
               d.permute_trigger && d.scatter_masks && d.pdl && d.stream_one_token &&
               d.stream_overlap);
+  EXPECT_FALSE(d.tune_wgmma);  // the one knob that turns something on
   EXPECT_EQ(d.wide_choice, WideChoice::kMeasured);
   EXPECT_EQ(d.cluster_max_ctas + d.spread_max_ctas + d.spread_from_tokens + d.spread_min_tokens +
                 d.cluster_min_tokens + d.split_batch_min_tokens + d.split_sort_from_topk +
@@ -58,16 +59,18 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
   d.set("stream_max_splits=4");
   d.set("gemm2_path=combine");
   d.set("mma_tactic=wg_m128n256:m128n128");
+  d.set("tune_wgmma=1");
   EXPECT_FALSE(d.sorted_pair);
   EXPECT_EQ(d.cluster_max_ctas, 16);
   EXPECT_EQ(d.spread_from_tokens, 33);
   EXPECT_EQ(d.wide_choice, WideChoice::kEverywhere);
   EXPECT_EQ(d.stream_max_splits, 4);
   EXPECT_EQ(d.gemm2_path, DevGemm2Path::kCombine);
+  EXPECT_TRUE(d.tune_wgmma);
   const std::string text = d.to_string();
   EXPECT_EQ(text,
             "sorted_pair=0 spread_from_tokens=33 cluster_max_ctas=16 wide_choice=1 "
-            "stream_max_splits=4 gemm2_path=combine mma_tactic=wg_m128n256:m128n128");
+            "stream_max_splits=4 gemm2_path=combine mma_tactic=wg_m128n256:m128n128 tune_wgmma=1");
   DevOverrides back;
   std::size_t start = 0;
   while (start < text.size()) {
@@ -76,7 +79,7 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
     start = end == std::string::npos ? text.size() : end + 1;
   }
   EXPECT_EQ(back, d);
-  EXPECT_EQ(DevOverrides::names().size(), 26u);
+  EXPECT_EQ(DevOverrides::names().size(), 27u);
 }
 
 TEST(DevOverrides, RefusesBadValuesNamingTheVariable) {
@@ -104,6 +107,7 @@ TEST(DevOverrides, RefusesBadValuesNamingTheVariable) {
   refused("mma_tactic=m64n128:m16n64", "UNIMOE_MMA_TACTIC is 'm64n128:m16n64'; allowed: auto");
   refused("mma_tactic=stream_m16", "tiled mma tactics of one tile_m");
   refused("mma_tactic=m128n512", "not a compiled mma tactic");
+  refused("tune_wgmma=2", "UNIMOE_TUNE_WGMMA is '2'; allowed: 0 (off, the default) or 1 (on)");
   refused("no_such_knob=1", "not name=value with a known name");
   refused("sorted_pair", "not name=value");
 }

@@ -12,6 +12,7 @@
 #include "common/expect_error.h"
 #include "common/test_util.h"
 #include "support/presets.h"
+#include "plan/layer_plan.h"
 #include "plan/tuning.h"
 
 namespace unimoe {
@@ -197,6 +198,39 @@ TEST(Candidates, EveryBackendWithEveryCompiledTactic) {
     for (const TuningChoice& x : only) EXPECT_EQ(x.path, p);
   }
   EXPECT_EQ(error_of([&] { candidates_for(c, 3, kH200Arch); }).field(), "bucket");
+}
+
+TEST(Candidates, WgmmaKernelsOnlyWhereAskedFor) {
+  MoEConfig c = find_preset("qwen3-30b-a3b").config;
+  auto wgmma_pairs = [](const std::vector<TuningChoice>& list) {
+    std::size_t n = 0;
+    for (const TuningChoice& x : list) n += x.path == ExpertsPath::Mma && (x.gemm1.wgmma || x.gemm2.wgmma);
+    return n;
+  };
+  const std::vector<TuningChoice> plain = candidates_for(c, 4096, kH200Arch);
+  const std::vector<TuningChoice> with = candidates_for(c, 4096, kH200Arch, true);
+  EXPECT_EQ(wgmma_pairs(plain), 0u);
+  // wg_m128n256 and wg_m128n128 pair with each other and with m128n128 (one
+  // tile_m): 3 x 3 - 1 pairs hold a wgmma tactic.
+  EXPECT_EQ(wgmma_pairs(with), 8u);
+  EXPECT_EQ(with.size(), plain.size() + 8u);
+  for (const TuningChoice& x : with) EXPECT_NO_THROW(check_choice_tactics(x)) << x.to_string();
+
+  // FP8: the mma path (the FP8 wgmma kernel) is one more candidate, planned
+  // as that kernel runs.
+  for (QuantVariant q : {QuantVariant::FP8Block128, QuantVariant::FP8PerTensor}) {
+    c.experts.quant = q;
+    const std::vector<TuningChoice> fp8 = candidates_for(c, 4096, kH200Arch);
+    const std::vector<TuningChoice> fp8_with = candidates_for(c, 4096, kH200Arch, true);
+    ASSERT_EQ(fp8_with.size(), fp8.size() + 1);
+    for (const TuningChoice& x : fp8) EXPECT_NE(x.path, ExpertsPath::Mma) << x.to_string();
+    const TuningChoice& mma = fp8_with.front();
+    EXPECT_EQ(mma.path, ExpertsPath::Mma);
+    const LayerPlan plan = plan_for_tokens(c, 4096, &mma);
+    EXPECT_EQ(plan.path, ExpertsPath::Mma);
+    EXPECT_EQ(plan.tile_m, 128);
+    EXPECT_TRUE(plan.gemm1 == kFp8MmaTactic && plan.gemm2 == kFp8MmaTactic) << plan.to_string();
+  }
 }
 
 TEST(Candidates, BackendsThatCannotServeAreNotOffered) {
