@@ -130,6 +130,14 @@ class LayerRig {
     return error(t, logits, &routing);
   }
 
+  // The output's bf16 bits for T tokens (after the device is idle).
+  std::vector<uint16_t> output_bits(int t) {
+    UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> bits = out_.download();
+    bits.resize(std::size_t(t) * c_.experts.hidden);
+    return bits;
+  }
+
   MoELayer& layer() { return *layer_; }
   // The synthetic device weights the layer was given.
   ExpertWeights device_weights() const { return weights_.weights(); }

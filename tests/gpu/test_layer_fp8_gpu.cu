@@ -154,6 +154,93 @@ TEST_P(LayerFp8GraphGpu, CapturedOnceReplaysWithFreshRouting) {
   }
 }
 
+// The fused quantizations (development knob fp8_fused_quant) on the stream
+// path write the codes and scales the quantize kernels write, so the layer's
+// output is the unfused layer's bit for bit: FP8Block128 at T = 1 (the token
+// row quantized in GEMM1, the output by GEMM1's last CTA of each group) and
+// above (the output only), static FP8PerTensor (the output), dynamic
+// FP8PerTensor (not fused); T = 1 with a repeated expert id (a tile of two
+// rows of the one token); and graph replays, which reuse the group counters.
+void check_fused_quantization(const MoEConfig& shape) {
+  DevOverrides fused;
+  fused.set("fp8_fused_quant=1");
+  for (const Form& form : kForms) {
+      MoEConfig c = shape;
+      c.experts.quant = form.quant;
+      c.options.backend = "stream";
+      const uint64_t seed = test::fresh_seed();
+      const int max_t = 64;
+      LayerRig plain(c, max_t, seed, form.static_scales);
+      LayerRig fast(c, max_t, seed, form.static_scales, &fused);
+      // The DeepSeek shape (E 256, H 7168) at decode sizes only: its CPU
+      // reference is slow.
+      const bool large = c.experts.hidden > 1024;
+      for (int t : large ? std::vector<int>{1, 5} : std::vector<int>{1, 5, 64}) {
+        SCOPED_TRACE(std::string(form.name) + " " + c.to_string() + " T=" + std::to_string(t) +
+                     " seed " + std::to_string(seed));
+        const std::vector<float> logits = ref::make_logits(c, t, seed + t, "uniform");
+        for (LayerRig* rig : {&plain, &fast}) {
+          rig->load_inputs(t, seed ^ t, logits);
+          rig->layer().forward(rig->args(t), nullptr);
+        }
+        EXPECT_EQ(fast.output_bits(t), plain.output_bits(t));
+        EXPECT_LT(fast.error(t, logits), kTolerance);
+      }
+
+      // T = 1, expert e twice and f once (precomputed): the one token's
+      // rows make a two-row tile of e.
+      SCOPED_TRACE(std::string(form.name) + " repeated id, seed " + std::to_string(seed));
+      const int k = c.routing.top_k, e = int(seed % c.routing.num_experts);
+      ref::Routing routing;
+      routing.num_tokens = 1;
+      routing.top_k = k;
+      routing.ids.assign(k, -1);
+      routing.weights.assign(k, 0.0f);
+      routing.ids[0] = routing.ids[1] = e;
+      routing.ids[2 % k] = (e + 1) % c.routing.num_experts;
+      for (int j = 0; j < k; ++j) routing.weights[j] = routing.ids[j] < 0 ? 0.0f : 0.5f / (j + 1);
+      DeviceBuffer<int32_t> ids(routing.ids);
+      DeviceBuffer<float> weights(routing.weights);
+      const std::vector<float> logits = ref::make_logits(c, 1, seed, "uniform");
+      for (LayerRig* rig : {&plain, &fast}) {
+        rig->load_inputs(1, seed, logits);
+        ForwardArgs a = rig->args(1);
+        a.logits = nullptr;
+        a.topk_ids = ids.get();
+        a.topk_weights = weights.get();
+        rig->layer().forward(a, nullptr);
+      }
+      EXPECT_EQ(fast.output_bits(1), plain.output_bits(1));
+      EXPECT_LT(fast.error(1, logits, &routing), kTolerance);
+
+      // One graph per T, replayed with fresh tokens and routing.
+      if (large) continue;
+      for (int t : {1, 37}) {
+        test::CapturedForward graph(fast.layer(), fast.args(t));
+        for (int replay = 0; replay < 3; ++replay) {
+          SCOPED_TRACE("graph T=" + std::to_string(t) + " replay " + std::to_string(replay));
+          const std::vector<float> fresh =
+              replay == 1 ? hot_expert_logits(c, t, seed + replay, 3)
+                          : ref::make_logits(c, t, seed + 7 * replay, "uniform");
+          fast.load_inputs(t, seed + 100 + replay, fresh);
+          graph.replay();
+          EXPECT_LT(fast.error(t, fresh), kTolerance);
+        }
+      }
+  }
+}
+
+TEST(LayerFp8Gpu, FusedQuantizationIsBitwiseTheUnfusedLayer) {
+  UNIMOE_REQUIRE_GPU();
+  // I = 384: three groups of 128 columns, each of several CTAs.
+  check_fused_quantization(moe_config(RoutingPolicy::Renormalize, 16, 4, 512, 384));
+}
+
+TEST(LayerFp8Gpu, FusedQuantizationAtTheDeepSeekShape) {
+  UNIMOE_REQUIRE_GPU();
+  check_fused_quantization(find_preset("dsv3-tp8").config);
+}
+
 // The autotuner times the stream and cutlass paths (the mma path's wgmma
 // kernel is not offered yet), checks each against the reference on the
 // layer's own (dequantized) weights, and serves the winner.
