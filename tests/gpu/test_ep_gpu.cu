@@ -128,7 +128,6 @@ class EPRig {
   const MoEConfig& config() const { return c_; }
   int world() const { return world_; }
   int cap() const { return cap_; }
-  test::LayerRig& single() { return single_; }
 
  private:
   std::vector<uint16_t> single_out_bits() {
