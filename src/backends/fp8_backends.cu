@@ -261,7 +261,12 @@ class Fp8StreamBackend final : public Fp8Backend {
     p.a = x_codes_;
     p.a_scales = x_scales_;
     p.a_scales_ld = x_ld_;
-    if (fuse_x) p.a_bf16 = call.x;
+    if (fuse_x) {
+      p.a_bf16 = call.x;
+      // The kernel before GEMM1 is then routing, which lets it launch
+      // before the schedule is written: read nothing before the wait.
+      p.prefetch_before_wait = false;
+    }
     p.gather = call.permuted_to_expanded;
     p.top_k = config_.routing.top_k;
     p.b = static_cast<const uint8_t*>(weights_.w13);
@@ -337,9 +342,10 @@ class Fp8StreamBackend final : public Fp8Backend {
 
   // The schedule and the PDL behaviour, as the BF16 stream path's: the tile
   // schedule (and the weights) were complete before the kernel ahead of
-  // each GEMM began (that kernel is a quantize kernel, which waited for the
-  // permute or GEMM1), so both read them before their wait, and let the
-  // next kernel launch once their loads are done.
+  // each GEMM began (a quantize kernel, which waited for the permute, or
+  // GEMM1, which waited too), so both read them before their wait, and let
+  // the next kernel launch once their loads are done. GEMM1 with the token
+  // row fused follows the routing kernel itself and waits first (run_gemm1).
   Fp8StreamGemmParams common(const ExpertsCall& call, const LayerPlan& plan) const {
     Fp8StreamGemmParams p;
     p.tiles = call.tiles;

@@ -162,6 +162,9 @@ TEST_P(LayerFp8GraphGpu, CapturedOnceReplaysWithFreshRouting) {
 // FP8PerTensor (not fused); T = 1 with a repeated expert id (a tile of two
 // rows of the one token); and graph replays, which reuse the group counters.
 void check_fused_quantization(const MoEConfig& shape) {
+  // Both rigs get explicit overrides, so that an UNIMOE_* variable in the
+  // environment cannot make the two layers alike.
+  const DevOverrides unfused;
   DevOverrides fused;
   fused.set("fp8_fused_quant=1");
   for (const Form& form : kForms) {
@@ -170,7 +173,7 @@ void check_fused_quantization(const MoEConfig& shape) {
       c.options.backend = "stream";
       const uint64_t seed = test::fresh_seed();
       const int max_t = 64;
-      LayerRig plain(c, max_t, seed, form.static_scales);
+      LayerRig plain(c, max_t, seed, form.static_scales, &unfused);
       LayerRig fast(c, max_t, seed, form.static_scales, &fused);
       // The DeepSeek shape (E 256, H 7168) at decode sizes only: its CPU
       // reference is slow.

@@ -40,6 +40,7 @@
 #include "kernels/gemm/sm90_fp8_wgmma_gemm.cuh"
 #include "kernels/gemm/stream_gemm_fp8.cuh"
 #include "kernels/gemm/stream_gemm_fp8_config.h"
+#include "kernels/quant/fp8_quant.cuh"
 #include "ref/ref.h"
 
 namespace unimoe {
@@ -454,6 +455,178 @@ TEST(Fp8StreamGemm, GraphReplaysForTwoSchedules) {
   Shape s(ones(8), 1024, 176, kSwiGLU, kBias | kGather | kPdl);
   s.out_rows = 64;
   graph_replays_for_two_schedules(s, {3, 0, 17, 1, 0, 0, 9, 0});
+}
+
+// ---- the fused quantizations (a_bf16, out_codes): the codes and scales the
+// quantize kernels (kernels/quant/fp8_quant.cuh) write, bit for bit.
+
+// out_codes: each covered row's codes and group-major scales against
+// launch_quantize_fp8_rows (or launch_quantize_fp8_tensor with the static
+// scale) run on the kernel's own fp32 output. Three launches on one set of
+// counters (the counters must come back to 0 after each), K in 1, 2 and 4
+// splits, gated and plain epilogues, multi-row and one-row tiles; a
+// counter left non-zero afterwards fails.
+void check_fused_output(const Shape& s, bool static_scale) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(s.label() + (static_scale ? " static scale" : "") + " seed " + std::to_string(seed));
+  const Problem P = make_problem(s, seed);
+  DeviceProblem dev(P);
+  const int groups = s.n_out / kBlock;
+  DeviceBuffer<uint8_t> codes(static_cast<size_t>(P.rows) * s.n_out), want_codes(codes.size());
+  DeviceBuffer<float> scales(static_cast<size_t>(groups) * P.a_ld), want_scales(scales.size());
+  DeviceBuffer<unsigned> done(dev.tiles.size() * groups);
+  DeviceBuffer<float> fixed(std::vector<float>{0.0137f});
+  DeviceBuffer<float> tensor_scale(1);
+  UNIMOE_CUDA_CHECK(cudaMemset(done.get(), 0, done.size() * sizeof(unsigned)));
+  for (int launch_no = 0; launch_no < 3; ++launch_no) {
+    SCOPED_TRACE("launch " + std::to_string(launch_no));
+    dev.upload(P);
+    codes.poison();
+    scales.poison();
+    Fp8StreamGemmParams p = dev.params(P);
+    p.out_codes = codes.get();
+    p.out_scales = scales.get();
+    p.out_scales_ld = P.a_ld;
+    p.out_static_scale = static_scale ? fixed.get() : nullptr;
+    p.group_done = done.get();
+    launch_fp8_stream_gemm(p, nullptr);
+    UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    if (static_scale) {
+      Fp8TensorQuantParams q;
+      q.x_f32 = dev.out_f32.get();
+      q.rows = P.rows;
+      q.cols = s.n_out;
+      q.static_scale = fixed.get();
+      q.codes = want_codes.get();
+      q.scale = tensor_scale.get();
+      q.row_scales = want_scales.get();
+      q.row_scales_ld = P.a_ld;
+      launch_quantize_fp8_tensor(q, nullptr);
+    } else {
+      Fp8RowQuantParams q;
+      q.x_f32 = dev.out_f32.get();
+      q.rows = P.rows;
+      q.cols = s.n_out;
+      q.codes = want_codes.get();
+      q.scales = want_scales.get();
+      q.scales_ld = P.a_ld;
+      launch_quantize_fp8_rows(q, nullptr);
+    }
+    UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    check(P, dev);
+    std::vector<bool> covered;
+    reference(P, static_cast<int>(P.tiles.size()), &covered);
+    const std::vector<uint8_t> got_c = codes.download(), want_c = want_codes.download();
+    const std::vector<float> got_s = scales.download(), want_s = want_scales.download();
+    int wrong = 0, checked = 0;
+    for (int r = 0; r < P.rows; ++r) {
+      if (!covered[r]) continue;
+      ++checked;
+      for (int n = 0; n < s.n_out; ++n) {
+        const size_t i = static_cast<size_t>(r) * s.n_out + n;
+        if (got_c[i] != want_c[i] && ++wrong <= 5)
+          ADD_FAILURE() << "row " << r << " column " << n << ": code " << int(got_c[i])
+                        << ", the quantize kernel's " << int(want_c[i]);
+      }
+      for (int g = 0; g < groups; ++g) {
+        const size_t i = static_cast<size_t>(g) * P.a_ld + r;
+        if (bits_of(got_s[i]) != bits_of(want_s[i]) && ++wrong <= 5)
+          ADD_FAILURE() << "row " << r << " group " << g << ": scale " << got_s[i]
+                        << ", the quantize kernel's " << want_s[i];
+      }
+    }
+    EXPECT_EQ(wrong, 0);
+    EXPECT_GT(checked, 0);
+    for (unsigned c : done.download()) ASSERT_EQ(c, 0u) << "a group counter left non-zero";
+  }
+}
+
+TEST(Fp8StreamGemm, FusedOutputQuantizationMatchesTheQuantizeKernels) {
+  UNIMOE_REQUIRE_GPU();
+  // k 128 / 1024 / 2048 / 7168: 1, 2, 4 and 8 K splits (ConfigRule).
+  for (int k : {128, 1024, 2048})
+    check_fused_output(Shape({2, 5, 16, 0, 21, 1, 0, 3}, k, 256, kSwiGLU, kBias | kGather | kPdl),
+                       false);
+  check_fused_output(Shape(ones(8), 7168, 256, kSwiGLU, kBias | kGather | kPdl), false);
+  check_fused_output(Shape({7, 0, 12, 2, 1}, 1024, 384, kReLU2, kGather), false);
+  check_fused_output(Shape({2, 5, 16, 0, 21, 1, 0, 3}, 1024, 256, kSwiGLU, kGather), true);
+  check_fused_output(Shape(ones(8), 384, 128, kOai, kBias | kGather), true);
+}
+
+// a_bf16: one bf16 token row, every permuted row reading it (gather / top_k
+// = 0), against the same launch on that row's quantize_fp8_rows codes and
+// scales: the same fp32 output bits. One-row tiles (the one-token path) and
+// tiles of several rows (a repeated expert id), with and without out_codes.
+void check_fused_input(const Shape& s, bool with_output) {
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE(s.label() + (with_output ? " with out_codes" : "") + " seed " + std::to_string(seed));
+  Problem P = make_problem(s, seed);
+  for (auto& g : P.perm.permuted_to_expanded) g %= kTopK;  // every row reads token 0
+  DeviceProblem dev(P);
+  std::mt19937_64 rng(seed ^ 0x51);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> token(s.k);
+  for (int i = 0; i < s.k; ++i)
+    token[i] = ref::f32_to_bf16(normal(rng) * (i % 128 == 5 ? 40.0f : 1.0f));
+  DeviceBuffer<uint16_t> x(token);
+  // The unfused launch reads A through the quantize kernel's codes and
+  // scales of the token row (row 0 of A; its scale column at a_ld).
+  Fp8RowQuantParams q;
+  q.x = x.get();
+  q.rows = 1;
+  q.cols = s.k;
+  q.codes = dev.a.get();
+  q.scales = dev.a_scales.get();
+  q.scales_ld = P.a_ld;
+  launch_quantize_fp8_rows(q, nullptr);
+  launch_fp8_stream_gemm(dev.params(P), nullptr);
+  UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> want = dev.out_f32.download();
+
+  const int groups = s.n_out / kBlock;
+  DeviceBuffer<uint8_t> codes(static_cast<size_t>(P.rows) * s.n_out);
+  DeviceBuffer<float> scales(static_cast<size_t>(groups) * P.a_ld);
+  DeviceBuffer<unsigned> done(dev.tiles.size() * groups);
+  UNIMOE_CUDA_CHECK(cudaMemset(done.get(), 0, done.size() * sizeof(unsigned)));
+  dev.out_f32.poison();
+  dev.a.poison();  // the fused launch must not read A or its scales
+  dev.a_scales.poison();
+  UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  Fp8StreamGemmParams p = dev.params(P);
+  p.a_bf16 = x.get();
+  p.prefetch_before_wait = false;
+  if (with_output) {
+    p.out_codes = codes.get();
+    p.out_scales = scales.get();
+    p.out_scales_ld = P.a_ld;
+    p.group_done = done.get();
+  }
+  launch_fp8_stream_gemm(p, nullptr);
+  UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> got = dev.out_f32.download();
+  std::vector<bool> covered;
+  reference(P, static_cast<int>(P.tiles.size()), &covered);
+  int wrong = 0;
+  for (int r = 0; r < P.rows; ++r) {
+    if (!covered[r]) continue;
+    for (int n = 0; n < s.n_out; ++n) {
+      const size_t i = static_cast<size_t>(r) * s.n_out + n;
+      if (bits_of(got[i]) != bits_of(want[i]) && ++wrong <= 5)
+        ADD_FAILURE() << "row " << r << " column " << n << ": fused " << got[i] << ", unfused "
+                      << want[i];
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+  if (with_output)
+    for (unsigned c : done.download()) ASSERT_EQ(c, 0u) << "a group counter left non-zero";
+}
+
+TEST(Fp8StreamGemm, FusedInputQuantizationMatchesTheQuantizeKernel) {
+  UNIMOE_REQUIRE_GPU();
+  check_fused_input(Shape(ones(8), 7168, 256, kSwiGLU, kBias | kGather), true);
+  check_fused_input(Shape(ones(8), 512, 128, kReLU2, kGather), false);
+  check_fused_input(Shape({2, 1, 0, 3}, 1024, 256, kSwiGLU, kGather), true);
+  check_fused_input(Shape({1, 2}, 256, 128, kGeGLU, kBias | kGather), false);
 }
 
 // ---- the FP8 wgmma kernel (kernels/gemm/sm90_fp8_wgmma_gemm.cuh), the

@@ -418,11 +418,12 @@ __device__ __forceinline__ void stream_rows(const Fp8StreamArgs& args, const Dev
 
 // Every thread of the CTA calls it, after its stores. The CTAs of a group
 // count themselves in group_done after a fence (the CUDA programming
-// guide's last-block pattern); the last one resets the counter, reads the
-// group's rows back from L2 and writes their codes and scales, one warp a
-// row, 4 values a lane, with quantize_fp8_rows' rule and arithmetic (or the
-// static scale as quantize_fp8_tensor). Deterministic: amax is exact in any
-// order, and each code is one element's.
+// guide's last-block pattern); atomicInc wraps the counter to 0 at the
+// last one, which then reads the group's rows back from L2 and writes
+// their codes and scales, one warp a row, 4 values a lane, with
+// quantize_fp8_rows' rule and arithmetic (or the static scale as
+// quantize_fp8_tensor). Deterministic: amax is exact in any order, and
+// each code is one element's.
 // The CTA's tile is read again rather than kept in registers through the
 // GEMM's loops.
 __device__ __forceinline__ void quantize_finished_group(const Fp8StreamArgs& args) {
@@ -436,12 +437,11 @@ __device__ __forceinline__ void quantize_finished_group(const Fp8StreamArgs& arg
   __syncthreads();
   if (threadIdx.x == 0) {
     unsigned* counter = p.group_done + static_cast<size_t>(tile_index) * args.out_groups + group;
-    last = atomicAdd(counter, 1u) == ctas - 1;
-    if (last) *counter = 0;  // every CTA of the group has counted: ready for the next launch
+    last = atomicInc(counter, ctas - 1) == ctas - 1;  // the last one leaves 0 for the next launch
+    __threadfence();  // the other CTAs' rows are read after this
   }
   __syncthreads();
   if (!last) return;
-  __threadfence();
   const DeviceTile tile = p.tiles[tile_index];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int col = group * kBlockK + 4 * lane;
@@ -469,10 +469,11 @@ __device__ __forceinline__ void quantize_finished_group(const Fp8StreamArgs& arg
 }
 
 // One kernel per one-token shape (unit width, slots; the launcher picks)
-// and kFused: whether it serves the fused quantizations (a_bf16,
-// out_codes). The kernels without them are compiled apart, so that the
-// fused code takes none of their registers (the 4-slot shapes use all 128).
-template <int kUnitLanes, int kSlots, bool kFused>
+// and kFuse: 0 without the fused quantizations, 1 with out_codes only, 2
+// with a_bf16 (and out_codes where set). The forms are compiled apart, so
+// that fused code takes none of the others' registers (the 4-slot shapes
+// use all 128).
+template <int kUnitLanes, int kSlots, int kFuse>
 __global__ void __launch_bounds__(kThreads, 2) fp8_stream_gemm_kernel(const Fp8StreamArgs args) {
   static_assert(kSlots * 32 / kUnitLanes <= kWarps, "at most 8 pairs a warp");
   // The token row's codes [k], with a_bf16 the row itself [k] bf16, the A
@@ -487,32 +488,22 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_stream_gemm_kernel(const Fp8S
   if (tile_index >= *p.num_tiles) return;
   const DeviceTile tile = p.tiles[tile_index];
   const int block = blockIdx.x - tile_index * args.c.n_blocks;
-  const bool quantize_a = kFused && p.a_bf16 != nullptr;
+  constexpr bool kQuantizeA = kFuse == 2;
   uint16_t* xb_sm = reinterpret_cast<uint16_t*>(smem + p.k);
-  float* a_sm = reinterpret_cast<float*>(smem + (quantize_a ? 3 * p.k : p.k));
+  float* a_sm = reinterpret_cast<float*>(smem + (kQuantizeA ? 3 * p.k : p.k));
   float* b_sm = a_sm + kStreamTileM * args.k_blocks;
   constexpr int kChunks = kLoadsInFlight / (2 * kSlots);
   // Both paths cover the same cols_per_cta columns (a CTA-uniform choice).
-  if constexpr (kFused) {
-    if (tile.rows == 1 && quantize_a)
-      stream_one_token<kSlots, kChunks, kUnitLanes, true>(args, tile, block, smem, xb_sm, a_sm, b_sm);
-    else if (tile.rows == 1)
-      stream_one_token<kSlots, kChunks, kUnitLanes, false>(args, tile, block, smem, xb_sm, a_sm, b_sm);
-    else if (quantize_a)  // T = 1 with a repeated expert id: the token's rows
-      stream_rows<2, kUnroll, true>(args, tile, block, smem, xb_sm, a_sm, b_sm, partial);
-    else if (tile.rows <= 8)
-      stream_rows<1, kUnrollOneFragment, false>(args, tile, block, smem, xb_sm, a_sm, b_sm, partial);
-    else
-      stream_rows<2, kUnroll, false>(args, tile, block, smem, xb_sm, a_sm, b_sm, partial);
-    if (p.out_codes != nullptr) quantize_finished_group(args);
-  } else {
-    if (tile.rows == 1)
-      stream_one_token<kSlots, kChunks, kUnitLanes, false>(args, tile, block, smem, xb_sm, a_sm, b_sm);
-    else if (tile.rows <= 8)  // one token fragment, more slabs in flight
-      stream_rows<1, kUnrollOneFragment, false>(args, tile, block, smem, xb_sm, a_sm, b_sm, partial);
-    else
-      stream_rows<2, kUnroll, false>(args, tile, block, smem, xb_sm, a_sm, b_sm, partial);
-  }
+  if (tile.rows == 1)
+    stream_one_token<kSlots, kChunks, kUnitLanes, kQuantizeA>(args, tile, block, smem, xb_sm, a_sm,
+                                                              b_sm);
+  else if (kQuantizeA)  // T = 1 with a repeated expert id: the token's rows
+    stream_rows<2, kUnroll, kQuantizeA>(args, tile, block, smem, xb_sm, a_sm, b_sm, partial);
+  else if (tile.rows <= 8)  // one token fragment, more slabs in flight
+    stream_rows<1, kUnrollOneFragment, false>(args, tile, block, smem, xb_sm, a_sm, b_sm, partial);
+  else
+    stream_rows<2, kUnroll, false>(args, tile, block, smem, xb_sm, a_sm, b_sm, partial);
+  if (kFuse != 0 && p.out_codes != nullptr) quantize_finished_group(args);
 }
 
 }  // namespace unimoe::fp8_stream
