@@ -376,6 +376,7 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
         c.hidden = config_.experts.hidden;
         c.intermediate = config_.experts.intermediate;
         c.out = static_cast<uint16_t*>(a.out);
+        c.zeros_when_empty = plan.gemm2_mode == Gemm2Mode::Combine;
         // Gated: the expert path's GEMM2 follows and launches at once.
         launch_combine_gemm2(c, plan.gemm2_mode == Gemm2Mode::Gate, chain);
       }

@@ -339,7 +339,8 @@ TEST(EPLayerGpu, RefusesBadGroupsAndCalls) {
   // FP8PerTensor without static activation scales.
   MoEConfig per_tensor = c;
   per_tensor.experts.quant = QuantVariant::FP8PerTensor;
-  per_tensor.experts.hidden = 128;
+  per_tensor.experts.hidden = 128;  // the GPU's FP8 GEMMs: multiples of 128
+  per_tensor.experts.intermediate = 128;
   auto fp8 = EPLayer::create(per_tensor, 8, *two[0]);
   EXPECT_EQ(test::error_of([&] { fp8->set_weights(ExpertWeights{}); }).field(), "weights.x_scale");
   // A rank that starts a second exchange before its peer made the first.

@@ -88,6 +88,42 @@ void check_point(const MoEConfig& c, int t, const std::string& kind) {
   }
 }
 
+// A call none of whose rows is on this rank (every id off the EP range):
+// every mode writes zeros over the poisoned output; the gate sends it to the
+// expert path, whose finalize writes them.
+TEST(Gemm2GateGpu, CallWithNoRowOnThisRankWritesZeros) {
+  UNIMOE_REQUIRE_GPU();
+  MoEConfig c = moe_config(RoutingPolicy::Renormalize, 64, 4, 136, 72);
+  c.experts.local_expert_offset = 60;
+  c.experts.num_local_experts = 4;
+  c.experts.activation = Activation::SwiGLUOai;
+  c.experts.has_bias = true;
+  for (int t : {1, 5}) {
+    std::vector<int32_t> host_ids(std::size_t(t) * 4);
+    for (std::size_t i = 0; i < host_ids.size(); ++i) host_ids[i] = int32_t(i % 60);  // all off rank
+    const DeviceBuffer<int32_t> ids(host_ids);
+    const DeviceBuffer<float> weights(std::vector<float>(host_ids.size(), 0.25f));
+    for (const char* path : {"expert", "combine", "gate"}) {
+      const uint64_t seed = test::fresh_seed();
+      SCOPED_TRACE(std::string(path) + " T=" + std::to_string(t) + " seed " + std::to_string(seed));
+      const DevOverrides dev = with_path(path);
+      LayerRig rig(c, t, seed, false, &dev);
+      rig.load_inputs(t, seed, ref::make_logits(c, t, seed, "uniform"));
+      ForwardArgs a = rig.args(t);
+      a.topk_ids = ids.get();
+      a.topk_weights = weights.get();
+      rig.layer().forward(a, nullptr);
+      for (uint16_t bits : rig.output_bits(t)) ASSERT_EQ(bits, 0) << "not a zero";
+      if (std::string(path) == "gate") {
+        const Gemm2GateRecord r = read_record(rig);
+        EXPECT_EQ(r.tiles, 0);
+        EXPECT_EQ(r.path, static_cast<int>(Gemm2Path::Expert));
+        EXPECT_EQ(r.finalize, 1);
+      }
+    }
+  }
+}
+
 TEST(Gemm2GateGpu, EachPathMatchesTheReferenceOnThePresets) {
   UNIMOE_REQUIRE_GPU();
   // Stream-path decode (16-row tiles) and mma-path calls of 16- to 48-row tiles.

@@ -51,7 +51,12 @@ __global__ void __launch_bounds__(32) gemm2_gate_kernel(const Gemm2GateParams p)
   w.rows = rows;
   w.active = active;
   w.chunks = chunks;
-  const int path = p.forced >= 0 ? p.forced : static_cast<int>(gemm2_model_choice(p.model, w));
+  // A call with no tiles takes the expert path: its finalize writes the
+  // zeros (the combine kernel, reading 0 tiles, cannot tell that call from
+  // one the gate did not give it).
+  const int path = w.tiles == 0   ? static_cast<int>(Gemm2Path::Expert)
+                   : p.forced >= 0 ? p.forced
+                                   : static_cast<int>(gemm2_model_choice(p.model, w));
   const bool combine = path == static_cast<int>(Gemm2Path::Combine);
   Gemm2GateRecord r;
   r.path = path;
@@ -87,7 +92,16 @@ __global__ void __launch_bounds__(kThreads, 2) combine_gemm2_kernel(const Combin
   // relies on this grid's completion meaning its predecessors completed.
   pdl_begin();
   const int num_tiles = *p.num_tiles;
-  if (num_tiles == 0) return;
+  if (num_tiles == 0) {
+    if (!p.zeros_when_empty) return;
+    const int cols = min(kCols, p.hidden - static_cast<int>(blockIdx.x) * kCols);
+    __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(p.out);
+    for (int idx = threadIdx.x; idx < p.num_tokens * kCols; idx += kThreads)
+      if (idx % kCols < cols)
+        out[static_cast<size_t>(idx / kCols) * p.hidden + blockIdx.x * kCols + idx % kCols] =
+            __float2bfloat16_rn(0.0f);
+    return;
+  }
   extern __shared__ float slots[];  // [capacity][kCols]
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

@@ -63,6 +63,11 @@ struct CombineGemm2Params {
   int hidden = 0;        // H, a multiple of 8
   int intermediate = 0;  // I, a multiple of 8
   uint16_t* out = nullptr;  // [T, H] bf16; tokens with no on-rank row get 0
+  // A call with no tiles at all (no row on this rank) still writes the
+  // zeros: set for the combine path alone. Gated, num_tiles is the gate's
+  // combine_tiles, 0 also when the gate chose the expert path, and the gate
+  // sends a call with no tiles to the expert path, whose finalize writes them.
+  bool zeros_when_empty = false;
 };
 
 // Shared-memory bytes the combine kernel takes for T * K rows.

@@ -185,9 +185,11 @@ void launch_fp8_wgmma_gemm(const Fp8StreamGemmParams& p, KernelStream stream) {
   require(p.k > 0 && p.k % kBlock == 0, "k", "is " + std::to_string(p.k) + "; must be a positive multiple of 128");
   require(p.n_out > 0 && p.n_out % 16 == 0, "n_out",
           "is " + std::to_string(p.n_out) + "; must be a positive multiple of 16");
-  require(!gated || (p.n_out % 64 == 0 && p.up_offset % kBlock == 0), "n_out",
+  // Gated, a CTA takes 64 output columns: 64 gate and 64 up rows, each a
+  // run of 64 aligned to 64, so within one 128-row scale block.
+  require(!gated || (p.n_out % 64 == 0 && p.up_offset % 64 == 0), "n_out",
           "and up_offset are " + std::to_string(p.n_out) + " and " + std::to_string(p.up_offset) +
-              "; a gated epilogue needs multiples of 64 and 128");
+              "; a gated epilogue needs multiples of 64");
   require(p.b_rows >= (gated ? p.up_offset + p.n_out : p.n_out), "b_rows",
           "is " + std::to_string(p.b_rows) + "; too few for n_out (and up_offset)");
   require(p.top_k > 0, "top_k", "is " + std::to_string(p.top_k) + "; must be > 0");
