@@ -63,10 +63,9 @@
 #                            (both tile paths, every unit width), Fp8RowsGpu.*
 #                            (quantize with group-major scales, gather, fp32
 #                            activation)
-#   fp8 layer                LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows,
-#                            .PrecomputedRouting (every FP8 form on both paths)
-#                            and .FusedQuantizationIsBitwiseTheUnfusedLayer;
-#                            racecheck and initcheck: the first and the last
+#   fp8 layer                LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows and
+#                            .PrecomputedRouting (every FP8 form on both paths);
+#                            racecheck and initcheck: the first
 #   4-bit weights            Fp4WeightsGpu.* but .IndicesPast32Bits (quantize
 #                            both formats, special values, the prepare kernel
 #                            with and without the gate/up reorder)
@@ -130,7 +129,6 @@ readonly kFullFilter="GpuSmoke.*\
 :Fp8StreamGemm.MultiRowTilesAndEmptyExperts:Fp8StreamGemm.GraphReplaysForTwoSchedules:Fp8RowsGpu.*\
 :Fp8WgmmaGemm.OneHotExpert:Fp8WgmmaGemm.GraphReplaysForTwoSchedules:GroupedGemm.WgmmaTacticsAtPrefillSizes\
 :LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows:LayerFp8Gpu.PrecomputedRouting\
-:LayerFp8Gpu.FusedQuantizationIsBitwiseTheUnfusedLayer\
 :Fp4WeightsGpu.Bf16SourceMatchesReference:Fp4WeightsGpu.SyntheticSourceMatchesReference\
 :Fp4WeightsGpu.SpecialValues:Fp4WeightsGpu.EmptyShapes:Fp4WeightsGpu.PrepareMatchesHost\
 :Fp4WeightsGpu.QuantizeBadArguments:Fp4WeightsGpu.PrepareBadArguments\
@@ -149,7 +147,7 @@ readonly kRacecheckFilter="PermuteGpu.GraphReplayOfRoutingAndPermute\
 :Fp8QuantGpu.RowsSpecialValues:Fp8QuantGpu.TensorSpecialValues:Fp8WeightsGpu.SpecialValues\
 :Shapes/Sm90Fp8GroupedGemmTest.*/4:Fp8StreamGemm.GraphReplaysForTwoSchedules:Fp8RowsGpu.*\
 :Fp8WgmmaGemm.GraphReplaysForTwoSchedules:GroupedGemm.GraphReplayFollowsTheRouting\
-:LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows:LayerFp8Gpu.FusedQuantizationIsBitwiseTheUnfusedLayer\
+:LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows\
 :LayerW4Gpu.ExpertParallelRangeDropsOffRankRows:LayerW4Gpu.BlockScaleCodesOverTheirRange\
 :LayerW4Gpu.EveryTileForm\
 :Gemm2GateGpu.ExpertParallelRangeAndFewTilesSplittingK:Gemm2GateGpu.PrecomputedRoutingThroughTheGate\

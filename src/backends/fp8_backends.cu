@@ -23,13 +23,11 @@
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
-#include <string>
 
 #include "backends/experts_backend.h"
 #include "kernels/common/common.cuh"
 #include "kernels/gemm/sm90_fp8_grouped_gemm.cuh"
 #include "kernels/gemm/sm90_fp8_wgmma_gemm.cuh"
-#include "kernels/gemm/stream_gemm.cuh"
 #include "kernels/gemm/stream_gemm_fp8.cuh"
 #include "kernels/permute/expert_rows.cuh"
 #include "kernels/quant/fp8_quant.cuh"
@@ -248,25 +246,11 @@ class Fp8StreamBackend final : public Fp8Backend {
   void run_gemm1(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) override {
     require_workspace();
     const KernelStream chain(stream, plan.pdl);
-    // The fused quantizations (plan.fp8_fused_quant, the stream kernel
-    // only): the token row inside GEMM1 at T = 1 (FP8Block128: its scales
-    // are per row; FP8PerTensor's dynamic amax spans the call), the
-    // activated output by GEMM1's last CTA of each 128-column group (not for
-    // FP8PerTensor's dynamic scale, an amax over all rows).
-    const bool fused = plan.fp8_fused_quant && path() == ExpertsPath::Stream;
-    const bool fuse_x = fused && !per_tensor() && call.num_tokens == 1;
-    const bool fuse_act = fused && (!per_tensor() || weights_.act_scale != nullptr);
-    if (!fuse_x) quantize_x(call, chain);
+    quantize_x(call, chain);
     Fp8StreamGemmParams p = common(call, plan);
     p.a = x_codes_;
     p.a_scales = x_scales_;
     p.a_scales_ld = x_ld_;
-    if (fuse_x) {
-      p.a_bf16 = call.x;
-      // The kernel before GEMM1 is then routing, which lets it launch
-      // before the schedule is written: read nothing before the wait.
-      p.prefetch_before_wait = false;
-    }
     p.gather = call.permuted_to_expanded;
     p.top_k = config_.routing.top_k;
     p.b = static_cast<const uint8_t*>(weights_.w13);
@@ -280,19 +264,8 @@ class Fp8StreamBackend final : public Fp8Backend {
     p.alpha = config_.experts.swiglu_alpha;
     p.limit = config_.experts.swiglu_limit;
     p.out_f32 = act_f32_;
-    if (fuse_act) {
-      if (call.max_tiles > group_done_tiles_)
-        throw std::runtime_error("the FP8 stream GEMM's group counters hold " +
-                                 std::to_string(group_done_tiles_) + " tiles; the call has " +
-                                 std::to_string(call.max_tiles));
-      p.out_codes = act_codes_;
-      p.out_scales = act_scales_;
-      p.out_scales_ld = rows_ld_;
-      p.out_static_scale = per_tensor() ? weights_.act_scale : nullptr;
-      p.group_done = group_done_;
-    }
     launch(p, plan, chain);
-    if (!fuse_act) quantize_act(call, chain);
+    quantize_act(call, chain);
   }
 
   void run_gemm2(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) override {
@@ -316,17 +289,7 @@ class Fp8StreamBackend final : public Fp8Backend {
   const float* finalize_b2() const override { return nullptr; }
 
  private:
-  // The fused output quantization's counters: one per 16-row tile of the
-  // largest call and 128-column group of I (zeroed with the arena; every
-  // launch leaves them zero).
-  void carve_own(WorkspaceCarver& c) override {
-    if (path() != ExpertsPath::Stream) return;
-    group_done_tiles_ = max_tiles(static_cast<int>(max_rows_), e_local_, kStreamTileM);
-    group_done_ = c.take<unsigned>(static_cast<std::size_t>(group_done_tiles_) * (inter_ / kBlock));
-  }
-
-  int group_done_tiles_ = 0;
-  unsigned* group_done_ = nullptr;
+  void carve_own(WorkspaceCarver&) override {}
 
   // The path's kernel; the plan's tactics must be the ones it runs.
   void launch(const Fp8StreamGemmParams& p, const LayerPlan& plan, KernelStream stream) const {
@@ -342,10 +305,9 @@ class Fp8StreamBackend final : public Fp8Backend {
 
   // The schedule and the PDL behaviour, as the BF16 stream path's: the tile
   // schedule (and the weights) were complete before the kernel ahead of
-  // each GEMM began (a quantize kernel, which waited for the permute, or
-  // GEMM1, which waited too), so both read them before their wait, and let
-  // the next kernel launch once their loads are done. GEMM1 with the token
-  // row fused follows the routing kernel itself and waits first (run_gemm1).
+  // each GEMM began (that kernel is a quantize kernel, which waited for the
+  // permute or GEMM1), so both read them before their wait, and let the
+  // next kernel launch once their loads are done.
   Fp8StreamGemmParams common(const ExpertsCall& call, const LayerPlan& plan) const {
     Fp8StreamGemmParams p;
     p.tiles = call.tiles;

@@ -55,7 +55,6 @@ constexpr Knob kKnobs[] = {
     {"gemm2_path", Kind::Gemm2, nullptr, nullptr},
     {"mma_tactic", Kind::Tactic, nullptr, nullptr},
     {"tune_wgmma", Kind::OptIn, &DevOverrides::tune_wgmma, nullptr},
-    {"fp8_fused_quant", Kind::OptIn, &DevOverrides::fp8_fused_quant, nullptr},
 };
 
 // UNIMOE_* variables that belong to the scripts and the test programs, not

@@ -59,10 +59,6 @@ struct DevOverrides {
   // UNIMOE_TUNE_WGMMA: the autotuner also offers the wgmma kernels (the BF16
   // wgmma tactics, FP8's mma path), which it leaves out by default.
   bool tune_wgmma = false;
-  // UNIMOE_FP8_FUSED_QUANT: the FP8 stream path quantizes inside its GEMM1
-  // (the token row at T = 1, FP8Block128; the activated output, FP8Block128
-  // and static FP8PerTensor) instead of in separate kernels.
-  bool fp8_fused_quant = false;
 
   // Every UNIMOE_* variable above that is set, validated; throws
   // std::invalid_argument naming the variable and the allowed values. An

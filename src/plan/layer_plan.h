@@ -75,10 +75,6 @@ struct LayerPlan {
   bool read_before_wait = true;
   int stream_max_splits = 0;
   bool stream_one_token = true;
-  // FP8 stream path: GEMM1 quantizes the token row (T = 1, FP8Block128) and
-  // its activated output (FP8Block128, static FP8PerTensor) itself
-  // (backends/fp8_backends.cu).
-  bool fp8_fused_quant = false;
   // How GEMM2 runs (plan_layer fills it; plan/gemm2_gate.h): the expert
   // path (y, then the finalize), the combine path, or both with the gate
   // choosing on the device.

@@ -40,7 +40,7 @@ TEST(DevOverrides, DefaultsFollowTheMeasuredRules) {
               d.ranked_threshold && d.split_octet_count && d.split_kept_halves &&
               d.permute_trigger && d.scatter_masks && d.pdl && d.stream_one_token &&
               d.stream_overlap);
-  EXPECT_FALSE(d.tune_wgmma || d.fp8_fused_quant);  // the knobs that turn something on
+  EXPECT_FALSE(d.tune_wgmma);  // the one knob that turns something on
   EXPECT_EQ(d.wide_choice, WideChoice::kMeasured);
   EXPECT_EQ(d.cluster_max_ctas + d.spread_max_ctas + d.spread_from_tokens + d.spread_min_tokens +
                 d.cluster_min_tokens + d.split_batch_min_tokens + d.split_sort_from_topk +
@@ -79,7 +79,7 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
     start = end == std::string::npos ? text.size() : end + 1;
   }
   EXPECT_EQ(back, d);
-  EXPECT_EQ(DevOverrides::names().size(), 28u);
+  EXPECT_EQ(DevOverrides::names().size(), 27u);
 }
 
 TEST(DevOverrides, RefusesBadValuesNamingTheVariable) {
@@ -107,7 +107,6 @@ TEST(DevOverrides, RefusesBadValuesNamingTheVariable) {
   refused("mma_tactic=m64n128:m16n64", "UNIMOE_MMA_TACTIC is 'm64n128:m16n64'; allowed: auto");
   refused("mma_tactic=stream_m16", "tiled mma tactics of one tile_m");
   refused("mma_tactic=m128n512", "not a compiled mma tactic");
-  refused("fp8_fused_quant=on", "UNIMOE_FP8_FUSED_QUANT is 'on'; allowed: 0 (off, the default)");
   refused("tune_wgmma=2", "UNIMOE_TUNE_WGMMA is '2'; allowed: 0 (off, the default) or 1 (on)");
   refused("no_such_knob=1", "not name=value with a known name");
   refused("sorted_pair", "not name=value");

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <set>
 #include <string>
@@ -38,7 +37,6 @@ TEST(FuzzCases, EveryDimensionIsCovered) {
   int hostile_ids[kHostileIdKinds] = {};
   int nan_tokens = 0, ep = 0, expert_bias = 0, max_t_calls = 0;
   std::map<Gemm2Mode, int> gemm2_calls;  // calls per GEMM2 mode the layer's override gives
-  int fused_fp8_one_token = 0, fused_fp8_calls = 0;  // FP8 stream calls with fp8_fused_quant
   for (int l = 0; l < kLayers; ++l) {
     const FuzzLayer layer = fuzz_layer(kSeed, l);
     const MoEConfig& c = layer.config;
@@ -77,10 +75,6 @@ TEST(FuzzCases, EveryDimensionIsCovered) {
       if (call.num_tokens > 0) {
         const ExpertsPath path = plan_for_tokens(c, call.num_tokens).path;
         gemm2_calls[gemm2_mode_for(c, call.num_tokens, path, dev)]++;
-        const bool fp8 = c.experts.quant == QuantVariant::FP8Block128 ||
-                         c.experts.quant == QuantVariant::FP8PerTensor;
-        if (fp8 && path == ExpertsPath::Stream && dev.fp8_fused_quant)
-          ++(call.num_tokens == 1 ? fused_fp8_one_token : fused_fp8_calls);
       }
       if (call.num_tokens == 0) seen["T"].insert("0");
       if (call.num_tokens == 1) seen["T"].insert("1");
@@ -101,10 +95,6 @@ TEST(FuzzCases, EveryDimensionIsCovered) {
   EXPECT_EQ(seen["gemm2_path"], (std::set<std::string>{"auto", "combine", "gate"}));
   EXPECT_GT(gemm2_calls[Gemm2Mode::Gate], 50);
   EXPECT_GT(gemm2_calls[Gemm2Mode::Combine], 20);
-  std::printf("FP8 stream calls with fused quantization: %d at T = 1, %d above\n",
-              fused_fp8_one_token, fused_fp8_calls);
-  EXPECT_GT(fused_fp8_one_token, 50);
-  EXPECT_GT(fused_fp8_calls, 50);
   // A layer's own override yields to one the caller sets (the environment's).
   DevOverrides expert;
   expert.set("gemm2_path=expert");

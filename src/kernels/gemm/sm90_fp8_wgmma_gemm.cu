@@ -194,8 +194,6 @@ void launch_fp8_wgmma_gemm(const Fp8StreamGemmParams& p, KernelStream stream) {
           "is " + std::to_string(p.b_rows) + "; too few for n_out (and up_offset)");
   require(p.top_k > 0, "top_k", "is " + std::to_string(p.top_k) + "; must be > 0");
   require(p.a_scales_ld > 0, "a_scales_ld", "is " + std::to_string(p.a_scales_ld) + "; must be > 0");
-  require(p.a_bf16 == nullptr && p.out_codes == nullptr, "a_bf16/out_codes",
-          "the fused quantizations are the stream kernel's; this kernel reads e4m3 A and writes out_f32 or out_bf16 only");
   require((p.out_f32 != nullptr) != (p.out_bf16 != nullptr), "out_f32/out_bf16", "exactly one must be set");
   require(p.a != nullptr && p.a_scales != nullptr && p.b != nullptr && p.b_scales != nullptr && p.tiles != nullptr &&
               p.num_tiles != nullptr,

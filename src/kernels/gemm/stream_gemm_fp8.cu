@@ -61,22 +61,6 @@
 // prefetch_before_wait a CTA reads its tile, issues its first weight loads
 // and stages its B scales before pdl_begin(); A, its scales and the gather
 // map come after it.
-//
-// Fused quantizations (kernels of their own, kFuse, so that the usual
-// kernels keep their registers):
-//   - a_bf16 (T = 1): the CTA copies the token's bf16 row into shared
-//     memory and quantizes it per 128 columns there, one warp a block, the
-//     arithmetic of quantize_fp8_rows; the one-token path asks for its first
-//     round of weights into L2 (prefetch, no registers) before that, and
-//     loads them in its loop as usual. Tiles of several rows (a repeated
-//     expert id) read the same shared row. The kernel before it is then the
-//     routing kernel, which lets dependents launch before it writes the
-//     schedule: such a launch must not set prefetch_before_wait.
-//   - out_codes: after its stores each CTA counts itself in its (tile,
-//     128-column group) counter behind a fence; the last one (atomicInc
-//     wraps the counter to 0 there) quantizes the group's rows from L2 (quantize_fp8_rows' arithmetic, or
-//     the static scale). GEMM2's PDL wait covers every CTA's epilogue.
-// The 4-slot fused forms spill 4-12 bytes under nvcc 13.0; the others none.
 #include "kernels/gemm/stream_gemm_fp8.cuh"
 
 #include <climits>
@@ -135,39 +119,17 @@ void validate(const Fp8StreamGemmParams& p) {
     require((q.ptr != nullptr || !q.required) && aligned(q.ptr, q.align), q.name,
             std::string(q.required ? "must be non-null and " : "must be ") +
                 std::to_string(q.align) + "-byte aligned");
-  require(aligned(p.a_bf16, 16), "a_bf16", "must be 16-byte aligned");
-  require(p.a_bf16 == nullptr || p.gather != nullptr, "a_bf16",
-          "needs gather (the permuted rows of the one token row)");
-  const bool fused_out = p.out_codes != nullptr;
-  require(!fused_out || (p.out_f32 != nullptr && aligned(p.out_f32, 16)), "out_codes",
-          "needs out_f32, 16-byte aligned (the rows it quantizes)");
-  require(!fused_out || p.n_out % kBlockK == 0, "n_out",
-          is(p.n_out) + "must be a multiple of 128 with out_codes");
-  require(!fused_out || aligned(p.out_codes, 4), "out_codes", "must be 4-byte aligned");
-  require(!fused_out || (p.out_scales != nullptr && aligned(p.out_scales, 4)), "out_scales",
-          "must be non-null and 4-byte aligned with out_codes");
-  require(!fused_out || p.out_scales_ld > 0, "out_scales_ld",
-          is(p.out_scales_ld) + "must be > 0 with out_codes");
-  require(!fused_out || (p.group_done != nullptr && aligned(p.group_done, 4)), "group_done",
-          "must be non-null and 4-byte aligned with out_codes");
 }
 
 // The kernel of a one-token shape: 1, 2 or 4 slots, at most kUnitLanes / 4
-// (fp8_stream_config's rule), in fused form kFuse (the kernel's comment).
-template <int kUnitLanes, int kFuse>
+// (fp8_stream_config's rule).
+template <int kUnitLanes>
 KernelFn kernel_for(int slots) {
   static_assert(kFp8StreamMaxSlots == 4, "slot counts 1, 2, 4");
   constexpr int kMost = kUnitLanes / 4 < 4 ? kUnitLanes / 4 : 4;
-  return slots == 1   ? fp8_stream::fp8_stream_gemm_kernel<kUnitLanes, 1, kFuse>
-         : slots == 2 ? fp8_stream::fp8_stream_gemm_kernel<kUnitLanes, 2, kFuse>
-                      : fp8_stream::fp8_stream_gemm_kernel<kUnitLanes, kMost, kFuse>;
-}
-
-template <int kFuse>
-KernelFn kernel_for(int unit_lanes, int slots) {
-  return unit_lanes == 8    ? kernel_for<8, kFuse>(slots)
-         : unit_lanes == 16 ? kernel_for<16, kFuse>(slots)
-                            : kernel_for<32, kFuse>(slots);
+  return slots == 1   ? fp8_stream::fp8_stream_gemm_kernel<kUnitLanes, 1>
+         : slots == 2 ? fp8_stream::fp8_stream_gemm_kernel<kUnitLanes, 2>
+                      : fp8_stream::fp8_stream_gemm_kernel<kUnitLanes, kMost>;
 }
 
 }  // namespace
@@ -181,20 +143,17 @@ void launch_fp8_stream_gemm(const Fp8StreamGemmParams& p, KernelStream stream) {
   args.c = fp8_stream_config(p.k, p.n_out, args.gated, p.max_tiles, current_device_sm_count());
   args.k_blocks = p.k / kBlockK;
   args.b_row_blocks = ceil_div(p.b_rows, kBlockK);
-  args.out_groups = p.n_out / kBlockK;
   const long long blocks = static_cast<long long>(p.max_tiles) * args.c.n_blocks;
   require(blocks <= INT_MAX, "max_tiles", "x column blocks = " + std::to_string(blocks) +
                                               " exceeds the grid limit");
-  const KernelFn kernel = p.a_bf16 != nullptr      ? kernel_for<2>(args.c.unit_lanes, args.c.slots)
-                          : p.out_codes != nullptr ? kernel_for<1>(args.c.unit_lanes, args.c.slots)
-                                                   : kernel_for<0>(args.c.unit_lanes, args.c.slots);
-  // The token row (k bytes; with a_bf16 also its 2k bf16 bytes), the A scales
-  // [k / 128][16], the B scales [3][k / 128].
-  const size_t row_bytes = static_cast<size_t>(p.k) * (p.a_bf16 != nullptr ? 3 : 1);
-  const size_t smem = row_bytes + sizeof(float) * (kStreamTileM + fp8_stream::kScaleRows) * args.k_blocks;
+  const KernelFn kernel = args.c.unit_lanes == 8    ? kernel_for<8>(args.c.slots)
+                          : args.c.unit_lanes == 16 ? kernel_for<16>(args.c.slots)
+                                                    : kernel_for<32>(args.c.slots);
+  // The token row (k bytes), the A scales [k / 128][16], the B scales [3][k / 128].
+  const size_t smem = p.k + sizeof(float) * (kStreamTileM + fp8_stream::kScaleRows) * args.k_blocks;
   // Past 48 KB of dynamic and static shared memory together (the K-split
-  // partials, and the fused forms' flag) a kernel must opt in.
-  const size_t static_smem = sizeof(float) * fp8_stream::kWarps * 8 * 32 + 16;
+  // partials are static) a kernel must opt in.
+  const size_t static_smem = sizeof(float) * fp8_stream::kWarps * 8 * 32;
   if (smem + static_smem > 48 * 1024)
     UNIMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(smem)));

@@ -42,24 +42,6 @@ struct Fp8StreamGemmParams {
   // fp32 activated values for a later quantize kernel; GEMM2 writes bf16 y).
   float* out_f32 = nullptr;
   uint16_t* out_bf16 = nullptr;
-  // Fused quantization of the input (FP8Block128, T = 1): the one bf16 token
-  // row [1, k] that every row of every tile reads (gather[p] / top_k is 0).
-  // Each CTA quantizes it per 128 columns into shared memory as the
-  // quantize_fp8_rows kernel would (the same codes and scales); a, a_scales
-  // and a_scales_ld are then unused.
-  const uint16_t* a_bf16 = nullptr;
-  // Fused quantization of the output (GEMM1, out_f32 set): the CTA that
-  // finishes a (tile, 128-column group) last also writes that group's rows
-  // as e4m3 codes out_codes [P, n_out] and scales out_scales[group *
-  // out_scales_ld + row]: amax / 448 per (row, group) as quantize_fp8_rows,
-  // or *out_static_scale for every one (FP8PerTensor's static scale, as
-  // quantize_fp8_tensor). group_done: max_tiles * n_out / 128 counters, zero
-  // before the first launch; each launch leaves them zero.
-  uint8_t* out_codes = nullptr;
-  float* out_scales = nullptr;
-  int out_scales_ld = 0;
-  const float* out_static_scale = nullptr;
-  unsigned* group_done = nullptr;
   // As the BF16 stream kernel: pdl_launch_dependents() once the loads are done.
   bool early_dependents = false;
   // As the BF16 stream kernel: read the schedule and issue the first weight
@@ -72,9 +54,7 @@ struct Fp8StreamGemmParams {
 //       * b_scale(e, brow / 128, kb) * sum_{k in kb} A[row_i, k] * B[e][brow, k])
 // with brow = n (and up_offset + n for the up value of gated epilogues);
 // bias is added after scaling, before the activation. Rows no tile covers
-// are not written. With a_bf16 the A codes and scales are those the token
-// row quantizes to; with out_codes the written out_f32 rows are also
-// quantized (the fields above). Throws std::invalid_argument naming the field for bad
+// are not written. Throws std::invalid_argument naming the field for bad
 // parameters; max_tiles = 0 launches nothing.
 void launch_fp8_stream_gemm(const Fp8StreamGemmParams& p, KernelStream stream);
 

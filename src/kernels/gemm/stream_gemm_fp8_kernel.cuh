@@ -15,8 +15,6 @@
 #include "kernels/gemm/stream_gemm_fp8.cuh"
 #include "kernels/gemm/stream_gemm_fp8_config.h"
 #include "kernels/gemm/warp_mma.cuh"
-#include "kernels/quant/fp8_amax.cuh"
-#include "core/e4m3.h"
 
 namespace unimoe::fp8_stream {
 
@@ -40,7 +38,6 @@ struct Fp8StreamArgs {
   Fp8StreamConfig c;     // stream_gemm_fp8_config.h
   int k_blocks = 0;      // k / 128
   int b_row_blocks = 0;  // ceil(b_rows / 128)
-  int out_groups = 0;    // n_out / 128 (the fused output quantization's groups)
   bool gated = false;
 };
 
@@ -55,11 +52,6 @@ __device__ __forceinline__ uint4 load_weights(const uint8_t* p) {
     asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
-}
-
-// Asks for the 128-byte line at p into L2; holds no register.
-__device__ __forceinline__ void prefetch_l2(const uint8_t* p) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
 }
 
 // c += the two m16n8k32 e4m3 k-steps of one 16-byte load a lane: lo and hi
@@ -156,51 +148,14 @@ __device__ __forceinline__ void stage_a_scales(const Fp8StreamArgs& args, const 
   __syncthreads();
 }
 
-// With a_bf16: the token row, staged as bf16 in xb_sm and quantized into
-// x_sm (codes) and a_sm[kb][i] (its scale, for every tile row i: every row
-// is the token), one warp a 128-column block, 4 values a lane: the rule and
-// the arithmetic of quantize_fp8_rows (fp8_quant.cu), so the same bits. The
-// CTA's staged B scales complete with the same wait. After pdl_begin().
-__device__ __forceinline__ void stage_quantized_token(const Fp8StreamArgs& args, uint8_t* x_sm,
-                                                      uint16_t* xb_sm, float* a_sm) {
-  const Fp8StreamGemmParams& p = args.p;
-  constexpr int kPerCopy = 8;  // bf16 values of one 16-byte copy
-#pragma unroll 1
-  for (int off = kPerCopy * threadIdx.x; off < p.k; off += kPerCopy * kThreads)
-    cp_async_16(shared_address(xb_sm + off), p.a_bf16 + off, 16);
-  cp_async_commit();
-  cp_async_wait<0>();
-  __syncthreads();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll 1
-  for (int kb = warp; kb < args.k_blocks; kb += kWarps) {
-    const uint2 w = *reinterpret_cast<const uint2*>(xb_sm + kb * kBlockK + 4 * lane);
-    const float v[4] = {__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u),
-                        __uint_as_float(w.y << 16), __uint_as_float(w.y & 0xffff0000u)};
-    float m = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) m = fmaxf(m, fabsf(v[i]));
-    const float scale = fp8_amax::fp8_scale(fp8_amax::warp_max(m));
-    uint32_t packed = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      packed |= static_cast<uint32_t>(encode_e4m3(__fdiv_rn(v[i], scale))) << (8 * i);
-    *reinterpret_cast<uint32_t*>(x_sm + kb * kBlockK + 4 * lane) = packed;
-    if (lane < kStreamTileM) a_sm[kb * kStreamTileM + lane] = scale;
-  }
-  __syncthreads();
-}
-
 // ---- One-token tiles: 16L-byte row pieces per unit, the diagonal of each product.
 
 // This warp's kSlots x kUnits pairs over all of K, kChunks pieces of each in
-// flight; slot s of unit u is pair q0 + s * kUnits + u. kQuantizeA: the
-// token row is a_bf16, quantized here (its own instantiation, so that the
-// usual path's registers stay as they were).
-template <int kSlots, int kChunks, int kUnitLanes, bool kQuantizeA>
+// flight; slot s of unit u is pair q0 + s * kUnits + u.
+template <int kSlots, int kChunks, int kUnitLanes>
 __device__ __forceinline__ void stream_one_token(const Fp8StreamArgs& args, const DeviceTile& tile,
-                                                 int block, uint8_t* x_sm, uint16_t* xb_sm,
-                                                 float* a_sm, float* b_sm) {
+                                                 int block, uint8_t* x_sm, float* a_sm,
+                                                 float* b_sm) {
   constexpr int kUnits = 32 / kUnitLanes;
   constexpr int kPiece = kLaneK * kUnitLanes;  // K of one unit load
   const Fp8StreamGemmParams& p = args.p;
@@ -212,25 +167,6 @@ __device__ __forceinline__ void stream_one_token(const Fp8StreamArgs& args, cons
   const uint8_t* r0 = p.b + (static_cast<size_t>(tile.expert) * p.b_rows + row0) * k + kLaneK * li;
   const uint8_t* r1 = r0 + static_cast<size_t>(args.gated ? p.up_offset : 1) * k;
   const size_t slot_stride = static_cast<size_t>(kUnits) * (args.gated ? 1 : 2) * k;
-
-  // kQuantizeA: the quantization needs registers the first round's loads
-  // would hold, so that round is requested into L2 (no registers), the
-  // token row quantized, and the loop's loads then find it there.
-  if constexpr (kQuantizeA) {
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c)
-#pragma unroll
-      for (int s = 0; s < kSlots; ++s) {
-        const int kc = c * kPiece;
-        if (kc + kLaneK * li < p.k && q_lane + s * kUnits < pairs) {
-          prefetch_l2(r0 + s * slot_stride + kc);
-          prefetch_l2(r1 + s * slot_stride + kc);
-        }
-      }
-    stage_b_scales(args, tile.expert, block, b_sm);
-    pdl_begin();
-    stage_quantized_token(args, x_sm, xb_sm, a_sm);
-  }
 
   const int odd = (lane >> 2) & 1;  // the diagonal entries are c[odd] (R0) and c[2 + odd] (R1)
   float d[kSlots][2] = {};
@@ -248,7 +184,7 @@ __device__ __forceinline__ void stream_one_token(const Fp8StreamArgs& args, cons
       }
     // The first round's weight requests are out; the token row and its
     // scales are the previous kernel's output (or gathered through it).
-    if (!kQuantizeA && k0 == 0) {
+    if (k0 == 0) {
       stage_b_scales(args, tile.expert, block, b_sm);
       pdl_begin();
       const uint8_t* x = p.a + static_cast<size_t>(source_row(p, tile.row_start)) * k;
@@ -290,19 +226,17 @@ __device__ __forceinline__ void stream_one_token(const Fp8StreamArgs& args, cons
   reduce_slots<kSlots, kUnitLanes>(u, lane);
   constexpr int kLanesPerSlot = kUnitLanes / kSlots;
   const int q = q_lane + (li / kLanesPerSlot) * kUnits;
-  if (li % kLanesPerSlot == 0 && q < pairs)
-    store_pair(args, tile.expert, static_cast<size_t>(tile.row_start) * p.n_out,
-               args.gated ? q : 2 * q, args.gated ? p.up_offset + q : 2 * q + 1, u[0][0], u[0][1],
-               true, true);
+  if (li % kLanesPerSlot != 0 || q >= pairs) return;
+  store_pair(args, tile.expert, static_cast<size_t>(tile.row_start) * p.n_out,
+             args.gated ? q : 2 * q, args.gated ? p.up_offset + q : 2 * q + 1, u[0][0], u[0][1],
+             true, true);
 }
 
 // ---- Multi-row tiles: 16 weight rows x 64 K per slab, kFrags token fragments.
 
-// kSharedA: every row is the token row, quantized into x_sm (a_bf16).
-template <int kFrags, int kSlabs, bool kSharedA>
+template <int kFrags, int kSlabs>
 __device__ __forceinline__ void stream_rows(const Fp8StreamArgs& args, const DeviceTile& tile,
-                                            int block, uint8_t* x_sm, uint16_t* xb_sm, float* a_sm,
-                                            float* b_sm, float* partial) {
+                                            int block, float* a_sm, float* b_sm, float* partial) {
   static_assert((kSlabs * kSlabK) % kBlockK == 0, "whole blocks per round");
   const Fp8StreamGemmParams& p = args.p;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -342,30 +276,20 @@ __device__ __forceinline__ void stream_rows(const Fp8StreamArgs& args, const Dev
     if (k0 == k_begin) {
       stage_b_scales(args, tile.expert, block, b_sm);
       pdl_begin();
-      if constexpr (kSharedA) {
-        stage_quantized_token(args, x_sm, xb_sm, a_sm);
-      } else {
 #pragma unroll
-        for (int f = 0; f < kFrags; ++f)
-          if (x_ok[f])
-            x_row[f] = p.a + static_cast<size_t>(source_row(p, tile.row_start + 8 * f + g)) * k +
-                       kLaneK * t;
-        stage_a_scales(args, tile, a_sm);
-      }
+      for (int f = 0; f < kFrags; ++f)
+        if (x_ok[f])
+          x_row[f] = p.a + static_cast<size_t>(source_row(p, tile.row_start + 8 * f + g)) * k +
+                     kLaneK * t;
+      stage_a_scales(args, tile, a_sm);
     }
 #pragma unroll
     for (int u = 0; u < kSlabs; ++u)
 #pragma unroll
       for (int f = 0; f < kFrags; ++f) {
         const int kk = k0 + u * kSlabK;
-        if constexpr (kSharedA)
-          xv[u][f] = kk < k_end && x_ok[f]
-                         ? *reinterpret_cast<const uint4*>(x_sm + kLaneK * t + kk)
-                         : zero;
-        else
-          xv[u][f] = kk < k_end && x_ok[f]
-                         ? __ldg(reinterpret_cast<const uint4*>(x_row[f] + kk))
-                         : zero;
+        xv[u][f] =
+            kk < k_end && x_ok[f] ? __ldg(reinterpret_cast<const uint4*>(x_row[f] + kk)) : zero;
       }
 #pragma unroll
     for (int b = 0; b < kSlabs / kSlabsPerBlock; ++b) {
@@ -414,71 +338,11 @@ __device__ __forceinline__ void stream_rows(const Fp8StreamArgs& args, const Dev
                    row_hi, acc[f][j], acc[f][2 + j], lo_ok, hi_ok);
 }
 
-// ---- Fused output quantization: the last CTA of a (tile, 128-column group).
-
-// Every thread of the CTA calls it, after its stores. The CTAs of a group
-// count themselves in group_done after a fence (the CUDA programming
-// guide's last-block pattern); atomicInc wraps the counter to 0 at the
-// last one, which then reads the group's rows back from L2 and writes
-// their codes and scales, one warp a row, 4 values a lane, with
-// quantize_fp8_rows' rule and arithmetic (or the static scale as
-// quantize_fp8_tensor). Deterministic: amax is exact in any order, and
-// each code is one element's.
-// The CTA's tile is read again rather than kept in registers through the
-// GEMM's loops.
-__device__ __forceinline__ void quantize_finished_group(const Fp8StreamArgs& args) {
-  const Fp8StreamGemmParams& p = args.p;
-  const int tile_index = blockIdx.x / args.c.n_blocks;
-  const int block = blockIdx.x - tile_index * args.c.n_blocks;
-  __shared__ bool last;
-  const int group = block * args.c.cols_per_cta / kBlockK;  // cols_per_cta divides 128
-  const unsigned ctas = kBlockK / args.c.cols_per_cta;       // n_out is a multiple of 128
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned* counter = p.group_done + static_cast<size_t>(tile_index) * args.out_groups + group;
-    last = atomicInc(counter, ctas - 1) == ctas - 1;  // the last one leaves 0 for the next launch
-    __threadfence();  // the other CTAs' rows are read after this
-  }
-  __syncthreads();
-  if (!last) return;
-  const DeviceTile tile = p.tiles[tile_index];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int col = group * kBlockK + 4 * lane;
-#pragma unroll 1
-  for (int i = warp; i < tile.rows; i += kWarps) {
-    const size_t row = static_cast<size_t>(tile.row_start) + i;
-    const float4 v = __ldcg(reinterpret_cast<const float4*>(p.out_f32 + row * p.n_out + col));
-    const float f[4] = {v.x, v.y, v.z, v.w};
-    float scale;
-    if (p.out_static_scale != nullptr) {
-      scale = *p.out_static_scale;
-    } else {
-      float m = 0.0f;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) m = fmaxf(m, fabsf(f[j]));
-      scale = fp8_amax::fp8_scale(fp8_amax::warp_max(m));
-    }
-    uint32_t packed = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      packed |= static_cast<uint32_t>(encode_e4m3(__fdiv_rn(f[j], scale))) << (8 * j);
-    *reinterpret_cast<uint32_t*>(p.out_codes + row * p.n_out + col) = packed;
-    if (lane == 0) p.out_scales[static_cast<size_t>(group) * p.out_scales_ld + row] = scale;
-  }
-}
-
-// One kernel per one-token shape (unit width, slots; the launcher picks)
-// and kFuse: 0 without the fused quantizations, 1 with out_codes only, 2
-// with a_bf16 (and out_codes where set). The forms are compiled apart, so
-// that fused code takes none of the others' registers (the 4-slot shapes
-// use all 128).
-template <int kUnitLanes, int kSlots, int kFuse>
+// One kernel per one-token shape (unit width, slots; the launcher picks).
+template <int kUnitLanes, int kSlots>
 __global__ void __launch_bounds__(kThreads, 2) fp8_stream_gemm_kernel(const Fp8StreamArgs args) {
   static_assert(kSlots * 32 / kUnitLanes <= kWarps, "at most 8 pairs a warp");
-  // The token row's codes [k], with a_bf16 the row itself [k] bf16, the A
-  // scales [k / 128][16], the B scales [3][k / 128].
-  extern __shared__ __align__(16) uint8_t smem[];
+  extern __shared__ __align__(16) uint8_t smem[];  // token row, A scales, B scales
   __shared__ float partial[kWarps * 8 * 32];
   const Fp8StreamGemmParams& p = args.p;
   // With prefetch_before_wait the schedule is older than the previous
@@ -488,22 +352,16 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_stream_gemm_kernel(const Fp8S
   if (tile_index >= *p.num_tiles) return;
   const DeviceTile tile = p.tiles[tile_index];
   const int block = blockIdx.x - tile_index * args.c.n_blocks;
-  constexpr bool kQuantizeA = kFuse == 2;
-  uint16_t* xb_sm = reinterpret_cast<uint16_t*>(smem + p.k);
-  float* a_sm = reinterpret_cast<float*>(smem + (kQuantizeA ? 3 * p.k : p.k));
+  float* a_sm = reinterpret_cast<float*>(smem + p.k);
   float* b_sm = a_sm + kStreamTileM * args.k_blocks;
-  constexpr int kChunks = kLoadsInFlight / (2 * kSlots);
   // Both paths cover the same cols_per_cta columns (a CTA-uniform choice).
   if (tile.rows == 1)
-    stream_one_token<kSlots, kChunks, kUnitLanes, kQuantizeA>(args, tile, block, smem, xb_sm, a_sm,
-                                                              b_sm);
-  else if (kQuantizeA)  // T = 1 with a repeated expert id: the token's rows
-    stream_rows<2, kUnroll, kQuantizeA>(args, tile, block, smem, xb_sm, a_sm, b_sm, partial);
+    stream_one_token<kSlots, kLoadsInFlight / (2 * kSlots), kUnitLanes>(args, tile, block, smem,
+                                                                        a_sm, b_sm);
   else if (tile.rows <= 8)  // one token fragment, more slabs in flight
-    stream_rows<1, kUnrollOneFragment, false>(args, tile, block, smem, xb_sm, a_sm, b_sm, partial);
+    stream_rows<1, kUnrollOneFragment>(args, tile, block, a_sm, b_sm, partial);
   else
-    stream_rows<2, kUnroll, false>(args, tile, block, smem, xb_sm, a_sm, b_sm, partial);
-  if (kFuse != 0 && p.out_codes != nullptr) quantize_finished_group(args);
+    stream_rows<2, kUnroll>(args, tile, block, a_sm, b_sm, partial);
 }
 
 }  // namespace unimoe::fp8_stream

@@ -195,7 +195,6 @@ FuzzLayer fuzz_layer(uint64_t seed, int layer) {
   // stay what they were before this draw existed.
   static const char* const kGemm2Paths[] = {"auto", "combine", "gate", "gate"};
   f.gemm2_path = kGemm2Paths[hash64(f.seed ^ 0x6e22) % 4];
-  f.fp8_fused_quant = hash64(f.seed ^ 0xf8f8) % 2 == 0;
   // Expert parallelism, from its own hash as well. The local layers see W x
   // max_tokens tokens: max_tokens shrinks to keep that within the call cap.
   const uint64_t ep_draw = hash64(f.seed ^ 0xe9e9);
@@ -219,7 +218,6 @@ int fuzz_ep_tokens(const FuzzLayer& layer, const FuzzCall& call, int rank) {
 
 DevOverrides fuzz_dev_overrides(const FuzzLayer& layer, DevOverrides dev) {
   if (dev.gemm2_path == DevGemm2Path::kRule) dev.set("gemm2_path=" + layer.gemm2_path);
-  dev.fp8_fused_quant = dev.fp8_fused_quant || layer.fp8_fused_quant;
   return dev;
 }
 
@@ -251,8 +249,7 @@ FuzzCall fuzz_call(const FuzzLayer& layer, int call) {
 
 std::string describe(const FuzzLayer& layer, const FuzzCall& call) {
   return layer.config.to_string() + " max_tokens=" + std::to_string(layer.max_tokens) +
-         " gemm2_path=" + layer.gemm2_path + (layer.fp8_fused_quant ? " fp8_fused_quant=1" : "") +
-         (layer.ep_world > 0 ? " ep=" + std::to_string(layer.ep_world) : "") +
+         " gemm2_path=" + layer.gemm2_path + (layer.ep_world > 0 ? " ep=" + std::to_string(layer.ep_world) : "") +
          " T=" + std::to_string(call.num_tokens) + " logits=" + to_string(call.logits) +
          " routing=" + to_string(call.routing);
 }

@@ -37,10 +37,6 @@ struct FuzzLayer {
   // rule, the combine path or the gate, drawn for every layer (it changes
   // only BF16 calls of at most 1024 rows on the mma and stream paths).
   std::string gemm2_path = "auto";
-  // The development override fp8_fused_quant (the FP8 stream path's GEMM1
-  // quantizes its input at T = 1 and its output itself), drawn on for half
-  // the layers (it changes only FP8 calls on the stream path).
-  bool fp8_fused_quant = false;
   // Expert parallelism: 0 for the plain layer, else W ranks of an EPLayer
   // over the loopback transport (include/unimoe/ep.h), each with E / W of
   // the experts and max_tokens tokens a call. Drawn for about a quarter of
@@ -83,8 +79,7 @@ struct FuzzCall {
 FuzzLayer fuzz_layer(uint64_t seed, int layer);
 FuzzCall fuzz_call(const FuzzLayer& layer, int call);
 // `dev` with the layer's gemm2_path, unless `dev` sets one (an
-// UNIMOE_GEMM2_PATH in the environment then holds for every layer), and
-// with fp8_fused_quant where the layer draws it (or `dev` has it).
+// UNIMOE_GEMM2_PATH in the environment then holds for every layer).
 DevOverrides fuzz_dev_overrides(const FuzzLayer& layer, DevOverrides dev);
 
 // Tokens rank r of an EP layer passes to call `call`: the call's T for
