@@ -104,9 +104,10 @@ std::vector<TuningChoice> candidates_for(const MoEConfig& config, int bucket,
   const bool fp8 = config.experts.quant == QuantVariant::FP8Block128 ||
                    config.experts.quant == QuantVariant::FP8PerTensor;
   // The wgmma kernels (the BF16 wgmma tactics, FP8's mma path) are offered
-  // only where asked for until they have been checked and timed on a GPU: a
-  // kernel that faulted would end the tuning process, not just lose a
-  // candidate. Elsewhere they run where forced (options.backend, the
+  // only where asked for: on an H100 they lost to the cutlass path by
+  // 1.35-2x per layer and tied it at best when offered
+  // (bench/results/h100/wgmma-kernels.txt), so by default they would only
+  // lengthen tuning. Elsewhere they run where forced (options.backend, the
   // mma_tactic knob).
   if (offered(ExpertsPath::Mma) && fp8 && offer_wgmma) {
     TuningChoice c;

@@ -68,7 +68,7 @@ inline bool operator!=(const TuningChoice& a, const TuningChoice& b) { return !(
 // tactic is a candidate at every bucket so far: the tuner, not a rule,
 // rejects the slow ones. The wgmma kernels (the BF16 wgmma tactics, FP8's
 // mma path) are listed only with `offer_wgmma` (the development knob
-// tune_wgmma), until they have been checked and timed on a GPU.
+// tune_wgmma): slower than the cutlass path on an H100.
 std::vector<TuningChoice> candidates_for(const MoEConfig& config, int bucket,
                                          const DeviceArch& arch, bool offer_wgmma = false);
 
