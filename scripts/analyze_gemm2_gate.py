@@ -3,7 +3,8 @@
 
     scripts/analyze_gemm2_gate.py RUN.json [RUN.json ...] [--fit] [--json OUT] [--plot OUT.png]
 
-Each RUN.json is one `unimoe-bench` run with `--dev gemm2_path=expert`,
+Each RUN.json is one `unimoe-bench` run (or a file whose "runs" list holds
+several, as bench/results keeps a sweep) with `--dev gemm2_path=expert`,
 `combine` or `gate` (the file's "dev" field says which) under one
 `--routing` distribution (its "routing" field), all from one call on one
 GPU. Points are matched by (routing, preset, T). Prints, point by point,
@@ -41,11 +42,19 @@ def mode_of(doc):
     return "auto"
 
 
+def runs_of(path):
+    """The runs a file holds: the file itself, or each entry of its "runs"
+    list (a sweep kept as one file, as in bench/results)."""
+    doc = json.load(open(path))
+    if "runs" in doc:
+        return [(f"{path} run {i}", run) for i, run in enumerate(doc["runs"])]
+    return [(path, doc)]
+
+
 def load(paths):
     """{(routing, preset, T): {mode: point}} and the device, refusing mixed GPUs."""
     table, device = {}, None
-    for path in paths:
-        doc = json.load(open(path))
+    for path, doc in [r for p in paths for r in runs_of(p)]:
         if device is None:
             device = doc.get("device", "")
         elif doc.get("device", "") != device:

@@ -72,6 +72,11 @@ def main():
         check(f"geometric mean {skewed:.3f}" in text, "skewed line: " + text)
         check("worst 1.100" in text, "worst line: " + text)
         check("T=1 uniform m: gate minus the same path forced +0.50 us" in text, "t1 line: " + text)
+        # The same runs kept as one file's "runs" list read the same.
+        combined = write(d, "sweep.json", {"provenance": {"command": "x"},
+                                           "runs": [json.load(open(f)) for f in files]})
+        code, text_combined = run([combined, "--fit"])
+        check(code == 0 and "3 of 4 points (75%" in text_combined, "combined file: " + text_combined)
         out = json.load(open(os.path.join(d, "out.json")))
         check(out["summary"]["points"] == 4, f"summary {out['summary']}")
         check(out["fit"]["m"] == "too few or degenerate points for the fit", f"fit {out['fit']}")
