@@ -84,4 +84,23 @@ void expect_refused(const Params& p, const std::string& words, Launch launch) {
   }
 }
 
+// Captures what `body` launches on `stream` into a new graph. If `body`
+// throws, the capture is ended (its graph dropped) before the exception goes
+// on: a stream left capturing would make the next test's allocations fail.
+template <typename Body>
+cudaGraph_t capture(cudaStream_t stream, cudaStreamCaptureMode mode, Body&& body) {
+  UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, mode));
+  try {
+    body();
+  } catch (...) {
+    cudaGraph_t dropped = nullptr;
+    cudaStreamEndCapture(stream, &dropped);
+    if (dropped != nullptr) cudaGraphDestroy(dropped);
+    throw;
+  }
+  cudaGraph_t graph = nullptr;
+  UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  return graph;
+}
+
 }  // namespace unimoe::test

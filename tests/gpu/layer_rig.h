@@ -163,9 +163,9 @@ class CapturedForward {
  public:
   CapturedForward(MoELayer& layer, const ForwardArgs& args) {
     UNIMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    layer.forward(args, stream_);
-    UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph_));
+    graph_ = test::capture(stream_, cudaStreamCaptureModeThreadLocal, [&] {
+      layer.forward(args, stream_);
+    });
     UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
   }
   CapturedForward(const CapturedForward&) = delete;

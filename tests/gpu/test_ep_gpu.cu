@@ -301,9 +301,9 @@ TEST(EPLayerGpu, CapturedOnceReplaysWithFreshRouting) {
   UNIMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
-  UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  rig.run(cap, stream);
-  UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  graph = test::capture(stream, cudaStreamCaptureModeThreadLocal, [&] {
+    rig.run(cap, stream);
+  });
   UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   for (int replay = 0; replay < 3; ++replay) {
     const uint64_t seed = test::fresh_seed();

@@ -360,10 +360,10 @@ TEST(Fp8QuantGpu, GraphReplaysWithNewInputsAndRowCounts) {
   UNIMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
-  UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  launch_quantize_fp8_rows(row_rig.row_params(true), stream);
-  launch_quantize_fp8_tensor(tensor_rig.tensor_params(true), stream);
-  UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  graph = test::capture(stream, cudaStreamCaptureModeThreadLocal, [&] {
+    launch_quantize_fp8_rows(row_rig.row_params(true), stream);
+    launch_quantize_fp8_tensor(tensor_rig.tensor_params(true), stream);
+  });
   UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   const int live_counts[] = {129, 40, 1, 0, 77};
   for (int replay = 0; replay < 5; ++replay) {

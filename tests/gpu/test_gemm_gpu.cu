@@ -415,9 +415,9 @@ void graph_replay_follows_the_routing(const GemmTactic& t) {
   UNIMOE_CUDA_CHECK(cudaStreamCreate(&stream));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
-  UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  dev.launch(stream);
-  UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  graph = test::capture(stream, cudaStreamCaptureModeGlobal, [&] {
+    dev.launch(stream);
+  });
   UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
 
   std::mt19937_64 rng(seed + 1);

@@ -354,9 +354,9 @@ TEST(PermuteGpu, GraphReplayOfRoutingAndPermute) {
   const RoutingPlan plan = test::routing_plan(c, local_offset, num_local, t, false, "split");
   EXPECT_EQ(plan.routing_counts_rows, t != 333)
       << "UNIMOE_SPLIT_OCTET_COUNT=0 or UNIMOE_SPLIT_OCTETS_MIN_TOKENS set?";
-  UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  launch_routing_permute(rp, pp, plan, stream);
-  UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  graph = test::capture(stream, cudaStreamCaptureModeThreadLocal, [&] {
+    launch_routing_permute(rp, pp, plan, stream);
+  });
   UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
 
   for (int replay = 0; replay < 3; ++replay) {

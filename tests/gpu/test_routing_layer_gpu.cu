@@ -37,12 +37,12 @@ void replay_with_new_logits(const Problem& pr, Rig& rig, bool cluster,
   UNIMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
-  UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  if (cluster)
-    rig.run_cluster(stream);
-  else
-    rig.run_fused(stream);
-  UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  graph = test::capture(stream, cudaStreamCaptureModeThreadLocal, [&] {
+    if (cluster)
+      rig.run_cluster(stream);
+    else
+      rig.run_fused(stream);
+  });
   UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   for (int replay = 0; replay < 3; ++replay) {
     SCOPED_TRACE("replay " + std::to_string(replay));

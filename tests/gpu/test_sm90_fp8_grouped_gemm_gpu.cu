@@ -248,9 +248,9 @@ TEST(Sm90Fp8GroupedGemm, GraphReplayServesNewOffsets) {
   for (Sm90Fp8GemmTactic tactic : kSm90Fp8GemmTactics) {
     SCOPED_TRACE(std::string("tactic ") + to_string(tactic));
     cudaGraph_t graph;
-    UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    launch_sm90_fp8_grouped_gemm(in.params(tactic), stream);
-    UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    graph = test::capture(stream, cudaStreamCaptureModeGlobal, [&] {
+      launch_sm90_fp8_grouped_gemm(in.params(tactic), stream);
+    });
     cudaGraphExec_t exec;
     UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
 

@@ -232,9 +232,9 @@ TEST(Sm90GroupedGemm, GraphReplayServesNewOffsets) {
   for (Sm90GemmTactic tactic : all_tactics()) {
     SCOPED_TRACE("tactic " + to_string(tactic));
     cudaGraph_t graph;
-    UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    launch_sm90_grouped_gemm(in.params(tactic), stream);
-    UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    graph = test::capture(stream, cudaStreamCaptureModeGlobal, [&] {
+      launch_sm90_grouped_gemm(in.params(tactic), stream);
+    });
     cudaGraphExec_t exec;
     UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
 

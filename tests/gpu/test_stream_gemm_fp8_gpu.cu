@@ -432,9 +432,9 @@ void graph_replays_for_two_schedules(Shape s, std::vector<int> second_counts) {
   UNIMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
-  UNIMOE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  launch(s, dev.params(sized), stream);
-  UNIMOE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  graph = test::capture(stream, cudaStreamCaptureModeThreadLocal, [&] {
+    launch(s, dev.params(sized), stream);
+  });
   UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   for (const Problem* P : {&first, &second, &first}) {
     SCOPED_TRACE(P->s.label());
