@@ -120,6 +120,9 @@ __global__ void __launch_bounds__(kTensorThreads)
 // Every block reduces the partial maxima to the one scale (or reads the
 // static scale), block 0 stores it, then all quantize the live elements and,
 // when asked, broadcast the scale to every (live row, group) of row_scales.
+// With neither a static scale nor partials the grid is one block, which
+// takes the amax of every live element itself: small calls (decode) then
+// run one kernel instead of two.
 template <typename In>
 __global__ void __launch_bounds__(kTensorThreads)
     quantize_fp8_tensor_kernel(const In* __restrict__ x, int rows, int cols,
@@ -129,17 +132,22 @@ __global__ void __launch_bounds__(kTensorThreads)
                                uint2* __restrict__ codes, float* __restrict__ scale_out,
                                float* __restrict__ row_scales, int row_scales_ld) {
   pdl_begin();
+  const int live = live_rows(rows_device, rows);
+  const int64_t vecs = static_cast<int64_t>(live) * (cols / kTensorVec);
   float scale;
   if (static_scale) {
     scale = *static_scale;
+  } else if (num_partials == 0) {  // one block: the amax of every live element
+    float m = 0.0f;
+    for (int64_t i = threadIdx.x; i < vecs; i += kTensorThreads)
+      m = abs_max4(abs_max4(m, load4(x, 2 * i)), load4(x, 2 * i + 1));
+    scale = fp8_scale(block_max<kTensorWarps>(m));
   } else {
     float m = 0.0f;
     for (int i = threadIdx.x; i < num_partials; i += kTensorThreads) m = fmaxf(m, partials[i]);
     scale = fp8_scale(block_max<kTensorWarps>(m));
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) *scale_out = scale;
-  const int live = live_rows(rows_device, rows);
-  const int64_t vecs = static_cast<int64_t>(live) * (cols / kTensorVec);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kTensorThreads + threadIdx.x; i < vecs;
        i += static_cast<int64_t>(gridDim.x) * kTensorThreads)
     codes[i] = make_uint2(encode4(load4(x, 2 * i), scale), encode4(load4(x, 2 * i + 1), scale));
@@ -210,9 +218,22 @@ std::size_t quantize_fp8_tensor_scratch_floats(int rows, int cols) {
 
 namespace {
 
+// Calls of at most this many elements with a dynamic scale run as one
+// block of one kernel (the amax and the quantization together; at T = 1 of
+// H = 7168, 28 elements a thread), larger ones as the two kernels.
+constexpr int64_t kOneBlockElements = 32768;
+
 template <typename In>
 void launch_tensor(const Fp8TensorQuantParams& p, const In* x, KernelStream stream) {
   int num_partials = 0;
+  const bool one_block = !p.static_scale && static_cast<int64_t>(p.rows) * p.cols <= kOneBlockElements;
+  if (one_block) {
+    launch_pdl(quantize_fp8_tensor_kernel<In>, dim3(1), kTensorThreads, 0, stream, x, p.rows,
+               p.cols, p.rows_device, p.static_scale, static_cast<const float*>(nullptr), 0,
+               reinterpret_cast<uint2*>(p.codes), p.scale, p.row_scales, p.row_scales_ld);
+    UNIMOE_LAUNCH_CHECK();
+    return;
+  }
   if (!p.static_scale) {
     require(p.scratch != nullptr, "quantize_fp8_tensor: a dynamic scale needs scratch");
     num_partials = tensor_blocks(p.rows, p.cols, kMaxAmaxBlocks);
