@@ -81,7 +81,8 @@
 #                            (the combine's K splits, off-rank rows), .Precomputed
 #                            RoutingThroughTheGate, .CombinePathLeavesTheExpert
 #                            RowsPoisoned, .OneGraphTakesBothPathsAsTheRouting
-#                            Changes (the gate and both paths in one graph);
+#                            Changes (the gate and both paths in one graph),
+#                            .CallWithNoRowOnThisRankWritesZeros (no tiles);
 #                            racecheck and initcheck: the first two
 #   expert parallelism       EPLayerGpu.DispatchSlotsMatchTheReference (the
 #                            slot scan, packing and padding over 4 loopback
@@ -137,6 +138,7 @@ readonly kFullFilter="GpuSmoke.*\
 :LayerW4Gpu.EveryTileForm\
 :Gemm2GateGpu.ExpertParallelRangeAndFewTilesSplittingK:Gemm2GateGpu.PrecomputedRoutingThroughTheGate\
 :Gemm2GateGpu.CombinePathLeavesTheExpertRowsPoisoned:Gemm2GateGpu.OneGraphTakesBothPathsAsTheRoutingChanges\
+:Gemm2GateGpu.CallWithNoRowOnThisRankWritesZeros\
 :EPLayerGpu.DispatchSlotsMatchTheReference:EPLayerGpu.EmptyCallsWriteNothing\
 :EPLayerGpu.CapturedOnceReplaysWithFreshRouting"
 readonly kRacecheckFilter="PermuteGpu.GraphReplayOfRoutingAndPermute\
