@@ -264,6 +264,14 @@ class Fp8StreamBackend final : public Fp8Backend {
     p.alpha = config_.experts.swiglu_alpha;
     p.limit = config_.experts.swiglu_limit;
     p.out_f32 = act_f32_;
+    if (plan.next_prefetch && path() == ExpertsPath::Stream) {
+      // GEMM2's e4m3 weights and their block scales of each expert.
+      p.next.base = weights_.w2;
+      p.next.bytes = static_cast<std::size_t>(hidden_) * inter_;
+      p.next.base2 = w2_scales_;
+      p.next.bytes2 = sizeof(float) * static_cast<std::size_t>(w2_blocks());
+      p.next.max_tiles = next_weights_max_tiles(p.next.bytes + p.next.bytes2);
+    }
     launch(p, plan, chain);
     quantize_act(call, chain);
   }

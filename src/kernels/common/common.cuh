@@ -74,6 +74,56 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
+// The next GEMM's weights, fetched into L2 while this one streams its own
+// (decode, where both GEMMs read few experts): expert e's bytes are
+// [base + e * bytes, + bytes) and, where set, [base2 + e * bytes2, + bytes2)
+// (its scales). A kernel given one issues the prefetch only when the call
+// has at most max_tiles tiles, so that the experts' bytes stay within the
+// share of L2 its launcher chose; the prefetch is a hint and never changes
+// what is computed. base == nullptr: none.
+struct NextWeightsPrefetch {
+  const void* base = nullptr;
+  std::size_t bytes = 0;
+  const void* base2 = nullptr;
+  std::size_t bytes2 = 0;
+  int max_tiles = 0;
+};
+
+// Asks L2 for [p, p + bytes): the TMA unit fetches it, no thread waits.
+__device__ __forceinline__ void l2_prefetch_bulk(const void* p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+
+// Part `part` of `parts` of [base + index * bytes, + bytes), cut on 16-byte
+// boundaries inside the range (the bulk prefetch's alignment; the range's
+// unaligned ends are left out).
+__device__ __forceinline__ void l2_prefetch_part(const void* base, std::size_t bytes, int index,
+                                                 int part, int parts) {
+  if (base == nullptr || bytes == 0) return;
+  const std::size_t begin = reinterpret_cast<std::size_t>(base) + static_cast<std::size_t>(index) * bytes;
+  const std::size_t first = (begin + 15) / 16 * 16, last = (begin + bytes) / 16 * 16;
+  if (last <= first) return;
+  const std::size_t slice = ((last - first) / parts + 15) / 16 * 16 + 16;
+  const std::size_t lo = first + static_cast<std::size_t>(part) * slice;
+  if (lo >= last) return;
+  const std::size_t hi = lo + slice < last ? lo + slice : last;
+  l2_prefetch_bulk(reinterpret_cast<const void*>(lo), static_cast<unsigned>(hi - lo));
+}
+
+// One CTA's share (part of parts) of expert `expert`'s next weights; call
+// from one thread per range (thread 0 the weights, another the scales).
+__device__ __forceinline__ void prefetch_next_weights(const NextWeightsPrefetch& f, int num_tiles,
+                                                      int expert, int part, int parts,
+                                                      bool scales) {
+  if (f.base == nullptr || num_tiles > f.max_tiles) return;
+  if (scales)
+    l2_prefetch_part(f.base2, f.bytes2, expert, part, parts);
+  else
+    l2_prefetch_part(f.base, f.bytes, expert, part, parts);
+}
+
 // Where a launcher puts its kernels: the stream, and whether they are
 // launched with programmatic dependent launch (the plans' `pdl`, off only
 // for measuring what PDL gains). A plain cudaStream_t converts to it with
@@ -87,6 +137,14 @@ struct KernelStream {
 
 // The current device's SM count.
 int current_device_sm_count();
+
+// The current device's L2 size in bytes.
+int current_device_l2_bytes();
+
+// How many experts' next weights (expert_bytes each) a GEMM may prefetch
+// into L2 (NextWeightsPrefetch::max_tiles): two fifths of the device's L2,
+// so that the current GEMM's own stream and the prefetched bytes both fit.
+int next_weights_max_tiles(std::size_t expert_bytes);
 
 // As launch_pdl, with the grid launched as thread-block clusters of
 // `cluster_ctas` CTAs along x when cluster_ctas > 0.

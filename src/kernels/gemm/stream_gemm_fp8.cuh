@@ -47,6 +47,9 @@ struct Fp8StreamGemmParams {
   // As the BF16 stream kernel: read the schedule and issue the first weight
   // loads (and stage the weight scales) before pdl_begin().
   bool prefetch_before_wait = false;
+  // GEMM1 at decode: GEMM2's weights of each tile's expert, fetched into L2
+  // (common.cuh); each of a tile's CTAs asks for its share.
+  NextWeightsPrefetch next;
 };
 
 // For tile t of the schedule (t < *num_tiles), row i < rows and column n < n_out:

@@ -148,6 +148,16 @@ __device__ __forceinline__ void stage_a_scales(const Fp8StreamArgs& args, const 
   __syncthreads();
 }
 
+// After the CTA's first weight loads: its share of the next GEMM's weights
+// of the tile's expert (p.next; warp 0 the weights, warp 1 their scales).
+__device__ __forceinline__ void prefetch_next(const Fp8StreamArgs& args, const DeviceTile& tile,
+                                              int block) {
+  const Fp8StreamGemmParams& p = args.p;
+  if (p.next.base == nullptr || (threadIdx.x & 31) != 0 || threadIdx.x >= 64) return;
+  prefetch_next_weights(p.next, *p.num_tiles, tile.expert, block, args.c.n_blocks,
+                        threadIdx.x == 32);
+}
+
 // ---- One-token tiles: 16L-byte row pieces per unit, the diagonal of each product.
 
 // This warp's kSlots x kUnits pairs over all of K, kChunks pieces of each in
@@ -185,6 +195,7 @@ __device__ __forceinline__ void stream_one_token(const Fp8StreamArgs& args, cons
     // The first round's weight requests are out; the token row and its
     // scales are the previous kernel's output (or gathered through it).
     if (k0 == 0) {
+      prefetch_next(args, tile, block);
       stage_b_scales(args, tile.expert, block, b_sm);
       pdl_begin();
       const uint8_t* x = p.a + static_cast<size_t>(source_row(p, tile.row_start)) * k;
@@ -274,6 +285,7 @@ __device__ __forceinline__ void stream_rows(const Fp8StreamArgs& args, const Dev
       wh[u] = kk < k_end && hi_ok ? load_weights<true>(w_hi + kk) : zero;
     }
     if (k0 == k_begin) {
+      prefetch_next(args, tile, block);
       stage_b_scales(args, tile.expert, block, b_sm);
       pdl_begin();
 #pragma unroll
