@@ -84,6 +84,9 @@
 #                            Changes (the gate and both paths in one graph),
 #                            .CallWithNoRowOnThisRankWritesZeros (no tiles);
 #                            racecheck and initcheck: the first two
+#   GEMM2's weights in L2    NextPrefetchGpu.SmallShapeEveryVariant and
+#                            .ExpertParallelRange (the decode GEMM1's bulk L2
+#                            prefetch, FP8 and 4-bit, on and off)
 #   expert parallelism       EPLayerGpu.DispatchSlotsMatchTheReference (the
 #                            slot scan, packing and padding over 4 loopback
 #                            ranks), .EmptyCallsWriteNothing, .CapturedOnce
@@ -140,7 +143,8 @@ readonly kFullFilter="GpuSmoke.*\
 :Gemm2GateGpu.CombinePathLeavesTheExpertRowsPoisoned:Gemm2GateGpu.OneGraphTakesBothPathsAsTheRoutingChanges\
 :Gemm2GateGpu.CallWithNoRowOnThisRankWritesZeros\
 :EPLayerGpu.DispatchSlotsMatchTheReference:EPLayerGpu.EmptyCallsWriteNothing\
-:EPLayerGpu.CapturedOnceReplaysWithFreshRouting"
+:EPLayerGpu.CapturedOnceReplaysWithFreshRouting\
+:NextPrefetchGpu.SmallShapeEveryVariant:NextPrefetchGpu.ExpertParallelRange"
 readonly kRacecheckFilter="PermuteGpu.GraphReplayOfRoutingAndPermute\
 :FusedRoutingGpu.ClusterWaysAtTheirBound:FusedRoutingGpu.ClusterOfTwoGraphReplayWithNewLogits\
 :GroupedGemm.OddSizesEveryActivation:GroupedGemm.StreamOneTokenTilesAtEveryKSplit\
