@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
 """Reads the FP8 layer's benchmark against the FP8 targets of docs/quantization.md.
 
-    scripts/analyze_fp8.py BLOCK128.json [PERTENSOR.json] [--peers PEERS.json]
+    scripts/analyze_fp8.py BLOCK128.json[,MORE.json...] [PERTENSOR.json[,MORE.json...]]
+                           [--peers PEERS.json]
 
 BLOCK128.json and PERTENSOR.json are `unimoe-bench --quant FP8Block128` and
-`--quant FP8PerTensor` results of the same presets and token counts (e.g.
-bench/results/h200/layer-fp8-block128.json). Prints, point by point: time,
-floor, time over floor, the stage times, FP8PerTensor's time over
-FP8Block128's, and, with --peers, the FP8 block-128 peer of a peers file
-(bench/peers/h100-peers.json: vLLM's Triton fused_moe, experts only) where
-that file was measured on the same GPU model as the run. Then the summary
-lines the targets are stated in:
+`--quant FP8PerTensor` results (e.g. bench/results/h200/layer-fp8-block128.json);
+a comma-separated list reads several runs of one machine as one (one run a
+preset, say). Prints, point by point: time, floor, time over floor, the
+stage times, FP8PerTensor's time over FP8Block128's, and the FP8 peer:
+the fastest peer the run measured beside the point (`--vllm-peer`: vLLM's
+Triton fused_moe, experts only, its metadata built beforehand), else, with
+--peers, the FP8 block-128 peer of a peers file (bench/peers/h100-peers.json)
+where that file was measured on the same GPU model as the run. Then the
+summary lines the targets are stated in:
   - the geometric mean of FP8Block128's time over floor over the target
     presets (dsv3-tp8, deepseek-v3, qwen3-30b-a3b, qwen3-235b-a22b);
   - dsv3-tp8 at T=1 against 17 us;
@@ -21,6 +24,7 @@ lines the targets are stated in:
 import argparse
 import json
 import math
+import sys
 
 TARGET_PRESETS = ["dsv3-tp8", "deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b"]
 GEOMEAN_BOUND = 1.25
@@ -30,14 +34,30 @@ PER_TENSOR_BOUND = 1.05
 STAGES = ["routing", "permute", "gemm1", "gemm2", "finalize"]
 
 
-def load(path):
-    run = json.load(open(path))
-    best = {}
-    for p in run["points"]:
-        key = (p["preset"], p["T"])
-        if key not in best or p["time_us"] < best[key]["time_us"]:
-            best[key] = p
+def load(paths):
+    """The first run's header and the fastest point of every (preset, T)
+    over the comma-separated runs `paths` (one device)."""
+    run, best = None, {}
+    for path in paths.split(","):
+        doc = json.load(open(path))
+        if run is None:
+            run = doc
+        elif doc["device"] != run["device"]:
+            raise SystemExit(f"{path} ran on {doc['device']}, not {run['device']}")
+        for p in doc["points"]:
+            key = (p["preset"], p["T"])
+            if key not in best or p["time_us"] < best[key]["time_us"]:
+                best[key] = p
     return run, best
+
+
+def in_run_peer(point):
+    """(us, name) of the fastest peer measured beside the point, or None:
+    its experts-only times (not the anchors', not those rebuilding the
+    routing metadata in the call)."""
+    times = [(us, name) for name, us in point.get("peers_us", {}).items()
+             if not name.startswith("anchor_") and not name.endswith(("_align", "_meta"))]
+    return min(times) if times else None
 
 
 def config_field(config, name):
@@ -70,12 +90,12 @@ def peer_points(path, device):
             "peer: vllm_fp8_block_us of " + path + " (experts only, routing given; another run)")
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("block128")
     ap.add_argument("per_tensor", nargs="?")
     ap.add_argument("--peers")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     run, block = load(a.block128)
     tensor = load(a.per_tensor)[1] if a.per_tensor else {}
     peers, peer_note = peer_points(a.peers, run["device"]) if a.peers else ({}, "")
@@ -86,7 +106,7 @@ def main():
         print(peer_note)
     print(f"{'preset':17}{'T':>6}{'time_us':>10}{'floor_us':>10}{'t/floor':>8}"
           f"{'pt/blk':>8}{'peer_us':>9}  stages (us)")
-    ratios, slow_tensor, slower_than_peer = [], [], []
+    ratios, slow_tensor, slower_than_peer, in_run_names = [], [], [], set()
     for (name, t), p in sorted(block.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         r = p["time_us"] / p["floor_us"]
         if name in TARGET_PRESETS:
@@ -95,7 +115,10 @@ def main():
         pt = q["time_us"] / p["time_us"] if q else float("nan")
         if q and pt > PER_TENSOR_BOUND:
             slow_tensor.append(f"{name} T={t} ({pt:.3f})")
-        peer = peers.get((name, t))
+        here = in_run_peer(p)
+        peer = here[0] if here else peers.get((name, t))
+        if here:
+            in_run_names.add(here[1])
         if peer is not None and p["time_us"] > peer:
             slower_than_peer.append(f"{name} T={t} (+{100 * (p['time_us'] / peer - 1):.1f}%)")
         stages = " ".join(f"{s} {p['stages_us'][s]:.1f}" for s in STAGES if s in p.get("stages_us", {}))
@@ -120,9 +143,11 @@ def main():
                   "includes its quantize, gather and activation kernels)")
     if tensor:
         print("FP8PerTensor over FP8Block128 above 1.05: " + (", ".join(slow_tensor) or "none"))
-    if peers:
+    if in_run_names:
+        print("peers measured in the run: " + ", ".join(sorted(in_run_names)))
+    if peers or in_run_names:
         print("points slower than the peer: " + (", ".join(slower_than_peer) or "none"))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
