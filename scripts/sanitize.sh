@@ -85,8 +85,8 @@
 #                            .CallWithNoRowOnThisRankWritesZeros (no tiles);
 #                            racecheck and initcheck: the first two
 #   GEMM2's weights in L2    NextPrefetchGpu.SmallShapeEveryVariant and
-#                            .ExpertParallelRange (the decode GEMM1's bulk L2
-#                            prefetch, FP8 and 4-bit, on and off)
+#                            .ExpertParallelRange (the FP8 decode GEMM1's bulk
+#                            L2 prefetch, on and off)
 #   expert parallelism       EPLayerGpu.DispatchSlotsMatchTheReference (the
 #                            slot scan, packing and padding over 4 loopback
 #                            ranks), .EmptyCallsWriteNothing, .CapturedOnce

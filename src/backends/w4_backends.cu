@@ -124,15 +124,6 @@ class W4StreamBackend final : public ExpertsBackend {
     // once this kernel's loads are out, where the plan overlaps them.
     p.early_dependents = plan.overlap_stream_gemms;
     p.tile_m = plan.tile_m;
-    if (plan.next_prefetch && plan.tile_m == kStreamTileM) {
-      // GEMM2's prepared codes and scales of each expert.
-      const int block = w4_block_values(format_);
-      p.next.base = w2_.codes;
-      p.next.bytes = static_cast<std::size_t>(hidden_) * inter_ / 2;
-      p.next.base2 = w2_.scales;
-      p.next.bytes2 = static_cast<std::size_t>(hidden_) * scale_stride(inter_, block);
-      p.next.max_tiles = next_weights_max_tiles(p.next.bytes + p.next.bytes2);
-    }
     launch_w4_stream_gemm(p, KernelStream(stream, plan.pdl));
   }
 

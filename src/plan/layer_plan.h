@@ -75,8 +75,8 @@ struct LayerPlan {
   bool read_before_wait = true;
   int stream_max_splits = 0;
   bool stream_one_token = true;
-  // The FP8 and 4-bit stream paths' GEMM1 fetches GEMM2's weights of the
-  // call's experts into L2 where they fit (common.cuh, NextWeightsPrefetch).
+  // The FP8 stream path's GEMM1 fetches GEMM2's weights of the call's
+  // experts into L2 where they fit (common.cuh, NextWeightsPrefetch).
   bool next_prefetch = true;
   // How GEMM2 runs (plan_layer fills it; plan/gemm2_gate.h): the expert
   // path (y, then the finalize), the combine path, or both with the gate

@@ -1,7 +1,8 @@
-// The decode GEMM1's L2 prefetch of GEMM2's weights (NextWeightsPrefetch,
-// development knob next_prefetch) on the FP8 and 4-bit stream paths: a
-// hint, so the layer with it (the default) writes the layer without it bit
-// for bit, and both match the CPU reference. Fresh weights and inputs each
+// The FP8 decode GEMM1's L2 prefetch of GEMM2's weights (NextWeightsPrefetch,
+// development knob next_prefetch): a hint, so the layer with it (the
+// default) writes the layer without it bit for bit, and both match the CPU
+// reference. The 4-bit variants, which do not prefetch, run too: the knob
+// must change nothing there. Fresh weights and inputs each
 // run, output poisoned (LayerRig), T = 1 (the one-token path), a repeated
 // expert (a two-row tile), one hot expert over more tiles than the prefetch
 // takes, an EP local range, the model shapes it serves at decode, and

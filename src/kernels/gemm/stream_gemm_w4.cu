@@ -299,13 +299,7 @@ __device__ __forceinline__ void run_tile(const Args& a, const DeviceTile& tile, 
       sl[u] = in && r.lo_ok ? w4::load_scales(a.p.format, r.s_lo + scale) : 0u;
       sh[u] = in && r.hi_ok ? w4::load_scales(a.p.format, r.s_hi + scale) : 0u;
     }
-    if (k0 == r.k_begin) {
-      // After the first weight loads: this CTA's share of the next GEMM's
-      // weights (warp 0 the codes, warp 1 the scales).
-      if (p.next.base != nullptr && r.lane == 0 && r.warp < 2)
-        prefetch_next_weights(p.next, *p.num_tiles, tile.expert, block, a.n_blocks, r.warp == 1);
-      token_rows<kFrags, kSmemRow>(p, tile, r.g, x_sm, x_row);
-    }
+    if (k0 == r.k_begin) token_rows<kFrags, kSmemRow>(p, tile, r.g, x_sm, x_row);
 #pragma unroll
     for (int u = 0; u < kSteps; ++u) {
       if (k0 + u * kStepK >= r.k_end) break;  // warp-uniform

@@ -58,10 +58,6 @@ struct W4StreamGemmParams {
   // (only where the schedule is older than the previous kernel: GEMM2).
   bool prefetch_before_wait = false;
   bool early_dependents = false;       // pdl_launch_dependents() once the loads are done
-  // GEMM1 at decode (the 16-row form): GEMM2's codes and scales of each
-  // tile's expert, fetched into L2 (common.cuh); each of a tile's CTAs asks
-  // for its share.
-  NextWeightsPrefetch next;
 };
 
 // For tile t (t < *num_tiles), row i < rows and column n < n_out:
