@@ -313,6 +313,50 @@ TEST(Fp8QuantGpu, TensorMatchesReference) {
   EXPECT_EQ(rig.scale.download()[0], ref::round_bf16(5000.0f) / 448.0f);
 }
 
+// Dynamic scales at the one-block kernel's bound (32768 elements of
+// capacity) and just past it (the two-kernel form): the amax in the last
+// live element, a device row count, and the scale broadcast to every (live
+// row, group) of the row scales, in the GEMMs' group-major layout.
+TEST(Fp8QuantGpu, TensorAtTheOneBlockBound) {
+  UNIMOE_REQUIRE_GPU();
+  struct Shape {
+    int rows, cols;
+  };
+  for (const Shape shape : {Shape{256, 128}, Shape{1, 32768}, Shape{2049, 16}, Shape{1, 32784},
+                            Shape{8, 272}}) {
+    for (const int live : {shape.rows, shape.rows / 2 + 1}) {
+      SCOPED_TRACE("rows " + std::to_string(shape.rows) + " cols " + std::to_string(shape.cols) +
+                   " live " + std::to_string(live));
+      Rig rig(shape.rows, shape.cols);
+      std::vector<uint16_t> x = random_bf16(shape.rows, shape.cols, 77 + shape.cols);
+      x[static_cast<std::size_t>(live) * shape.cols - 1] = ref::f32_to_bf16(-3000.0f);  // past every random value (2^11)
+      rig.x.upload(x);
+      rig.live.upload({live});
+      rig.poison();
+      const int groups = (shape.cols + kFp8GroupCols - 1) / kFp8GroupCols;
+      const int ld = shape.rows + 3;
+      DeviceBuffer<float> row_scales(static_cast<std::size_t>(groups) * ld);
+      row_scales.poison();
+      Fp8TensorQuantParams p = rig.tensor_params(true);
+      p.row_scales = row_scales.get();
+      p.row_scales_ld = ld;
+      launch_quantize_fp8_tensor(p, nullptr);
+      UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+      const float scale = rig.scale.download()[0];
+      EXPECT_EQ(scale, ref::round_bf16(3000.0f) / 448.0f);
+      expect_tensor_matches(x, shape.rows, live, shape.cols, rig.codes.download(), scale);
+      const std::vector<float> got = row_scales.download();
+      int wrong = 0;
+      for (int g = 0; g < groups; ++g)
+        for (int r = 0; r < ld; ++r) {
+          const float v = got[static_cast<std::size_t>(g) * ld + r];
+          wrong += r < live ? bits_of(v) != bits_of(scale) : bits_of(v) != kPoisonScale;
+        }
+      EXPECT_EQ(wrong, 0) << "row scales: the live rows' entries hold the scale, the rest stay poisoned";
+    }
+  }
+}
+
 TEST(Fp8QuantGpu, TensorSpecialValues) {
   UNIMOE_REQUIRE_GPU();
   Rig rig(6, 3 * kFp8GroupCols);

@@ -117,12 +117,50 @@ __global__ void __launch_bounds__(kTensorThreads)
   if (threadIdx.x == 0) partials[blockIdx.x] = m;
 }
 
+// Small calls with a dynamic scale (decode: x of one token, the activation
+// of a few rows): one block of kSmallThreads loads every live element into
+// registers at once (kSmallVecs Fours a thread, all loads in flight
+// together), reduces the amax, and encodes from the same registers: one
+// memory round trip and one kernel, where the two-kernel form below makes
+// one of each per pass.
+constexpr int kSmallThreads = 1024;
+constexpr int kSmallVecs = 8;
+constexpr int64_t kSmallElements = static_cast<int64_t>(kSmallThreads) * kSmallVecs * kRowVec;
+
+template <typename In>
+__global__ void __launch_bounds__(kSmallThreads)
+    quantize_fp8_tensor_small_kernel(const In* __restrict__ x, int rows, int cols,
+                                     const int32_t* __restrict__ rows_device,
+                                     uint32_t* __restrict__ codes, float* __restrict__ scale_out,
+                                     float* __restrict__ row_scales, int row_scales_ld) {
+  pdl_begin();
+  const int live = live_rows(rows_device, rows);
+  const int64_t fours = static_cast<int64_t>(live) * (cols / kRowVec);
+  Four f[kSmallVecs];
+  float m = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kSmallVecs; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * kSmallThreads;
+    f[j] = i < fours ? load4(x, i) : Four{};
+    m = abs_max4(m, f[j]);
+  }
+  const float scale = fp8_scale(block_max<kSmallThreads / kWarpSize>(m));
+  if (threadIdx.x == 0) *scale_out = scale;
+#pragma unroll
+  for (int j = 0; j < kSmallVecs; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * kSmallThreads;
+    if (i < fours) codes[i] = encode4(f[j], scale);
+  }
+  if (row_scales) {
+    const int groups = (cols + kFp8GroupCols - 1) / kFp8GroupCols;
+    for (int i = threadIdx.x; i < live * groups; i += kSmallThreads)
+      row_scales[(i % groups) * row_scales_ld + i / groups] = scale;
+  }
+}
+
 // Every block reduces the partial maxima to the one scale (or reads the
 // static scale), block 0 stores it, then all quantize the live elements and,
 // when asked, broadcast the scale to every (live row, group) of row_scales.
-// With neither a static scale nor partials the grid is one block, which
-// takes the amax of every live element itself: small calls (decode) then
-// run one kernel instead of two.
 template <typename In>
 __global__ void __launch_bounds__(kTensorThreads)
     quantize_fp8_tensor_kernel(const In* __restrict__ x, int rows, int cols,
@@ -137,11 +175,6 @@ __global__ void __launch_bounds__(kTensorThreads)
   float scale;
   if (static_scale) {
     scale = *static_scale;
-  } else if (num_partials == 0) {  // one block: the amax of every live element
-    float m = 0.0f;
-    for (int64_t i = threadIdx.x; i < vecs; i += kTensorThreads)
-      m = abs_max4(abs_max4(m, load4(x, 2 * i)), load4(x, 2 * i + 1));
-    scale = fp8_scale(block_max<kTensorWarps>(m));
   } else {
     float m = 0.0f;
     for (int i = threadIdx.x; i < num_partials; i += kTensorThreads) m = fmaxf(m, partials[i]);
@@ -218,19 +251,17 @@ std::size_t quantize_fp8_tensor_scratch_floats(int rows, int cols) {
 
 namespace {
 
-// Calls of at most this many elements with a dynamic scale run as one
-// block of one kernel (the amax and the quantization together; at T = 1 of
-// H = 7168, 28 elements a thread), larger ones as the two kernels.
-constexpr int64_t kOneBlockElements = 32768;
-
+// Calls of at most kSmallElements (32768) elements with a dynamic scale
+// run as the one-block register kernel (at T = 1 of H = 7168, 7 values a
+// thread), larger ones as the two kernels.
 template <typename In>
 void launch_tensor(const Fp8TensorQuantParams& p, const In* x, KernelStream stream) {
   int num_partials = 0;
-  const bool one_block = !p.static_scale && static_cast<int64_t>(p.rows) * p.cols <= kOneBlockElements;
-  if (one_block) {
-    launch_pdl(quantize_fp8_tensor_kernel<In>, dim3(1), kTensorThreads, 0, stream, x, p.rows,
-               p.cols, p.rows_device, p.static_scale, static_cast<const float*>(nullptr), 0,
-               reinterpret_cast<uint2*>(p.codes), p.scale, p.row_scales, p.row_scales_ld);
+  const bool small = !p.static_scale && static_cast<int64_t>(p.rows) * p.cols <= kSmallElements;
+  if (small) {
+    launch_pdl(quantize_fp8_tensor_small_kernel<In>, dim3(1), kSmallThreads, 0, stream, x, p.rows,
+               p.cols, p.rows_device, reinterpret_cast<uint32_t*>(p.codes), p.scale, p.row_scales,
+               p.row_scales_ld);
     UNIMOE_LAUNCH_CHECK();
     return;
   }

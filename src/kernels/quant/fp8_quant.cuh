@@ -73,7 +73,8 @@ std::size_t quantize_fp8_tensor_scratch_floats(int rows, int cols);
 // Two kernels, deterministic: the first writes one amax per block to
 // scratch, the second reduces those in every block, then quantizes. With a
 // static scale only the second runs; with a dynamic one and at most 32768
-// elements (capacity), one block of the second takes the amax itself.
+// elements (capacity), one kernel of one block holds every element in
+// registers, takes the amax and quantizes.
 void launch_quantize_fp8_tensor(const Fp8TensorQuantParams& p, KernelStream stream);
 
 }  // namespace unimoe
