@@ -130,10 +130,12 @@ const char* ep_step_name(EPLayer::Step step);
 // `all` (every array in ExpertWeights' layout for all E experts of
 // `config`, whose expert range must be the default): pointers into the same
 // arrays, no copy. Per-matrix scalars shared by every expert (FP8PerTensor's
-// x_scale and act_scale) and w13_interleaved are kept. A slice can start
-// off 16-byte alignment (a small block-scale array, say), which
-// set_weights then refuses naming the field. Throws Error (field "first"
-// or "count") for a range outside [0, E).
+// x_scale and act_scale) and w13_interleaved are kept. The scale arrays'
+// slices start wherever the expert does (set_weights needs 4-byte alignment
+// of fp32 scales only); a slice of w13, w2 or the biases off 16-byte
+// alignment, which set_weights refuses naming the field, needs expert sizes
+// no preset has. Throws Error (field "first" or "count") for a range
+// outside [0, E).
 ExpertWeights slice_experts(const ExpertWeights& all, const MoEConfig& config, int first, int count);
 
 }  // namespace unimoe

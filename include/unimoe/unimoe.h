@@ -179,8 +179,10 @@ int intermediate_multiple(QuantVariant q);
 // when interleaved) on the device in set_weights, the checkpoint's size
 // again; the caller's arrays must still outlive the layer, as for every
 // variant (autotune's reference check reads them).
-// Every pointer must be 16-byte aligned; set_weights throws Error naming the
-// field that is missing, misplaced or not allowed for the config's variant.
+// w13, w2, b13 and b2 must be 16-byte aligned, the fp32 scales 4-byte
+// aligned (the block scales, bytes, need nothing); set_weights throws Error
+// naming the field that is missing, misaligned, misplaced or not allowed
+// for the config's variant.
 struct ExpertWeights {
   const void* w13 = nullptr;
   const void* w2 = nullptr;

@@ -99,6 +99,9 @@ def test_set_weights_checks_biases_and_fp8_scales():
            w2_scale=torch.ones(E), x_scale=torch.ones(2))
     per_tensor.set_weights(c13, c2, w13_scale=torch.ones(E), w2_scale=torch.ones(E),
                            x_scale=torch.ones(1), act_scale=torch.ones(()))
+    # A rank's slice of a model's per-expert scales starts 4 bytes in: the
+    # fp32 scales need 4-byte alignment only.
+    per_tensor.set_weights(c13, c2, w13_scale=torch.ones(E + 1)[1:], w2_scale=torch.ones(E + 3)[3:])
     fp4 = unimoe.MoELayer(f"policy=Renormalize E={E} K={K} H=128 I=128 quant=MXFP4", 8,
                           device="cpu")
     expect(TypeError, "w13", fp4.set_weights, c13, c2)  # MXFP4 takes packed uint8 codes

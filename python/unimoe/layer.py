@@ -169,8 +169,9 @@ class MoELayer:
         alternate gate, up, gate, up (gpt-oss checkpoints); 4-bit variants
         and gated activations only.
 
-        Tensors on the layer's device, contiguous, 16-byte aligned. The
-        layer keeps references to them."""
+        Tensors on the layer's device, contiguous; w13, w2, b13 and b2
+        16-byte aligned, the fp32 scales 4-byte aligned (the block scales
+        need no alignment). The layer keeps references to them."""
         c = self.config
         q = c.experts.quant
         e, h, i, n1 = self._local_experts, c.experts.hidden, c.experts.intermediate, c.gemm1_cols()
@@ -200,7 +201,7 @@ class MoELayer:
         for name, t in (("w13_scale", w13_scale), ("w2_scale", w2_scale)):
             if name in scale_shapes:
                 self._require(name, t, f"quant {q} needs weight scales")
-                self._check(name, t, _F32, scale_shapes[name], 16)
+                self._check(name, t, _F32, scale_shapes[name], 4)
                 given[name] = t
             elif t is not None:
                 why = " (MXFP4's scales are the e8m0 block scales)" if q == "MXFP4" else ""
@@ -210,7 +211,7 @@ class MoELayer:
             if fp4:
                 self._require(name, t, f"quant {q} needs block scales")
                 given[name] = self._check_fp4(name, t, (e, rows, k // _FP4_BLOCK[q]),
-                                              _BLOCK_SCALE_DTYPES[q])
+                                              _BLOCK_SCALE_DTYPES[q], align=1)
             elif t is not None:
                 raise Error(f"{name}: given, but quant {q} has no block scales (MXFP4 and NVFP4 "
                             "only)", name)
@@ -242,7 +243,7 @@ class MoELayer:
         self._interleaved = w13_interleaved
         self._host_weights = None
 
-    def _check_fp4(self, name, t, shape, other_dtypes):
+    def _check_fp4(self, name, t, shape, other_dtypes, align=16):
         """_check for a 4-bit layout's bytes: uint8, or one of other_dtypes
         (1-byte dtypes of the same bytes); returns the tensor as uint8."""
         if isinstance(t, torch.Tensor) and t.dtype in other_dtypes:
@@ -250,7 +251,7 @@ class MoELayer:
         if isinstance(t, torch.Tensor) and t.dtype != _U8:
             allowed = ", ".join(str(d) for d in (_U8,) + tuple(other_dtypes))
             raise TypeError(f"{name}: dtype {t.dtype}; expected one of {allowed}")
-        self._check(name, t, _U8, shape, 16)
+        self._check(name, t, _U8, shape, align)
         return t
 
     def _require(self, name, t, why):

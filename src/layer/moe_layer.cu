@@ -24,8 +24,9 @@ namespace {
 constexpr int kSmallestTileM = 16;
 
 // The kernels move x, out and weights 16 bytes at a time (and TMA needs
-// 16-byte rows), and the fp32/int32 arrays 4 at a time: a pointer that is
-// not aligned so is refused here rather than faulting on the device.
+// 16-byte rows), the fp32/int32 arrays 4 at a time and the 4-bit block
+// scales a byte at a time: a pointer that is not aligned so is refused here
+// rather than faulting on the device.
 void require_aligned(const void* p, std::size_t bytes, const char* field) {
   if (p != nullptr && reinterpret_cast<std::uintptr_t>(p) % bytes != 0)
     throw Error(field, "is not " + std::to_string(bytes) +
@@ -234,10 +235,13 @@ void MoELayerImpl::set_weights(const ExpertWeights& w) {
 
 void MoELayerImpl::check_quant_weights(const ExpertWeights& w) const {
   check_quant_weight_fields(config_, w);
-  require_aligned(w.w13_block_scale, 16, "weights.w13_block_scale");
-  require_aligned(w.w2_block_scale, 16, "weights.w2_block_scale");
-  require_aligned(w.w13_scale, 16, "weights.w13_scale");
-  require_aligned(w.w2_scale, 16, "weights.w2_scale");
+  // The block scales (bytes) are read a byte at a time by the 4-bit
+  // weight preparation; the fp32 scales (FP8's, NVFP4's matrix scales) a
+  // float at a time by every kernel (the CUTLASS blockwise mainloop's
+  // 4-byte cp.async included), so that a rank's slice of a model's scales
+  // (slice_experts) serves wherever it starts.
+  require_aligned(w.w13_scale, 4, "weights.w13_scale");
+  require_aligned(w.w2_scale, 4, "weights.w2_scale");
   require_aligned(w.x_scale, 4, "weights.x_scale");
   require_aligned(w.act_scale, 4, "weights.act_scale");
 }

@@ -213,8 +213,13 @@ TEST(LayerFp8Gpu, SetWeightsChecksTheScalesOfEachVariant) {
   ExpertWeights static_for_block = ok;
   static_for_block.x_scale = s.get();
   EXPECT_EQ(field_of([&] { rig.layer().set_weights(static_for_block); }), "weights.x_scale");
+  // fp32 scales: 4-byte alignment (a rank's slice starts where its first
+  // expert's scales do), not 2.
+  ExpertWeights sliced = ok;
+  sliced.w13_scale = s.get() + 1;
+  EXPECT_EQ(field_of([&] { rig.layer().set_weights(sliced); }), "no error");
   ExpertWeights misaligned = ok;
-  misaligned.w13_scale = s.get() + 1;
+  misaligned.w13_scale = reinterpret_cast<const float*>(reinterpret_cast<const char*>(s.get()) + 2);
   EXPECT_EQ(field_of([&] { rig.layer().set_weights(misaligned); }), "weights.w13_scale");
   // BF16 takes no scales.
   MoEConfig b = c;

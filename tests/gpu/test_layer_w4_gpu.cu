@@ -409,14 +409,23 @@ TEST(LayerW4Gpu, SetWeightsChecksTheScalesOfEachVariant) {
   ExpertWeights mx_with_matrix_scale = ok;
   mx_with_matrix_scale.w13_scale = g.get();
   EXPECT_EQ(field_of([&] { rig.layer().set_weights(mx_with_matrix_scale); }), "weights.w13_scale");
-  ExpertWeights misaligned = ok;
-  misaligned.w13_block_scale = s.get() + 1;
-  EXPECT_EQ(field_of([&] { rig.layer().set_weights(misaligned); }), "weights.w13_block_scale");
-  // NVFP4 needs its matrix scales.
+  // The block scales are bytes, read a byte at a time: any address serves
+  // (a rank's slice of a model's scales starts where its first expert does).
+  ExpertWeights unaligned_blocks = ok;
+  unaligned_blocks.w13_block_scale = s.get() + 1;
+  EXPECT_EQ(field_of([&] { rig.layer().set_weights(unaligned_blocks); }), "no error");
+  // NVFP4 needs its matrix scales, fp32, 4-byte aligned.
   MoEConfig nv = c;
   nv.experts.quant = QuantVariant::NVFP4;
   LayerRig nv_rig(nv, 4, 1);
   EXPECT_EQ(field_of([&] { nv_rig.layer().set_weights(ok); }), "weights.w13_scale");
+  ExpertWeights nv_ok = ok;
+  nv_ok.w13_scale = g.get() + 1;  // 4 bytes in: served
+  nv_ok.w2_scale = g.get();
+  EXPECT_EQ(field_of([&] { nv_rig.layer().set_weights(nv_ok); }), "no error");
+  ExpertWeights nv_misaligned = nv_ok;
+  nv_misaligned.w2_scale = reinterpret_cast<const float*>(reinterpret_cast<const char*>(g.get()) + 2);
+  EXPECT_EQ(field_of([&] { nv_rig.layer().set_weights(nv_misaligned); }), "weights.w2_scale");
   // BF16 takes no block scales and no interleave flag.
   MoEConfig b = c;
   b.experts.quant = QuantVariant::BF16;
