@@ -6,9 +6,11 @@
 
 MXFP4.json, NVFP4.json and BF16.json are `unimoe-bench --quant MXFP4`,
 `--quant NVFP4` and BF16 results over the same presets and token counts of
-one run; PEER.json is `bench/peers/oai_mxfp4_peer.py --json` output of the
-same call (OpenAI's triton_kernels MXFP4 experts: experts only, routing
-given). Prints, point by point: MXFP4 time, floor, time over floor, the
+one run (one file may hold several variants: each is read by the quant its
+points' configs name); PEER.json is `bench/peers/oai_mxfp4_peer.py --json`
+output of the same call (OpenAI's triton_kernels MXFP4 experts: experts
+only, routing given). Without --peer, the peer the run measured beside each
+point (`unimoe-bench --mxfp4-peer`) is read from the MXFP4 points. Prints, point by point: MXFP4 time, floor, time over floor, the
 peer's time and MXFP4's over it, BF16's time over MXFP4's, NVFP4's over
 MXFP4's. Then the lines the targets are stated in:
   - the geometric mean of MXFP4's time over floor over gpt-oss-120b,
@@ -32,11 +34,16 @@ PREFILL_SPEED_BOUND = 0.85
 NVFP4_BOUND = 1.05
 
 
-def load_bench(path):
-    """(run, {(preset, T): point}) keeping the fastest backend of each point."""
+def load_bench(path, quant=None):
+    """(run, {(preset, T): point}) keeping the fastest backend of each point;
+    with `quant`, only the points of that variant (a file may hold several:
+    a point's config names its quant)."""
     run = json.load(open(path))
     best = {}
     for p in run["points"]:
+        config = p.get("config", "")
+        if quant and "quant=" in config and f"quant={quant} " not in config + " ":
+            continue
         key = (p["preset"], p["T"])
         if key not in best or p["time_us"] < best[key]["time_us"]:
             best[key] = p
@@ -65,16 +72,17 @@ def main(argv=None):
     ap.add_argument("--bf16")
     ap.add_argument("--peer")
     a = ap.parse_args(argv)
-    run, mx = load_bench(a.mxfp4)
+    run, mx = load_bench(a.mxfp4, "MXFP4")
     device = run.get("device", "")
     others = {}
     for name, path in (("NVFP4", a.nvfp4), ("BF16", a.bf16)):
         if path:
-            other_run, points = load_bench(path)
+            other_run, points = load_bench(path, name)
             if not same_card(device, other_run.get("device", "")):
                 sys.exit(f"analyze_w4: {path} ran on {other_run.get('device')}, {a.mxfp4} on {device}")
             others[name] = points
-    peer = {}
+    # Without --peer: the peer the run measured beside each point (--mxfp4-peer).
+    peer = {k: p["peers_us"]["oai_mxfp4"] for k, p in mx.items() if "oai_mxfp4" in p.get("peers_us", {})}
     if a.peer:
         peer, peer_device = load_peer(a.peer)
         if not same_card(device, peer_device):

@@ -11,12 +11,13 @@ namespace {
 // from L2). What differs is what each does around that:
 //   - the expert path writes y (rows x H bf16) and the finalize reads it
 //     back, and the finalize is one more kernel in the chain: its stage time
-//     at T = 1 is 1.8-2.0 us on an H100 (bench/results/h100/layer-fp8.txt,
-//     dsv3-tp8 and qwen3-30b-a3b), about all of it launch and latency;
+//     at T = 1 is 1.9-2.2 us on an H100 (bench/results/h100/layer-fp8.txt,
+//     dsv3-tp8, qwen3-30b-a3b and qwen3-235b-a22b), about all of it launch
+//     and latency;
 //   - the combine path re-reads W2 for every 16-row chunk past a tile's
 //     first, at the L2's rate rather than HBM's.
-// kHbmBytesPerNs is an H100's copy rate (2.86 TB/s measured in
-// layer-fp8.txt's run); the L2 re-read rate is taken as 2.5x that. These
+// kHbmBytesPerNs is an H100's copy rate (2.86-2.90 TB/s measured in the
+// FP8 layer runs); the L2 re-read rate is taken as 2.5x that. These
 // are first-principles figures, not yet fitted to a sweep of the two forced
 // paths; docs/gemm2-gate.md says how to fit them.
 constexpr float kHbmBytesPerNs = 2860.0f;
