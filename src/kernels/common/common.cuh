@@ -93,6 +93,9 @@ struct NextWeightsPrefetch {
 __device__ __forceinline__ void l2_prefetch_bulk(const void* p, unsigned bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
+#else
+  (void)p;
+  (void)bytes;
 #endif
 }
 
