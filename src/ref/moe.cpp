@@ -4,6 +4,7 @@
 // and the final sum are fp64.
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <exception>
 #include <mutex>
 #include <stdexcept>
@@ -103,7 +104,7 @@ void validate_call(const MoEConfig& config, const float* x, const Routing& routi
 
 std::vector<float> moe_forward(const MoEConfig& config, const WeightSource& weights, const float* x,
                                const Routing& routing, int threads,
-                               const ActivationScales& scales) {
+                               const ActivationScales& scales, double* flip_allowance) {
   validate_call(config, x, routing, threads);
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   const ExpertsConfig& ex = config.experts;
@@ -161,7 +162,28 @@ std::vector<float> moe_forward(const MoEConfig& config, const WeightSource& weig
   // the call, so rounding row by row would be wrong. The other variants round
   // each element or each (row, 128 columns) block, so for them one call over
   // the tensor equals one call per row.
+  const std::vector<float> ties =
+      flip_allowance != nullptr
+          ? fp8_near_ties(ex.quant, act.data(), rows, inter, scales.act, kFlipMargin)
+          : std::vector<float>();
   quantize_activation(ex.quant, act.data(), rows, inter, scales.act);
+  if (flip_allowance != nullptr) {
+    *flip_allowance = 0.0;
+    for (int e = 0; e < config.local_experts(); ++e)
+      for (int r = perm.expert_offsets[e]; r < perm.expert_offsets[e + 1]; ++r) {
+        const double w = routing.weights[perm.permuted_to_expanded[r]];
+        for (int i = 0; i < inter; ++i) {
+          const std::size_t j = static_cast<size_t>(r) * inter + i;
+          if (std::isnan(ties[j])) continue;
+          double column = 0.0;  // the L2 norm of w2's column i
+          for (int h = 0; h < hidden; ++h) {
+            const double v = views[e].w2[static_cast<size_t>(h) * inter + i];
+            column += v * v;
+          }
+          *flip_allowance += std::fabs(w * (static_cast<double>(ties[j]) - act[j])) * std::sqrt(column);
+        }
+      }
+  }
 
   // GEMM2: y [rows, H], kept in fp64 for the weighted sum.
   std::vector<double> y(static_cast<size_t>(rows) * hidden);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <limits>
 #include <string>
 
 #include "ref/ref.h"
@@ -327,6 +328,44 @@ std::vector<float> dequantize(const QuantMatrix& m) {
       break;
   }
   return out;
+}
+
+std::vector<float> fp8_near_ties(QuantVariant variant, const float* values, int rows, int cols,
+                                 float static_scale, double margin) {
+  check_shape(rows, cols);
+  const std::size_t count = static_cast<std::size_t>(rows) * cols;
+  std::vector<float> ties(count, std::numeric_limits<float>::quiet_NaN());
+  Tiling t{};
+  std::vector<float> scales;
+  if (variant == QuantVariant::FP8PerTensor) {
+    t = per_tensor_tiling(rows, cols);
+    scales = {static_scale != 0.0f ? static_scale
+                                   : fp8_scale(tile_amax(values, cols, 0, rows, 0, cols))};
+  } else if (variant == QuantVariant::FP8Block128) {
+    t = Tiling{1, kFp8BlockSize};
+    scales = fp8_tile_scales(values, rows, cols, t);
+  } else {
+    return ties;
+  }
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      const std::size_t i = static_cast<std::size_t>(r) * cols + c;
+      const float scale = scales[tile_index(cols, t, r, c)];
+      const float q = values[i] / scale;
+      if (!std::isfinite(q)) continue;
+      const uint8_t code = f32_to_e4m3(q);
+      const float got = std::fabs(e4m3_to_f32(code));
+      const int magnitude = code & 0x7f;
+      // The neighbour on q's side of the code (sign and magnitude apart;
+      // 0x7e is the largest finite magnitude, beyond it q saturates).
+      const int other = std::fabs(q) > got ? magnitude + 1 : magnitude - 1;
+      if (other < 0 || other > 0x7e) continue;
+      const float next = e4m3_to_f32(static_cast<uint8_t>(other));
+      const double boundary = 0.5 * (static_cast<double>(got) + next);
+      if (std::fabs(std::fabs(static_cast<double>(q)) - boundary) > margin * std::fabs(q)) continue;
+      ties[i] = std::copysign(next, q) * scale;
+    }
+  return ties;
 }
 
 void quantize_activation(QuantVariant variant, float* values, int rows, int cols,

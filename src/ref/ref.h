@@ -113,6 +113,15 @@ std::vector<float> dequantize(const QuantMatrix& m);
 void quantize_activation(QuantVariant variant, float* values, int rows, int cols,
                          float static_scale = 0.0f);
 
+// The FP8 variants' near ties: for each element of values [rows, cols] that
+// quantize_activation (same variant and static_scale) rounds to an e4m3
+// code, where the element divided by its scale lies within `margin`
+// (relative) of the rounding boundary to the neighbouring code, the value it
+// takes when rounded to that neighbour instead (code times scale); NaN for
+// every other element, and for every element of the other variants.
+std::vector<float> fp8_near_ties(QuantVariant variant, const float* values, int rows, int cols,
+                                 float static_scale, double margin);
+
 // ------------------------------------------------------------- forward ----
 // One local expert's weights as the device sees them, already dequantized:
 // w13 [gemm1_cols, H] (gate rows first, then up rows), w2 [H, I], biases fp32
@@ -140,8 +149,19 @@ struct ActivationScales {
   float x = 0.0f;    // FP8PerTensor: static scale of GEMM1's input (ExpertWeights::x_scale); 0: dynamic
   float act = 0.0f;  // FP8PerTensor: static scale of GEMM2's input (ExpertWeights::act_scale); 0: dynamic
 };
+//
+// flip_allowance, where given (FP8 variants): GEMM1's sums reach the
+// intermediate's e4m3 rounding in whatever order a kernel adds them, so an
+// element within kFlipMargin of a rounding boundary (fp8_near_ties) may
+// round to either code. Set to the sum, over those elements, of the L2 norm
+// of the output change that the other code makes; 0 where none is that
+// close, and for the other variants. A check of a device's output may allow
+// that much more error than its bound: at T = 1 and I = 128 one such element
+// can move the output by 2e-2 (docs/quantization.md, "Limits").
+inline constexpr double kFlipMargin = 1e-4;
 std::vector<float> moe_forward(const MoEConfig& config, const WeightSource& weights,
                                const float* x, const Routing& routing, int threads = 0,
-                               const ActivationScales& scales = {});
+                               const ActivationScales& scales = {},
+                               double* flip_allowance = nullptr);
 
 }  // namespace unimoe::ref

@@ -299,6 +299,48 @@ TEST(MoeForward, Fp8ActivationScales) {
   for (const Case& c : cases) check_against_naive(c, rng, random_routing(c, rng));
 }
 
+// The flip allowance: one token, one expert, ReLU2 (act = g^2) with a
+// static activation scale of 1, so that the one intermediate element is
+// 19.00002, 1e-6 (relative) above the boundary 19 between the e4m3 codes 18
+// and 20. Rounded to 20 by the reference, to 18 on the other side: the
+// allowance is |w| * 2 * ||w2's column||, and 0 for an element far from
+// any boundary and for BF16.
+TEST(MoeForward, FlipAllowanceCountsNearTiesOnly) {
+  MoEConfig config;
+  config.routing.num_experts = 1;
+  config.routing.top_k = 1;
+  config.experts.hidden = 16;
+  config.experts.intermediate = 16;
+  config.experts.activation = Activation::ReLU2;
+  config.experts.quant = QuantVariant::FP8PerTensor;
+  // x = e_0; w13 row 0 (the first intermediate column) = sqrt(19.00002) e_0,
+  // the other rows 0; w2's column 0 = (0.5, -0.25, 0, 1, 0, ...).
+  std::vector<float> x(16, 0.0f), w13(16 * 16, 0.0f), w2(16 * 16, 0.0f);
+  x[0] = 1.0f;
+  w13[0] = std::sqrt(19.00002f);
+  w2[0 * 16] = 0.5f;
+  w2[1 * 16] = -0.25f;
+  w2[3 * 16] = 1.0f;  // column 0's norm: sqrt(1.3125)
+  const WeightSource source = [&](int) { return ExpertView{w13.data(), w2.data()}; };
+  Routing routing;
+  routing.num_tokens = 1;
+  routing.top_k = 1;
+  routing.ids = {0};
+  routing.weights = {0.75f};
+  const ActivationScales scales{1.0f, 1.0f};
+  double allowance = -1.0;
+  const std::vector<float> out = moe_forward(config, source, x.data(), routing, 1, scales, &allowance);
+  EXPECT_FLOAT_EQ(out[0], 0.75f * 20.0f * 0.5f);  // the reference rounds 19.00002 up to 20
+  EXPECT_NEAR(allowance, 0.75 * 2.0 * std::sqrt(1.3125), 1e-6);
+  w13[0] = std::sqrt(19.5f);  // 19.5: far from both boundaries (19 and 21)
+  moe_forward(config, source, x.data(), routing, 1, scales, &allowance);
+  EXPECT_EQ(allowance, 0.0);
+  config.experts.quant = QuantVariant::BF16;
+  w13[0] = std::sqrt(19.00002f);
+  moe_forward(config, source, x.data(), routing, 1, {}, &allowance);
+  EXPECT_EQ(allowance, 0.0);
+}
+
 TEST(MoeForward, ThreadCountDoesNotChangeBits) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));

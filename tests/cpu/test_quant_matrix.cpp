@@ -332,6 +332,29 @@ TEST(QuantizeActivation, Bf16VariantsRoundEachValue) {
   }
 }
 
+// Near ties: the other code's value for elements within the margin of a
+// rounding boundary (relative to the quotient), NaN elsewhere; the scale is
+// quantize_activation's (static 2 here); the neighbour keeps the sign, and
+// there is none past e4m3's largest finite magnitude or below 0.
+TEST(QuantizeActivation, Fp8NearTiesNameTheOtherCode) {
+  // Quotients: 9.500095 (rounds to 10, boundary 9.5 with 9), its negative,
+  // 9.75 (far from 9.5 and 10.5), 0, 500 (saturates), 2.37498 (rounds to
+  // 2.25, boundary 2.375 with 2.5).
+  const std::vector<float> v = {19.00019f, -19.00019f, 19.5f, 0.0f, 1000.0f, 4.7499525f};
+  const std::vector<float> ties =
+      fp8_near_ties(QuantVariant::FP8PerTensor, v.data(), 1, 6, 2.0f, 1e-4);
+  EXPECT_FLOAT_EQ(ties[0], 18.0f);
+  EXPECT_FLOAT_EQ(ties[1], -18.0f);
+  EXPECT_TRUE(std::isnan(ties[2]));
+  EXPECT_TRUE(std::isnan(ties[3]));
+  EXPECT_TRUE(std::isnan(ties[4]));
+  EXPECT_FLOAT_EQ(ties[5], 5.0f);
+  // A margin below the first element's distance (1e-5) leaves it out.
+  EXPECT_TRUE(std::isnan(fp8_near_ties(QuantVariant::FP8PerTensor, v.data(), 1, 6, 2.0f, 1e-6)[0]));
+  for (float t : fp8_near_ties(QuantVariant::BF16, v.data(), 1, 6, 0.0f, 1e-4))
+    EXPECT_TRUE(std::isnan(t));
+}
+
 TEST(QuantizeActivation, Fp8PerTensorUsesOneDynamicScale) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("UNIMOE_TEST_SEED=" + std::to_string(seed));

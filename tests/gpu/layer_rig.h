@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -94,8 +95,19 @@ class LayerRig {
         given ? *given
               : ref::route(c_.routing, logits.data(), t, c_.routing.has_bias ? bias_host_.data() : nullptr);
     const std::vector<float> x = ref::host_x(c_, t, seeds_);
-    return ref::moe_forward(c_, host_weights_.source(), x.data(), routing, 0, weights_.static_scales());
+    std::vector<float> out = ref::moe_forward(c_, host_weights_.source(), x.data(), routing, 0,
+                                              weights_.static_scales(), &flip_allowance_);
+    double norm = 0.0;
+    for (float v : out) norm += static_cast<double>(v) * v;
+    flip_allowance_ = norm > 0.0 ? flip_allowance_ / std::sqrt(norm) : 0.0;
+    return out;
   }
+
+  // Of the last reference(): the output's change, relative to its L2 norm,
+  // that the intermediate's near ties may make (ref::moe_forward's
+  // flip_allowance; FP8 variants): the error a check may allow beyond its
+  // bound.
+  double flip_allowance() const { return flip_allowance_; }
 
   // Relative L2 error of the device output against `want` (reference()).
   double error_against(int t, const std::vector<float>& want) {
@@ -155,6 +167,7 @@ class LayerRig {
   DeviceBuffer<float> bias_, logits_;
   std::vector<float> bias_host_;
   std::unique_ptr<MoELayer> layer_;
+  double flip_allowance_ = 0.0;
 };
 
 // One forward captured once in a CUDA graph on its own stream; each
