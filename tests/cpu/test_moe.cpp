@@ -306,13 +306,8 @@ TEST(MoeForward, Fp8ActivationScales) {
 // allowance is |w| * 2 * ||w2's column||, and 0 for an element far from
 // any boundary and for BF16.
 TEST(MoeForward, FlipAllowanceCountsNearTiesOnly) {
-  MoEConfig config;
-  config.routing.num_experts = 1;
-  config.routing.top_k = 1;
-  config.experts.hidden = 16;
-  config.experts.intermediate = 16;
-  config.experts.activation = Activation::ReLU2;
-  config.experts.quant = QuantVariant::FP8PerTensor;
+  MoEConfig config = make_config(
+      {Activation::ReLU2, 1, 16, 16, 1, 1, 0, -1, false, 7.0f, QuantVariant::FP8PerTensor});
   // x = e_0; w13 row 0 (the first intermediate column) = sqrt(19.00002) e_0,
   // the other rows 0; w2's column 0 = (0.5, -0.25, 0, 1, 0, ...).
   std::vector<float> x(16, 0.0f), w13(16 * 16, 0.0f), w2(16 * 16, 0.0f);
