@@ -243,8 +243,13 @@ TuningChoice tune_bucket(AutotuneRun& run, const AutotuneTarget& target,
     UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
     scales = layer.dynamic_activation_scales(t);
   }
+  double allowance = 0.0;
   const std::vector<float> want =
-      ref::moe_forward(c, run.weights.source(), x.data(), routing, 0, scales);
+      ref::moe_forward(c, run.weights.source(), x.data(), routing, 0, scales, &allowance);
+  // FP8: an intermediate element at a near tie may round either way in a
+  // candidate's summation order; the check allows the change that makes.
+  const double tolerance =
+      reference_tolerance(c.experts.quant) + ref::relative_flip_allowance(allowance, want);
 
   std::vector<ForwardArgs> args;
   for (const InputSet& in : sets) args.push_back(in.args);
@@ -259,7 +264,7 @@ TuningChoice tune_bucket(AutotuneRun& run, const AutotuneTarget& target,
       [&](const TuningChoice& choice, std::string* why) {
         layer.set_tuned(target.bucket, choice);
         const double err = error_of_set0();
-        if (err < reference_tolerance(c.experts.quant)) return true;
+        if (err < tolerance) return true;
         *why = "relative L2 error " + std::to_string(err) + " vs the CPU reference";
         return false;
       },

@@ -168,21 +168,37 @@ std::vector<float> moe_forward(const MoEConfig& config, const WeightSource& weig
           : std::vector<float>();
   quantize_activation(ex.quant, act.data(), rows, inter, scales.act);
   if (flip_allowance != nullptr) {
-    *flip_allowance = 0.0;
-    for (int e = 0; e < config.local_experts(); ++e)
+    // Per token, the flips' changes add up to at most the sum of their
+    // norms; tokens' output rows are disjoint, so their sums add in
+    // quadrature. A term that is not finite (a non-finite routing weight or
+    // weight column) belongs to an output row a check skips.
+    std::vector<double> per_token(num_tokens, 0.0);
+    for (int e = 0; e < config.local_experts(); ++e) {
+      std::vector<double> column_norm;  // w2's column norms, where a tie needs them
       for (int r = perm.expert_offsets[e]; r < perm.expert_offsets[e + 1]; ++r) {
-        const double w = routing.weights[perm.permuted_to_expanded[r]];
+        const int expanded = perm.permuted_to_expanded[r];
+        const double w = routing.weights[expanded];
         for (int i = 0; i < inter; ++i) {
           const std::size_t j = static_cast<size_t>(r) * inter + i;
           if (std::isnan(ties[j])) continue;
-          double column = 0.0;  // the L2 norm of w2's column i
-          for (int h = 0; h < hidden; ++h) {
-            const double v = views[e].w2[static_cast<size_t>(h) * inter + i];
-            column += v * v;
+          if (column_norm.empty()) {
+            column_norm.assign(inter, 0.0);
+            for (int h = 0; h < hidden; ++h)
+              for (int c = 0; c < inter; ++c) {
+                const double v = views[e].w2[static_cast<size_t>(h) * inter + c];
+                column_norm[c] += v * v;
+              }
+            for (double& n : column_norm) n = std::sqrt(n);
           }
-          *flip_allowance += std::fabs(w * (static_cast<double>(ties[j]) - act[j])) * std::sqrt(column);
+          const double term =
+              std::fabs(w * (static_cast<double>(ties[j]) - act[j])) * column_norm[i];
+          if (std::isfinite(term)) per_token[expanded / top_k] += term;
         }
       }
+    }
+    double sum = 0.0;
+    for (double t : per_token) sum += t * t;
+    *flip_allowance = std::sqrt(sum);
   }
 
   // GEMM2: y [rows, H], kept in fp64 for the weighted sum.
@@ -215,6 +231,13 @@ std::vector<float> moe_forward(const MoEConfig& config, const WeightSource& weig
     std::copy(acc.begin(), acc.end(), out.begin() + static_cast<size_t>(t) * hidden);
   }
   return out;
+}
+
+double relative_flip_allowance(double flip_allowance, const std::vector<float>& want) {
+  double norm = 0.0;
+  for (float v : want)
+    if (std::isfinite(v)) norm += static_cast<double>(v) * v;
+  return norm > 0.0 ? flip_allowance / std::sqrt(norm) : 0.0;
 }
 
 }  // namespace unimoe::ref

@@ -153,15 +153,21 @@ struct ActivationScales {
 // flip_allowance, where given (FP8 variants): GEMM1's sums reach the
 // intermediate's e4m3 rounding in whatever order a kernel adds them, so an
 // element within kFlipMargin of a rounding boundary (fp8_near_ties) may
-// round to either code. Set to the sum, over those elements, of the L2 norm
-// of the output change that the other code makes; 0 where none is that
-// close, and for the other variants. A check of a device's output may allow
-// that much more error than its bound: at T = 1 and I = 128 one such element
-// can move the output by 2e-2 (docs/quantization.md, "Limits").
+// round to either code. Set to a bound on the L2 norm of the output change
+// those elements' other codes make: per token the sum of their changes'
+// norms, over tokens the root of the squares (tokens' rows are disjoint).
+// 0 where none is that close, and for the other variants. A check of a
+// device's output may allow that much more error than its bound
+// (relative_flip_allowance): at T = 1 and I = 128 one such element can
+// move the output by 2e-2 (docs/quantization.md, "Limits").
 inline constexpr double kFlipMargin = 1e-4;
 std::vector<float> moe_forward(const MoEConfig& config, const WeightSource& weights,
                                const float* x, const Routing& routing, int threads = 0,
                                const ActivationScales& scales = {},
                                double* flip_allowance = nullptr);
+
+// flip_allowance relative to the L2 norm of want's finite elements (a
+// relative L2 check skips the others); 0 where that norm is 0.
+double relative_flip_allowance(double flip_allowance, const std::vector<float>& want);
 
 }  // namespace unimoe::ref

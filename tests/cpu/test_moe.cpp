@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -334,6 +335,33 @@ TEST(MoeForward, FlipAllowanceCountsNearTiesOnly) {
   w13[0] = std::sqrt(19.00002f);
   moe_forward(config, source, x.data(), routing, 1, {}, &allowance);
   EXPECT_EQ(allowance, 0.0);
+}
+
+// Two tokens with one such element each: their output rows are disjoint, so
+// the allowances add in quadrature; a token whose routing weight is not
+// finite (its output row is not either, and checks skip it) adds nothing.
+TEST(MoeForward, FlipAllowanceAddsTokensInQuadrature) {
+  MoEConfig config = make_config(
+      {Activation::ReLU2, 1, 16, 16, 1, 1, 0, -1, false, 7.0f, QuantVariant::FP8PerTensor});
+  std::vector<float> x(2 * 16, 0.0f), w13(16 * 16, 0.0f), w2(16 * 16, 0.0f);
+  x[0] = x[16] = 1.0f;
+  w13[0] = std::sqrt(19.00002f);
+  w2[0] = 1.0f;  // column 0's norm: 1
+  const WeightSource source = [&](int) { return ExpertView{w13.data(), w2.data()}; };
+  Routing routing;
+  routing.num_tokens = 2;
+  routing.top_k = 1;
+  routing.ids = {0, 0};
+  routing.weights = {0.75f, 0.5f};
+  const ActivationScales scales{1.0f, 1.0f};
+  double allowance = -1.0;
+  moe_forward(config, source, x.data(), routing, 1, scales, &allowance);
+  EXPECT_NEAR(allowance, std::hypot(0.75 * 2.0, 0.5 * 2.0), 1e-6);
+  routing.weights[1] = std::numeric_limits<float>::infinity();
+  moe_forward(config, source, x.data(), routing, 1, scales, &allowance);
+  EXPECT_NEAR(allowance, 0.75 * 2.0, 1e-6);
+  EXPECT_NEAR(relative_flip_allowance(3.0, {0.0f, 4.0f, std::nanf(""), 3.0f}), 0.6, 1e-12);
+  EXPECT_EQ(relative_flip_allowance(3.0, {0.0f}), 0.0);
 }
 
 TEST(MoeForward, ThreadCountDoesNotChangeBits) {

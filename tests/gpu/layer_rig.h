@@ -97,9 +97,7 @@ class LayerRig {
     const std::vector<float> x = ref::host_x(c_, t, seeds_);
     std::vector<float> out = ref::moe_forward(c_, host_weights_.source(), x.data(), routing, 0,
                                               weights_.static_scales(), &flip_allowance_);
-    double norm = 0.0;
-    for (float v : out) norm += static_cast<double>(v) * v;
-    flip_allowance_ = norm > 0.0 ? flip_allowance_ / std::sqrt(norm) : 0.0;
+    flip_allowance_ = ref::relative_flip_allowance(flip_allowance_, out);
     return out;
   }
 

@@ -317,10 +317,7 @@ class FuzzRig {
         ref::moe_forward(c_, host_.source(), x.data(), routing, 0, scales, &allowance);
     // The intermediate's near ties (FP8) may move the output by that much
     // more than the bound: relative to the reference rows' finite norm.
-    double norm = 0.0;
-    for (float v : want)
-      if (std::isfinite(v)) norm += static_cast<double>(v) * v;
-    const double tie_bound = norm > 0.0 ? allowance / std::sqrt(norm) : 0.0;
+    const double tie_bound = ref::relative_flip_allowance(allowance, want);
     std::vector<uint16_t> got;
     std::vector<float> wanted;
     for (int r = 0; r < ranks_; ++r)
