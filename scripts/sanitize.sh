@@ -59,8 +59,11 @@
 #                            tactics, bf16 and fp32 D), Sm90Fp8GroupedGemm.
 #                            GraphReplayServesNewOffsets, Fp8WgmmaGemm.OneHot...
 #                            and .GraphReplays... (the wgmma kernel), Fp8StreamGemm.
-#                            MultiRowTilesAndEmptyExperts and .GraphReplays...
-#                            (both tile paths, every unit width), Fp8RowsGpu.*
+#                            MultiRowTilesAndEmptyExperts, .GraphReplays...
+#                            (both tile paths, every unit width) and .WideCtas
+#                            (two column blocks a CTA), Fp8WideCtasGpu.Graph
+#                            Replays... (the same in the dsv3-tp8 layer),
+#                            Fp8RowsGpu.*
 #                            (quantize with group-major scales, gather, fp32
 #                            activation)
 #   fp8 layer                LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows and
@@ -131,6 +134,7 @@ readonly kFullFilter="GpuSmoke.*\
 :Shapes/Sm90Fp8GroupedGemmTest.*/0:Shapes/Sm90Fp8GroupedGemmTest.*/2:Shapes/Sm90Fp8GroupedGemmTest.*/4\
 :Sm90Fp8GroupedGemm.GraphReplayServesNewOffsets\
 :Fp8StreamGemm.MultiRowTilesAndEmptyExperts:Fp8StreamGemm.GraphReplaysForTwoSchedules:Fp8RowsGpu.*\
+:Fp8StreamGemm.WideCtas:Fp8WideCtasGpu.GraphReplaysWithFreshRouting\
 :Fp8WgmmaGemm.OneHotExpert:Fp8WgmmaGemm.GraphReplaysForTwoSchedules:GroupedGemm.WgmmaTacticsAtPrefillSizes\
 :LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows:LayerFp8Gpu.PrecomputedRouting\
 :Fp4WeightsGpu.Bf16SourceMatchesReference:Fp4WeightsGpu.SyntheticSourceMatchesReference\

@@ -323,6 +323,7 @@ class Fp8StreamBackend final : public Fp8Backend {
     p.max_tiles = call.max_tiles;
     p.prefetch_before_wait = plan.read_before_wait;
     p.early_dependents = plan.read_before_wait;
+    p.wide_ctas = plan.fp8_wide_ctas;
     return p;
   }
 };

@@ -78,6 +78,9 @@ struct LayerPlan {
   // The FP8 stream path's GEMM1 fetches GEMM2's weights of the call's
   // experts into L2 where they fit (common.cuh, NextWeightsPrefetch).
   bool next_prefetch = true;
+  // The FP8 stream kernel may give a CTA two column blocks where that fits
+  // the grid in one wave (stream_gemm_fp8_config.h).
+  bool fp8_wide_ctas = true;
   // How GEMM2 runs (plan_layer fills it; plan/gemm2_gate.h): the expert
   // path (y, then the finalize), the combine path, or both with the gate
   // choosing on the device.

@@ -79,6 +79,10 @@ struct Shape {
     wgmma = true;
     return *this;
   }
+  Shape& spare(int n) {
+    spare_tiles = n;
+    return *this;
+  }
   int tile_m() const { return wgmma ? kFp8WgmmaTileM : 16; }
 
   bool gated() const { return is_gated(epilogue); }
@@ -369,6 +373,23 @@ TEST(Fp8StreamGemm, ConfigRule) {
     EXPECT_EQ(c.k_chunk % 128, 0);
     EXPECT_GE(c.k_chunk * c.splits, w.k);
     EXPECT_EQ(c.cols_per_cta, 8 / c.splits * (w.gated ? 8 : 16));
+    EXPECT_EQ(c.parts, 1) << c.to_string();
+  }
+  // Wide CTAs: 1 split, 16-lane units, more than one wave of 2 x 132 CTAs
+  // that half as many fit: dsv3-tp8's GEMM2 at T = 1 (8 x 56 = 448 -> 224),
+  // a ragged last block (6928 columns: 8 x 55 -> 8 x 28), gated (64
+  // columns a block: 8 x 64 -> 256). Not where the wide grid is still over
+  // a wave (11 tiles: 11 x 28 = 308), nor at 8 splits, nor when asked not to.
+  struct Wide { int k, n_out; bool gated; int max_tiles, parts, n_blocks; };
+  const Wide wide[] = {{256, 7168, false, 8, 2, 28}, {256, 6928, false, 8, 2, 28},
+                       {256, 4096, true, 8, 2, 32},  {256, 7168, false, 11, 1, 56},
+                       {7168, 4096, true, 8, 1, 512}, {256, 7168, false, 1, 1, 56}};
+  for (const Wide& w : wide) {
+    const Fp8StreamConfig c = fp8_stream_config(w.k, w.n_out, w.gated, w.max_tiles, 132);
+    EXPECT_EQ(c.parts, w.parts) << c.to_string();
+    EXPECT_EQ(c.n_blocks, w.n_blocks) << c.to_string();
+    if (c.parts == 2) EXPECT_EQ(c.slots, 8) << c.to_string();
+    if (c.parts == 2) EXPECT_EQ(fp8_stream_config(w.k, w.n_out, w.gated, w.max_tiles, 132, false).parts, 1);
   }
 }
 
@@ -385,6 +406,20 @@ TEST(Fp8StreamGemm, OneTokenTiles) {
     const GemmEpilogue e = epilogues[i++ % 3];
     run_case(Shape({1, 0, 1, 1}, k, 176, e, is_gated(e) ? kBias | kGather : 0));
   }
+}
+
+// Wide CTAs (two column blocks a CTA, 8 slots; ConfigRule): the dsv3-tp8
+// GEMM2 at T = 1, a ragged last block, gated, and tiles of 2 and 3 rows
+// that a wide CTA serves one row at a time.
+TEST(Fp8StreamGemm, WideCtas) {
+  UNIMOE_REQUIRE_GPU();
+  run_case(Shape(ones(8), 256, 7168, kIdentity, kBf16 | kPdl).spare(0));
+  run_case(Shape(ones(8), 256, 6928, kIdentity, kBias).spare(0));
+  run_case(Shape(ones(8), 256, 4096, kSwiGLU, kBias | kGather).spare(0));
+  run_case(Shape({2, 0, 1, 3, 1, 1, 0, 1}, 256, 7168, kIdentity, kBf16).spare(2));
+  run_case(Shape({1, 2, 1, 1, 0, 1, 1}, 256, 4096, kOai, kBias | kGather | kPdl).spare(1));
+  for (const std::vector<int>& counts : {ones(8), std::vector<int>{2, 1, 1, 1, 1, 1, 1, 0}})
+    run_case(Shape(counts, 256, 7168, kIdentity, kInteger | kBf16).spare(0));
 }
 
 // Tiles of 2, 5 and 16 rows, 21 rows (16 + 5), a one-row tile among them,

@@ -122,11 +122,13 @@ void validate(const Fp8StreamGemmParams& p) {
 }
 
 // The kernel of a one-token shape: 1, 2 or 4 slots, at most kUnitLanes / 4
-// (fp8_stream_config's rule).
+// (fp8_stream_config's rule), or 8 for a wide CTA of 16-lane units.
 template <int kUnitLanes>
 KernelFn kernel_for(int slots) {
-  static_assert(kFp8StreamMaxSlots == 4, "slot counts 1, 2, 4");
+  static_assert(kFp8StreamMaxSlots == 4, "slot counts 1, 2, 4; 8 for wide 16-lane CTAs");
   constexpr int kMost = kUnitLanes / 4 < 4 ? kUnitLanes / 4 : 4;
+  if constexpr (kUnitLanes == 16)
+    if (slots == 8) return fp8_stream::fp8_stream_gemm_kernel<16, 8>;
   return slots == 1   ? fp8_stream::fp8_stream_gemm_kernel<kUnitLanes, 1>
          : slots == 2 ? fp8_stream::fp8_stream_gemm_kernel<kUnitLanes, 2>
                       : fp8_stream::fp8_stream_gemm_kernel<kUnitLanes, kMost>;
@@ -140,7 +142,8 @@ void launch_fp8_stream_gemm(const Fp8StreamGemmParams& p, KernelStream stream) {
   Fp8StreamArgs args;
   args.p = p;
   args.gated = is_gated(p.epilogue);
-  args.c = fp8_stream_config(p.k, p.n_out, args.gated, p.max_tiles, current_device_sm_count());
+  args.c = fp8_stream_config(p.k, p.n_out, args.gated, p.max_tiles, current_device_sm_count(),
+                             p.wide_ctas);
   args.k_blocks = p.k / kBlockK;
   args.b_row_blocks = ceil_div(p.b_rows, kBlockK);
   const long long blocks = static_cast<long long>(p.max_tiles) * args.c.n_blocks;

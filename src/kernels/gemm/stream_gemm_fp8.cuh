@@ -50,6 +50,9 @@ struct Fp8StreamGemmParams {
   // GEMM1 at decode: GEMM2's weights of each tile's expert, fetched into L2
   // (common.cuh); each of a tile's CTAs asks for its share.
   NextWeightsPrefetch next;
+  // Whether the launch may give a CTA two column blocks of one-token work
+  // where that fits the grid in one wave (fp8_stream_config's rule).
+  bool wide_ctas = true;
 };
 
 // For tile t of the schedule (t < *num_tiles), row i < rows and column n < n_out:

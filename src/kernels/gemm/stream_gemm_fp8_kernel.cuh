@@ -111,18 +111,22 @@ __device__ __forceinline__ void cp_async_4(float* dst, const float* src, bool va
                "l"(src), "r"(valid ? 4 : 0));
 }
 
-// b_sm[r][kb]: the scales of the CTA's B row blocks (0 past the matrix).
+// b_sm[r][kb]: the scales of the B row blocks of column block `block` and
+// on (0 past the matrix): gated, the gate's block (r = 0) and the up rows'
+// two (r = 1, 2); otherwise the block and, for a wide CTA's second column
+// block, the next (r = 1).
 __device__ __forceinline__ void stage_b_scales(const Fp8StreamArgs& args, int expert, int block,
                                                float* b_sm) {
   const int rb0 = block * args.c.cols_per_cta / kBlockK;
   const int rb1 = (args.p.up_offset + block * args.c.cols_per_cta) / kBlockK;
   const float* src =
       args.p.b_scales + static_cast<size_t>(expert) * args.b_row_blocks * args.k_blocks;
+  const int rows = args.gated ? kScaleRows : args.c.parts;
 #pragma unroll 1
   for (int kb = threadIdx.x; kb < args.k_blocks; kb += kThreads)
 #pragma unroll 1
-    for (int r = 0; r < (args.gated ? kScaleRows : 1); ++r) {
-      const int rb = r == 0 ? rb0 : rb1 + r - 1;
+    for (int r = 0; r < rows; ++r) {
+      const int rb = !args.gated ? rb0 + r : r == 0 ? rb0 : rb1 + r - 1;
       const bool ok = rb < args.b_row_blocks;
       cp_async_4(b_sm + r * args.k_blocks + kb, src + (ok ? rb * args.k_blocks + kb : 0), ok);
     }
@@ -161,10 +165,11 @@ __device__ __forceinline__ void prefetch_next(const Fp8StreamArgs& args, const D
 // ---- One-token tiles: 16L-byte row pieces per unit, the diagonal of each product.
 
 // This warp's kSlots x kUnits pairs over all of K, kChunks pieces of each in
-// flight; slot s of unit u is pair q0 + s * kUnits + u.
+// flight; slot s of unit u is pair q0 + s * kUnits + u. Row `row` of the
+// tile (0 but for a wide CTA's multi-row tiles).
 template <int kSlots, int kChunks, int kUnitLanes>
 __device__ __forceinline__ void stream_one_token(const Fp8StreamArgs& args, const DeviceTile& tile,
-                                                 int block, uint8_t* x_sm, float* a_sm,
+                                                 int block, int row, uint8_t* x_sm, float* a_sm,
                                                  float* b_sm) {
   constexpr int kUnits = 32 / kUnitLanes;
   constexpr int kPiece = kLaneK * kUnitLanes;  // K of one unit load
@@ -174,6 +179,11 @@ __device__ __forceinline__ void stream_one_token(const Fp8StreamArgs& args, cons
   const int q_lane = (block * kWarps + warp) * kSlots * kUnits + lane / kUnitLanes;
   const size_t k = p.k;
   const int row0 = args.gated ? q_lane : 2 * q_lane;
+  // The B scale row of the warp's gate (or all) rows, whose 128-row block
+  // is one: 0, or 1 in a wide CTA's second column block (not gated).
+  const int vblock = block * args.c.parts;
+  const int first_row = (args.gated ? 1 : 2) * (block * kWarps + warp) * kSlots * kUnits;
+  const int lo_scales = (first_row / kBlockK - vblock * args.c.cols_per_cta / kBlockK) * args.k_blocks;
   const uint8_t* r0 = p.b + (static_cast<size_t>(tile.expert) * p.b_rows + row0) * k + kLaneK * li;
   const uint8_t* r1 = r0 + static_cast<size_t>(args.gated ? p.up_offset : 1) * k;
   const size_t slot_stride = static_cast<size_t>(kUnits) * (args.gated ? 1 : 2) * k;
@@ -195,10 +205,10 @@ __device__ __forceinline__ void stream_one_token(const Fp8StreamArgs& args, cons
     // The first round's weight requests are out; the token row and its
     // scales are the previous kernel's output (or gathered through it).
     if (k0 == 0) {
-      prefetch_next(args, tile, block);
-      stage_b_scales(args, tile.expert, block, b_sm);
+      if (row == 0) prefetch_next(args, tile, block);
+      stage_b_scales(args, tile.expert, vblock, b_sm);
       pdl_begin();
-      const uint8_t* x = p.a + static_cast<size_t>(source_row(p, tile.row_start)) * k;
+      const uint8_t* x = p.a + static_cast<size_t>(source_row(p, tile.row_start + row)) * k;
 #pragma unroll 1
       for (int off = kLaneK * threadIdx.x; off < p.k; off += kLaneK * kThreads)
         cp_async_16(shared_address(x_sm + off), x + off, kLaneK);
@@ -212,13 +222,13 @@ __device__ __forceinline__ void stream_one_token(const Fp8StreamArgs& args, cons
       const uint4 xv = kk < p.k ? *reinterpret_cast<const uint4*>(x_sm + kk) : zero;
       // This lane's block; lanes past K (a ragged last piece) hold zeros.
       const int kb = min(kc / kBlockK + li / 8, args.k_blocks - 1);
-      const float a_scale = a_sm[kb * kStreamTileM];
-      const float scale0 = a_scale * b_sm[kb];
+      const float a_scale = a_sm[kb * kStreamTileM + row];
+      const float scale0 = a_scale * b_sm[lo_scales + kb];
 #pragma unroll
       for (int s = 0; s < kSlots; ++s) {
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         mma_load(acc, w0[c][s], w1[c][s], xv);
-        const int up_row = up_scale_row(args, block, p.up_offset + q_lane + s * kUnits);
+        const int up_row = up_scale_row(args, vblock, p.up_offset + q_lane + s * kUnits);
         const float scale1 = args.gated ? a_scale * b_sm[up_row * args.k_blocks + kb] : scale0;
         d[s][0] = fmaf(scale0, odd ? acc[1] : acc[0], d[s][0]);
         d[s][1] = fmaf(scale1, odd ? acc[3] : acc[2], d[s][1]);
@@ -238,7 +248,7 @@ __device__ __forceinline__ void stream_one_token(const Fp8StreamArgs& args, cons
   constexpr int kLanesPerSlot = kUnitLanes / kSlots;
   const int q = q_lane + (li / kLanesPerSlot) * kUnits;
   if (li % kLanesPerSlot != 0 || q >= pairs) return;
-  store_pair(args, tile.expert, static_cast<size_t>(tile.row_start) * p.n_out,
+  store_pair(args, tile.expert, static_cast<size_t>(tile.row_start + row) * p.n_out,
              args.gated ? q : 2 * q, args.gated ? p.up_offset + q : 2 * q + 1, u[0][0], u[0][1],
              true, true);
 }
@@ -353,7 +363,7 @@ __device__ __forceinline__ void stream_rows(const Fp8StreamArgs& args, const Dev
 // One kernel per one-token shape (unit width, slots; the launcher picks).
 template <int kUnitLanes, int kSlots>
 __global__ void __launch_bounds__(kThreads, 2) fp8_stream_gemm_kernel(const Fp8StreamArgs args) {
-  static_assert(kSlots * 32 / kUnitLanes <= kWarps, "at most 8 pairs a warp");
+  static_assert(kSlots * 32 / kUnitLanes <= 2 * kWarps, "at most 16 pairs a warp");
   extern __shared__ __align__(16) uint8_t smem[];  // token row, A scales, B scales
   __shared__ float partial[kWarps * 8 * 32];
   const Fp8StreamGemmParams& p = args.p;
@@ -366,14 +376,26 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_stream_gemm_kernel(const Fp8S
   const int block = blockIdx.x - tile_index * args.c.n_blocks;
   float* a_sm = reinterpret_cast<float*>(smem + p.k);
   float* b_sm = a_sm + kStreamTileM * args.k_blocks;
+  constexpr int kChunks = kLoadsInFlight / (2 * kSlots);
+  // A wide CTA (16 pairs a warp: two column blocks, parts = 2).
+  constexpr bool kWide = kSlots * 32 / kUnitLanes > kWarps;
   // Both paths cover the same cols_per_cta columns (a CTA-uniform choice).
-  if (tile.rows == 1)
-    stream_one_token<kSlots, kLoadsInFlight / (2 * kSlots), kUnitLanes>(args, tile, block, smem,
-                                                                        a_sm, b_sm);
-  else if (tile.rows <= 8)  // one token fragment, more slabs in flight
+  // A wide CTA (parts = 2: its kernel is the only one of 8 slots) serves
+  // each row of a rare multi-row tile by the one-token path: wide grids are
+  // of a few tiles, one or two tokens.
+  if (tile.rows == 1) {
+    stream_one_token<kSlots, kChunks, kUnitLanes>(args, tile, block, 0, smem, a_sm, b_sm);
+  } else if constexpr (kWide) {
+#pragma unroll 1
+    for (int row = 0; row < tile.rows; ++row) {
+      if (row > 0) __syncthreads();  // every warp is done with the previous row's staging
+      stream_one_token<kSlots, kChunks, kUnitLanes>(args, tile, block, row, smem, a_sm, b_sm);
+    }
+  } else if (tile.rows <= 8) {  // one token fragment, more slabs in flight
     stream_rows<1, kUnrollOneFragment>(args, tile, block, a_sm, b_sm, partial);
-  else
+  } else {
     stream_rows<2, kUnroll>(args, tile, block, a_sm, b_sm, partial);
+  }
 }
 
 }  // namespace unimoe::fp8_stream
