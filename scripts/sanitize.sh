@@ -65,7 +65,7 @@
 #                            Replays... (the same in the dsv3-tp8 layer),
 #                            Fp8RowsGpu.*
 #                            (quantize with group-major scales, gather, fp32
-#                            activation)
+#                            activation, the activation quantized in one kernel)
 #   fp8 layer                LayerFp8Gpu.ExpertParallelRangeDropsOffRankRows and
 #                            .PrecomputedRouting (every FP8 form on both paths);
 #                            racecheck and initcheck: the first

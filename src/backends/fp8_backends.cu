@@ -10,8 +10,10 @@
 //     blockwise-scaled grouped GEMM for GEMM1 (fp32 out: rounding it to
 //     bf16 moved about one intermediate element in 30 to the neighbouring
 //     e4m3 code, 1.4e-2 to 3.9e-2 of relative error on an H100 against
-//     2.4e-3 on the stream path), the activation (fp32 in and out) and its
-//     quantization, the same GEMM for GEMM2 (bf16 out); the finalize adds b2.
+//     2.4e-3 on the stream path), the activation and its quantization (one
+//     kernel for FP8Block128; FP8PerTensor's tensor scale needs the whole
+//     activation first, in fp32), the same GEMM for GEMM2 (bf16 out); the
+//     finalize adds b2.
 // Both GEMMs take one fp32 scale per row and 128-wide K block of their
 // input (group-major: scale(r, g) at scales[g * ld + r]) and one per
 // 128 x 128 block of the weights. FP8Block128 computes those per call
@@ -356,6 +358,27 @@ class Fp8CutlassBackend final : public Fp8Backend {
     launch_gather_fp8_rows(g, chain);
     run_gemm(call, gathered_codes_, gathered_scales_, weights_.w13, w13_scales_, nullptr, h_, n1_,
              hidden_, plan.sm90_fp8, chain);
+    if (!per_tensor() && plan.fp8_act_quant_fused) {
+      // The activation and its quantization per row and 128 columns in one
+      // kernel: the same codes and scales, no fp32 activation in memory.
+      GatedActivationFp8Params act;
+      act.h_f32 = h_;
+      act.b13 = weights_.b13;
+      act.expert_offsets = call.expert_offsets;
+      act.num_groups = e_local_;
+      act.capacity = capacity;
+      act.intermediate = inter_;
+      act.activation = config_.experts.activation;
+      act.swiglu_alpha = config_.experts.swiglu_alpha;
+      act.swiglu_limit = config_.experts.swiglu_limit;
+      act.out_codes = act_codes_;
+      act.out_scales = act_scales_;
+      act.out_scales_ld = rows_ld_;
+      launch_gated_activation_fp8(act, chain);
+      return;
+    }
+    // FP8PerTensor: one scale over all rows, so the activation is complete
+    // before its quantization.
     GatedActivationParams act;
     act.h_f32 = h_;
     act.b13 = weights_.b13;

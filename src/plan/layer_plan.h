@@ -81,6 +81,9 @@ struct LayerPlan {
   // The FP8 stream kernel may give a CTA two column blocks where that fits
   // the grid in one wave (stream_gemm_fp8_config.h).
   bool fp8_wide_ctas = true;
+  // FP8Block128's cutlass path quantizes the activation in the activation
+  // kernel (expert_rows.cuh, launch_gated_activation_fp8).
+  bool fp8_act_quant_fused = true;
   // How GEMM2 runs (plan_layer fills it; plan/gemm2_gate.h): the expert
   // path (y, then the finalize), the combine path, or both with the gate
   // choosing on the device.

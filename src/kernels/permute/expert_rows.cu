@@ -7,9 +7,11 @@
 #include <string>
 #include <type_traits>
 
+#include "core/e4m3.h"
 #include "kernels/common/common.cuh"
 #include "kernels/epilogue/activation.cuh"
 #include "kernels/permute/expert_rows.cuh"
+#include "kernels/quant/fp8_amax.cuh"
 
 namespace unimoe {
 namespace {
@@ -164,6 +166,61 @@ __global__ void __launch_bounds__(kThreads) gated_activation_kernel(ActivationAr
   }
 }
 
+// The activation, then its quantization per row and 128 columns: a warp
+// step covers 256 columns, lanes 0-15 one 128-column group and lanes 16-31
+// the next, so a group's amax is a 16-lane reduction (fmaxf skips NaN and
+// max is exact: the order does not matter, as in the quantize kernels).
+// Steps are warp-uniform; a half past the row (I an odd multiple of 128)
+// takes part in the shuffles with zeros and writes nothing.
+template <Activation kAct>
+__global__ void __launch_bounds__(kThreads) gated_activation_fp8_kernel(GatedActivationFp8Params p) {
+  pdl_begin();
+  constexpr bool kGated = kAct != Activation::ReLU2;
+  constexpr int kGroup = 128;
+  const int row = warp_row();
+  if (row >= p.expert_offsets[p.num_groups]) return;
+  const int cols = kGated ? 2 * p.intermediate : p.intermediate;
+  const float* h_row = p.h_f32 + static_cast<int64_t>(row) * cols;
+  const float* bias_row =
+      p.b13 ? p.b13 + static_cast<int64_t>(expert_of_row(p.expert_offsets, p.num_groups, row)) * cols
+            : nullptr;
+  uint8_t* codes_row = p.out_codes + static_cast<int64_t>(row) * p.intermediate;
+  const int lane = threadIdx.x % kWarpSize;
+  for (int base = 0; base < p.intermediate; base += kWarpSize * kVec) {
+    const int j = base + lane * kVec;
+    const bool in_row = j < p.intermediate;
+    float a[kVec] = {};
+    float m = 0.0f;
+    if (in_row) {
+      float g[kVec];
+      load8(h_row, j, g);
+      if (bias_row) add_bias(g, bias_row + j);
+      if constexpr (kGated) {
+        float u[kVec];
+        load8(h_row, p.intermediate + j, u);
+        if (bias_row) add_bias(u, bias_row + p.intermediate + j);
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) a[i] = activate<kAct>(g[i], u[i], p.swiglu_alpha, p.swiglu_limit);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kVec; ++i) a[i] = activate<kAct>(g[i], 0.0f, p.swiglu_alpha, p.swiglu_limit);
+      }
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) m = fmaxf(m, fabsf(a[i]));
+    }
+#pragma unroll
+    for (int d = kGroup / kVec / 2; d > 0; d /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
+    if (!in_row) continue;
+    const float scale = fp8_amax::fp8_scale(m);
+    uint32_t words[2] = {0, 0};
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+      words[i / 4] |= static_cast<uint32_t>(encode_e4m3(__fdiv_rn(a[i], scale))) << (8 * (i % 4));
+    *reinterpret_cast<uint2*>(codes_row + j) = make_uint2(words[0], words[1]);
+    if (j % kGroup == 0) p.out_scales[static_cast<int64_t>(j / kGroup) * p.out_scales_ld + row] = scale;
+  }
+}
+
 // One warp per permuted row: H bytes of codes (16 a lane and step), then the
 // row's H / 128 scales, one a lane.
 __global__ void __launch_bounds__(kThreads) gather_fp8_rows_kernel(GatherFp8RowsParams p) {
@@ -255,6 +312,40 @@ void launch_gated_activation(const GatedActivationParams& p, KernelStream stream
     launch_activation<uint16_t, float>(p.activation, args, p.capacity, stream);
   else
     launch_activation<uint16_t, uint16_t>(p.activation, args, p.capacity, stream);
+}
+
+void launch_gated_activation_fp8(const GatedActivationFp8Params& p, KernelStream stream) {
+  require(p.intermediate > 0 && p.intermediate % 128 == 0,
+          "gated_activation_fp8: intermediate must be a positive multiple of 128, is " +
+              std::to_string(p.intermediate));
+  require(p.num_groups >= 0 && p.capacity >= 0,
+          "gated_activation_fp8: num_groups and capacity must be non-negative");
+  if (p.capacity == 0) return;
+  require(p.h_f32 && p.expert_offsets && p.out_codes && p.out_scales,
+          "gated_activation_fp8: a null pointer (h_f32, expert_offsets, out_codes or out_scales)");
+  require(aligned16(p.h_f32) && aligned16(p.b13) && reinterpret_cast<std::uintptr_t>(p.out_codes) % 8 == 0,
+          "gated_activation_fp8: h_f32 and b13 must be 16-byte aligned, out_codes 8-byte aligned");
+  require(p.out_scales_ld >= p.capacity,
+          "gated_activation_fp8: out_scales_ld must be >= capacity, is " + std::to_string(p.out_scales_ld));
+  const dim3 grid(ceil_div(p.capacity, kRowsPerBlock));
+  switch (p.activation) {
+    case Activation::SwiGLU:
+      launch_pdl(gated_activation_fp8_kernel<Activation::SwiGLU>, grid, kThreads, 0, stream, p);
+      break;
+    case Activation::GeGLU:
+      launch_pdl(gated_activation_fp8_kernel<Activation::GeGLU>, grid, kThreads, 0, stream, p);
+      break;
+    case Activation::SwiGLUOai:
+      launch_pdl(gated_activation_fp8_kernel<Activation::SwiGLUOai>, grid, kThreads, 0, stream, p);
+      break;
+    case Activation::ReLU2:
+      launch_pdl(gated_activation_fp8_kernel<Activation::ReLU2>, grid, kThreads, 0, stream, p);
+      break;
+    default:
+      throw std::invalid_argument("gated_activation_fp8: unknown activation " +
+                                  std::to_string(static_cast<int>(p.activation)));
+  }
+  UNIMOE_LAUNCH_CHECK();
 }
 
 void launch_gather_fp8_rows(const GatherFp8RowsParams& p, KernelStream stream) {

@@ -53,6 +53,30 @@ struct GatedActivationParams {
 // to nearest even; r < expert_offsets[num_groups].
 void launch_gated_activation(const GatedActivationParams& p, KernelStream stream);
 
+// The same activation of an fp32 h, quantized in the same kernel as
+// launch_quantize_fp8_rows quantizes the fp32 activation (fp8_quant.cuh):
+// per row and 128 columns, scale = amax / 448 (1 where that is not > 0),
+// code = e4m3(value / scale). So the codes and scales are those of
+// launch_gated_activation with out_f32 followed by that quantization, bit
+// for bit, without the fp32 activation's write and read (FP8Block128's
+// cutlass path).
+struct GatedActivationFp8Params {
+  const float* h_f32 = nullptr;             // [capacity, cols] fp32, as GatedActivationParams
+  const float* b13 = nullptr;               // [num_groups, cols] fp32, or nullptr
+  const int32_t* expert_offsets = nullptr;  // [num_groups + 1] device
+  int num_groups = 0;
+  int capacity = 0;                         // T * K: rows the grid covers
+  int intermediate = 0;                     // I, a multiple of 128
+  Activation activation = Activation::SwiGLU;
+  float swiglu_alpha = 1.702f;
+  float swiglu_limit = 7.0f;
+  uint8_t* out_codes = nullptr;             // [capacity, I] e4m3
+  float* out_scales = nullptr;              // scale of (row r, group g) at out_scales[g * out_scales_ld + r]
+  int out_scales_ld = 0;                    // >= capacity
+};
+
+void launch_gated_activation_fp8(const GatedActivationFp8Params& p, KernelStream stream);
+
 // The FP8 paths' gather: e4m3 token rows and their scales into permuted order.
 struct GatherFp8RowsParams {
   const uint8_t* codes = nullptr;                  // [T, H] e4m3 (the quantized x)
