@@ -361,16 +361,7 @@ class Fp8CutlassBackend final : public Fp8Backend {
     if (!per_tensor() && plan.fp8_act_quant_fused) {
       // The activation and its quantization per row and 128 columns in one
       // kernel: the same codes and scales, no fp32 activation in memory.
-      GatedActivationFp8Params act;
-      act.h_f32 = h_;
-      act.b13 = weights_.b13;
-      act.expert_offsets = call.expert_offsets;
-      act.num_groups = e_local_;
-      act.capacity = capacity;
-      act.intermediate = inter_;
-      act.activation = config_.experts.activation;
-      act.swiglu_alpha = config_.experts.swiglu_alpha;
-      act.swiglu_limit = config_.experts.swiglu_limit;
+      auto act = activation_params<GatedActivationFp8Params>(call, capacity);
       act.out_codes = act_codes_;
       act.out_scales = act_scales_;
       act.out_scales_ld = rows_ld_;
@@ -379,16 +370,7 @@ class Fp8CutlassBackend final : public Fp8Backend {
     }
     // FP8PerTensor: one scale over all rows, so the activation is complete
     // before its quantization.
-    GatedActivationParams act;
-    act.h_f32 = h_;
-    act.b13 = weights_.b13;
-    act.expert_offsets = call.expert_offsets;
-    act.num_groups = e_local_;
-    act.capacity = capacity;
-    act.intermediate = inter_;
-    act.activation = config_.experts.activation;
-    act.swiglu_alpha = config_.experts.swiglu_alpha;
-    act.swiglu_limit = config_.experts.swiglu_limit;
+    auto act = activation_params<GatedActivationParams>(call, capacity);
     act.out_f32 = act_f32_;
     launch_gated_activation(act, chain);
     quantize_act(call, chain);
@@ -404,6 +386,23 @@ class Fp8CutlassBackend final : public Fp8Backend {
   const float* finalize_b2() const override { return weights_.b2; }
 
  private:
+  // The activation's input (GEMM1's fp32 h) and settings, for either
+  // activation kernel (GatedActivationParams, GatedActivationFp8Params).
+  template <typename Params>
+  Params activation_params(const ExpertsCall& call, int capacity) const {
+    Params p;
+    p.h_f32 = h_;
+    p.b13 = weights_.b13;
+    p.expert_offsets = call.expert_offsets;
+    p.num_groups = e_local_;
+    p.capacity = capacity;
+    p.intermediate = inter_;
+    p.activation = config_.experts.activation;
+    p.swiglu_alpha = config_.experts.swiglu_alpha;
+    p.swiglu_limit = config_.experts.swiglu_limit;
+    return p;
+  }
+
   void carve_own(WorkspaceCarver& c) override {
     gathered_codes_ = c.take<uint8_t>(max_rows_ * hidden_);
     gathered_scales_ = c.take<float>(static_cast<std::size_t>(hidden_ / kBlock) * rows_ld_);

@@ -43,6 +43,18 @@ inline std::vector<float> few_experts_logits(const MoEConfig& c, int t, uint64_t
   return l;
 }
 
+// The FP8 forms the layer tests run: the variant and whether
+// FP8PerTensor's activation scales are static (given with the weights,
+// LayerRig's static_scales) or computed per call.
+struct Fp8Form {
+  QuantVariant quant;
+  bool static_scales;
+  const char* name;
+};
+inline constexpr Fp8Form kFp8Forms[] = {{QuantVariant::FP8Block128, false, "block128"},
+                                        {QuantVariant::FP8PerTensor, false, "per-tensor dynamic"},
+                                        {QuantVariant::FP8PerTensor, true, "per-tensor static"}};
+
 // A layer with synthetic weights that the host can regenerate
 // (support/device_weights.h: bf16, or FP8 codes and scales, for the config's
 // variant). static_scales: FP8PerTensor's static activation scales, which

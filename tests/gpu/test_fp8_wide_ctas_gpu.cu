@@ -27,14 +27,8 @@ namespace {
 using test::DeviceBuffer;
 using test::LayerRig;
 
-struct Form {
-  QuantVariant quant;
-  bool static_scales;
-  const char* name;
-};
-constexpr Form kForms[] = {{QuantVariant::FP8Block128, false, "block128"},
-                           {QuantVariant::FP8PerTensor, false, "per-tensor dynamic"},
-                           {QuantVariant::FP8PerTensor, true, "per-tensor static"}};
+using Form = test::Fp8Form;
+constexpr auto& kForms = test::kFp8Forms;
 
 // dsv3-tp8 at T = 1 on the stream path, wide CTAs on or off.
 MoEConfig dsv3_tp8(const Form& form) {

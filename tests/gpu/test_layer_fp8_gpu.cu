@@ -41,16 +41,8 @@ using test::hot_expert_logits;
 using test::LayerRig;
 constexpr double kTolerance = kFp8Tolerance;
 
-// The FP8 forms: the variant and whether FP8PerTensor's activation scales
-// are static (given with the weights) or computed per call.
-struct Form {
-  QuantVariant quant;
-  bool static_scales;
-  const char* name;
-};
-constexpr Form kForms[] = {{QuantVariant::FP8Block128, false, "block128"},
-                           {QuantVariant::FP8PerTensor, false, "per-tensor dynamic"},
-                           {QuantVariant::FP8PerTensor, true, "per-tensor static"}};
+using Form = test::Fp8Form;
+constexpr auto& kForms = test::kFp8Forms;
 constexpr const char* kBackends[] = {"stream", "cutlass", "mma"};
 
 // One fresh set of weights and inputs per point, run by each FP8 form on

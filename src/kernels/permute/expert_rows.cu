@@ -128,6 +128,28 @@ __device__ __forceinline__ void load8(const float* row, int j, float (&f)[kVec])
   f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
 }
 
+// a[0..7] = the activation of columns j..j+7 of a GEMM1 output row h_row
+// (gate at j, up at intermediate + j for gated activations), each plus its
+// bias where bias_row is given.
+template <Activation kAct, typename In>
+__device__ __forceinline__ void activate8(const In* h_row, const float* bias_row, int j,
+                                          int intermediate, float alpha, float limit,
+                                          float (&a)[kVec]) {
+  float g[kVec];
+  load8(h_row, j, g);
+  if (bias_row) add_bias(g, bias_row + j);
+  if constexpr (kAct != Activation::ReLU2) {
+    float u[kVec];
+    load8(h_row, intermediate + j, u);
+    if (bias_row) add_bias(u, bias_row + intermediate + j);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) a[i] = activate<kAct>(g[i], u[i], alpha, limit);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) a[i] = activate<kAct>(g[i], 0.0f, alpha, limit);
+  }
+}
+
 template <Activation kAct, typename In, typename Out>
 __global__ void __launch_bounds__(kThreads) gated_activation_kernel(ActivationArgs p) {
   pdl_begin();
@@ -148,20 +170,8 @@ __global__ void __launch_bounds__(kThreads) gated_activation_kernel(ActivationAr
   }();
   const int lane = threadIdx.x % kWarpSize;
   for (int j = lane * kVec; j < p.intermediate; j += kWarpSize * kVec) {
-    float g[kVec];
-    load8(h_row, j, g);
-    if (bias_row) add_bias(g, bias_row + j);
     float a[kVec];
-    if constexpr (kGated) {
-      float u[kVec];
-      load8(h_row, p.intermediate + j, u);
-      if (bias_row) add_bias(u, bias_row + p.intermediate + j);
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) a[i] = activate<kAct>(g[i], u[i], p.alpha, p.limit);
-    } else {
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) a[i] = activate<kAct>(g[i], 0.0f, p.alpha, p.limit);
-    }
+    activate8<kAct>(h_row, bias_row, j, p.intermediate, p.alpha, p.limit, a);
     store8(out_row, j, a);
   }
 }
@@ -192,19 +202,7 @@ __global__ void __launch_bounds__(kThreads) gated_activation_fp8_kernel(GatedAct
     float a[kVec] = {};
     float m = 0.0f;
     if (in_row) {
-      float g[kVec];
-      load8(h_row, j, g);
-      if (bias_row) add_bias(g, bias_row + j);
-      if constexpr (kGated) {
-        float u[kVec];
-        load8(h_row, p.intermediate + j, u);
-        if (bias_row) add_bias(u, bias_row + p.intermediate + j);
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) a[i] = activate<kAct>(g[i], u[i], p.swiglu_alpha, p.swiglu_limit);
-      } else {
-#pragma unroll
-        for (int i = 0; i < kVec; ++i) a[i] = activate<kAct>(g[i], 0.0f, p.swiglu_alpha, p.swiglu_limit);
-      }
+      activate8<kAct>(h_row, bias_row, j, p.intermediate, p.swiglu_alpha, p.swiglu_limit, a);
 #pragma unroll
       for (int i = 0; i < kVec; ++i) m = fmaxf(m, fabsf(a[i]));
     }
