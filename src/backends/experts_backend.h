@@ -40,6 +40,7 @@ struct ExpertsCall {
   const uint16_t* x = nullptr;                    // [T, H] bf16
   int num_tokens = 0;                             // T
   const int32_t* permuted_to_expanded = nullptr;  // [T*K]: row r is expanded row p2e[r]
+  const int32_t* expanded_to_permuted = nullptr;  // [T*K]: its inverse, -1 off this rank
   const int32_t* expert_offsets = nullptr;        // [E_local + 1] device, exclusive scan
   const DeviceTile* tiles = nullptr;              // schedule for the plan's tile_m
   const int32_t* num_tiles = nullptr;             // device count

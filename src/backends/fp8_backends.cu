@@ -6,7 +6,9 @@
 //     activation in registers, fp32 out), the activation quantized, the FP8
 //     stream kernel for GEMM2 (b2 in its epilogue, bf16 y);
 //   Fp8CutlassBackend (Cutlass path, prefill): x quantized once per token,
-//     its codes and scales gathered into permuted order, CUTLASS's
+//     its codes and scales written to the token's permuted rows as they
+//     are made (FP8Block128), or made in token order and gathered
+//     (FP8PerTensor, whose tensor scale needs all of x first), CUTLASS's
 //     blockwise-scaled grouped GEMM for GEMM1 (fp32 out: rounding it to
 //     bf16 moved about one intermediate element in 30 to the neighbouring
 //     e4m3 code, 1.4e-2 to 3.9e-2 of relative error on an H100 against
@@ -341,21 +343,23 @@ class Fp8CutlassBackend final : public Fp8Backend {
     require_workspace();
     const KernelStream chain(stream, plan.pdl);
     const int capacity = call.num_tokens * config_.routing.top_k;
-    quantize_x(call, chain);
-    GatherFp8RowsParams g;
-    g.codes = x_codes_;
-    g.scales = x_scales_;
-    g.scales_ld = x_ld_;
-    g.permuted_to_expanded = call.permuted_to_expanded;
-    g.expert_offsets = call.expert_offsets;
-    g.num_groups = e_local_;
-    g.top_k = config_.routing.top_k;
-    g.hidden = hidden_;
-    g.capacity = capacity;
-    g.out_codes = gathered_codes_;
-    g.out_scales = gathered_scales_;
-    g.out_scales_ld = rows_ld_;
-    launch_gather_fp8_rows(g, chain);
+    if (!per_tensor() && plan.fp8_quant_scatter) {
+      // x's codes and scales straight to the permuted rows: no token-order
+      // copy, no gather.
+      Fp8RowScatterParams q;
+      q.x = call.x;
+      q.rows = call.num_tokens;
+      q.cols = hidden_;
+      q.expanded_to_permuted = call.expanded_to_permuted;
+      q.top_k = config_.routing.top_k;
+      q.capacity = capacity;
+      q.codes = gathered_codes_;
+      q.scales = gathered_scales_;
+      q.scales_ld = rows_ld_;
+      launch_quantize_fp8_rows_scatter(q, chain);
+    } else {
+      gather_x(call, capacity, chain);
+    }
     run_gemm(call, gathered_codes_, gathered_scales_, weights_.w13, w13_scales_, nullptr, h_, n1_,
              hidden_, plan.sm90_fp8, chain);
     if (!per_tensor() && plan.fp8_act_quant_fused) {
@@ -401,6 +405,26 @@ class Fp8CutlassBackend final : public Fp8Backend {
     p.swiglu_alpha = config_.experts.swiglu_alpha;
     p.swiglu_limit = config_.experts.swiglu_limit;
     return p;
+  }
+
+  // x quantized in token order, its codes and scales gathered into
+  // permuted order (FP8PerTensor; FP8Block128 with fp8_quant_scatter off).
+  void gather_x(const ExpertsCall& call, int capacity, KernelStream chain) {
+    quantize_x(call, chain);
+    GatherFp8RowsParams g;
+    g.codes = x_codes_;
+    g.scales = x_scales_;
+    g.scales_ld = x_ld_;
+    g.permuted_to_expanded = call.permuted_to_expanded;
+    g.expert_offsets = call.expert_offsets;
+    g.num_groups = e_local_;
+    g.top_k = config_.routing.top_k;
+    g.hidden = hidden_;
+    g.capacity = capacity;
+    g.out_codes = gathered_codes_;
+    g.out_scales = gathered_scales_;
+    g.out_scales_ld = rows_ld_;
+    launch_gather_fp8_rows(g, chain);
   }
 
   void carve_own(WorkspaceCarver& c) override {

@@ -54,6 +54,7 @@ constexpr Knob kKnobs[] = {
     {"next_prefetch", Kind::Switch, &DevOverrides::next_prefetch, nullptr},
     {"fp8_wide_ctas", Kind::Switch, &DevOverrides::fp8_wide_ctas, nullptr},
     {"fp8_act_quant_fused", Kind::Switch, &DevOverrides::fp8_act_quant_fused, nullptr},
+    {"fp8_quant_scatter", Kind::Switch, &DevOverrides::fp8_quant_scatter, nullptr},
     {"w4_tile_m", Kind::TileM, nullptr, &DevOverrides::w4_tile_m},
     {"gemm2_path", Kind::Gemm2, nullptr, nullptr},
     {"mma_tactic", Kind::Tactic, nullptr, nullptr},

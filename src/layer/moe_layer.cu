@@ -333,6 +333,7 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
     c.x = static_cast<const uint16_t*>(a.x);
     c.num_tokens = t;
     c.permuted_to_expanded = permuted_to_expanded_;
+    c.expanded_to_permuted = expanded_to_permuted_;
     c.expert_offsets = expert_offsets_;
     c.tiles = tiles_;
     c.num_tiles = num_tiles_;

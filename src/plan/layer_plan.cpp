@@ -388,6 +388,7 @@ LayerPlan plan_layer(const MoEConfig& config, int num_tokens, bool precomputed,
   plan.next_prefetch = dev.next_prefetch;
   plan.fp8_wide_ctas = dev.fp8_wide_ctas;
   plan.fp8_act_quant_fused = dev.fp8_act_quant_fused;
+  plan.fp8_quant_scatter = dev.fp8_quant_scatter;
   if (is_w4(config.experts.quant) && plan.path == ExpertsPath::Stream && dev.w4_tile_m != 0)
     plan.tile_m = dev.w4_tile_m;
   if (plan.path == ExpertsPath::Mma && !dev.mma_tactic.empty()) {

@@ -84,6 +84,9 @@ struct LayerPlan {
   // FP8Block128's cutlass path quantizes the activation in the activation
   // kernel (expert_rows.cuh, launch_gated_activation_fp8).
   bool fp8_act_quant_fused = true;
+  // ... and writes x's codes and scales straight to the permuted rows
+  // (fp8_quant.cuh, launch_quantize_fp8_rows_scatter), with no gather.
+  bool fp8_quant_scatter = true;
   // How GEMM2 runs (plan_layer fills it; plan/gemm2_gate.h): the expert
   // path (y, then the finalize), the combine path, or both with the gate
   // choosing on the device.

@@ -39,7 +39,8 @@ TEST(DevOverrides, DefaultsFollowTheMeasuredRules) {
   EXPECT_TRUE(d.sorted_pair && d.direct_keys && d.cluster_spread && d.fixed_choice &&
               d.ranked_threshold && d.split_octet_count && d.split_kept_halves &&
               d.permute_trigger && d.scatter_masks && d.pdl && d.stream_one_token &&
-              d.stream_overlap && d.next_prefetch && d.fp8_wide_ctas && d.fp8_act_quant_fused);
+              d.stream_overlap && d.next_prefetch && d.fp8_wide_ctas && d.fp8_act_quant_fused &&
+              d.fp8_quant_scatter);
   EXPECT_FALSE(d.tune_wgmma);  // the one knob that turns something on
   EXPECT_EQ(d.wide_choice, WideChoice::kMeasured);
   EXPECT_EQ(d.cluster_max_ctas + d.spread_max_ctas + d.spread_from_tokens + d.spread_min_tokens +
@@ -79,7 +80,7 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
     start = end == std::string::npos ? text.size() : end + 1;
   }
   EXPECT_EQ(back, d);
-  EXPECT_EQ(DevOverrides::names().size(), 30u);
+  EXPECT_EQ(DevOverrides::names().size(), 31u);
 }
 
 TEST(DevOverrides, RefusesBadValuesNamingTheVariable) {

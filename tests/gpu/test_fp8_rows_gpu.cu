@@ -4,7 +4,9 @@
 // scale broadcast to every (row, group); the gather of e4m3 rows and their
 // scales into permuted order; the activation kernel's fp32 output; the
 // activation kernel with its quantization fused (FP8Block128's cutlass
-// path) against the activation kernel then the quantize kernel. Codes
+// path) against the activation kernel then the quantize kernel; the
+// quantization of x scattered to the permuted rows against the quantize
+// kernel then the gather. Codes
 // and scales are compared bit for bit; outputs are poisoned (0xff) first and
 // what must not be written is checked to still hold the poison.
 #include <gtest/gtest.h>
@@ -313,6 +315,97 @@ TEST(Fp8RowsGpu, ActivationQuantizedInOneKernelMatchesTheTwo) {
   bad.intermediate = 136;  // not a multiple of 128
   bad.capacity = 1;
   EXPECT_THROW(launch_gated_activation_fp8(bad, nullptr), std::invalid_argument);
+}
+
+// launch_quantize_fp8_rows_scatter writes the codes and scales of the row
+// quantize kernel followed by the gather, bit for bit: 11 tokens, top 3,
+// H of one and of three 128-column groups, a permutation of the live
+// permuted rows (20 of the capacity 33) with off-rank entries (-1), values
+// spread over 2^-4..2^4 by token and a NaN; permuted rows no token maps to
+// keep the poison.
+TEST(Fp8RowsGpu, QuantizeScatteredToPermutedRowsMatchesQuantizeThenGather) {
+  UNIMOE_REQUIRE_GPU();
+  constexpr int kTokens = 11, kTopK = 3, kCapacity = kTokens * kTopK, kLive = 20, kLd = 36;
+  for (int hidden : {128, 384}) {
+    SCOPED_TRACE("H " + std::to_string(hidden));
+    const int groups = hidden / 128;
+    std::vector<uint16_t> x(static_cast<std::size_t>(kTokens) * hidden);
+    for (std::size_t i = 0; i < x.size(); ++i)
+      x[i] = ref::f32_to_bf16(std::ldexp(hash_uniform(41, i), static_cast<int>(i / hidden % 9) - 4));
+    x[2 * hidden + 7] = 0x7fc0;  // NaN
+    // Expanded rows: the first kLive of a shuffled order take permuted rows
+    // 0..kLive-1, the rest are off this rank.
+    std::vector<int32_t> order(kCapacity), e2p(kCapacity, -1), p2e(kCapacity, 0);
+    std::iota(order.begin(), order.end(), 0);
+    for (int i = 0; i < kCapacity; ++i) std::swap(order[i], order[hash64(300 + i) % kCapacity]);
+    for (int r = 0; r < kLive; ++r) {
+      e2p[order[r]] = r;
+      p2e[r] = order[r];
+    }
+    const std::vector<int32_t> offsets = {0, 9, kLive};
+    DeviceBuffer<uint16_t> dx(x);
+    DeviceBuffer<int32_t> d_e2p(e2p), d_p2e(p2e), d_offsets(offsets);
+    DeviceBuffer<uint8_t> tok_codes(x.size()), codes1(static_cast<std::size_t>(kCapacity) * hidden),
+        codes2(codes1.size());
+    DeviceBuffer<float> tok_scales(static_cast<std::size_t>(groups) * 12), scales1(groups * kLd),
+        scales2(groups * kLd);
+    for (auto* b : {&codes1, &codes2}) b->poison();
+    for (auto* b : {&scales1, &scales2}) b->poison();
+
+    Fp8RowQuantParams q;
+    q.x = dx.get();
+    q.rows = kTokens;
+    q.cols = hidden;
+    q.codes = tok_codes.get();
+    q.scales = tok_scales.get();
+    q.scales_ld = 12;
+    launch_quantize_fp8_rows(q, nullptr);
+    GatherFp8RowsParams g;
+    g.codes = tok_codes.get();
+    g.scales = tok_scales.get();
+    g.scales_ld = 12;
+    g.permuted_to_expanded = d_p2e.get();
+    g.expert_offsets = d_offsets.get();
+    g.num_groups = 2;
+    g.top_k = kTopK;
+    g.hidden = hidden;
+    g.capacity = kCapacity;
+    g.out_codes = codes2.get();
+    g.out_scales = scales2.get();
+    g.out_scales_ld = kLd;
+    launch_gather_fp8_rows(g, nullptr);
+
+    Fp8RowScatterParams f;
+    f.x = dx.get();
+    f.rows = kTokens;
+    f.cols = hidden;
+    f.expanded_to_permuted = d_e2p.get();
+    f.top_k = kTopK;
+    f.capacity = kCapacity;
+    f.codes = codes1.get();
+    f.scales = scales1.get();
+    f.scales_ld = kLd;
+    launch_quantize_fp8_rows_scatter(f, nullptr);
+    UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+
+    const std::vector<uint8_t> c1 = codes1.download(), c2 = codes2.download();
+    const std::vector<float> s1 = scales1.download(), s2 = scales2.download();
+    EXPECT_EQ(c1, c2);
+    int same = 0, live_scales = 0, poisoned = 0;
+    for (std::size_t i = 0; i < s1.size(); ++i) {
+      same += bits_of(s1[i]) == bits_of(s2[i]);
+      live_scales += static_cast<int>(i % kLd) < kLive && bits_of(s1[i]) != kPoison;
+    }
+    for (std::size_t i = static_cast<std::size_t>(kLive) * hidden; i < c1.size(); ++i)
+      poisoned += c1[i] == 0xff;
+    EXPECT_EQ(same, static_cast<int>(s1.size()));
+    EXPECT_EQ(live_scales, kLive * groups);
+    EXPECT_EQ(poisoned, (kCapacity - kLive) * hidden);
+  }
+  Fp8RowScatterParams bad;
+  bad.rows = 1;
+  bad.cols = 200;  // not a multiple of 128
+  EXPECT_THROW(launch_quantize_fp8_rows_scatter(bad, nullptr), std::invalid_argument);
 }
 
 }  // namespace

@@ -101,6 +101,32 @@ __global__ void __launch_bounds__(kRowThreads)
   if (in_row) codes[vec] = encode4(f, scale);
 }
 
+// The row kernel's (row, group) warp, its codes and scale written to each
+// permuted row of the token instead (4 bytes a lane: 128 contiguous bytes
+// a warp and destination).
+__global__ void __launch_bounds__(kRowThreads)
+    quantize_fp8_rows_scatter_kernel(const uint16_t* __restrict__ x, int rows, int cols,
+                                     int groups, const int32_t* __restrict__ expanded_to_permuted,
+                                     int top_k, uint32_t* __restrict__ codes,
+                                     float* __restrict__ scales, int scales_ld) {
+  pdl_begin();
+  const int64_t task = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / kWarpSize;
+  const int row = static_cast<int>(task / groups);
+  const int group = static_cast<int>(task % groups);
+  if (row >= rows) return;  // the whole warp leaves
+  const int lane = threadIdx.x % kWarpSize;
+  const int col = group * kFp8GroupCols + lane * kRowVec;
+  const Four f = load4(x, (static_cast<int64_t>(row) * cols + col) / kRowVec);
+  const float scale = fp8_scale(warp_max(abs_max4(0.0f, f)));
+  const uint32_t packed = encode4(f, scale);
+  for (int k = 0; k < top_k; ++k) {
+    const int dst = expanded_to_permuted[static_cast<int64_t>(row) * top_k + k];
+    if (dst < 0) continue;  // warp-uniform
+    codes[(static_cast<int64_t>(dst) * cols + col) / kRowVec] = packed;
+    if (lane == 0) scales[static_cast<int64_t>(group) * scales_ld + dst] = scale;
+  }
+}
+
 // Partial maxima: partials[b] = amax over the live elements block b visits.
 // A thread takes 8 values a step: two Fours.
 template <typename In>
@@ -241,6 +267,29 @@ void launch_quantize_fp8_rows(const Fp8RowQuantParams& p, KernelStream stream) {
   else
     launch_pdl(quantize_fp8_rows_kernel<float>, grid, kRowThreads, 0, stream, p.x_f32, p.rows,
                p.cols, groups, p.rows_device, codes, p.scales, p.scales_ld);
+  UNIMOE_LAUNCH_CHECK();
+}
+
+void launch_quantize_fp8_rows_scatter(const Fp8RowScatterParams& p, KernelStream stream) {
+  require(p.rows >= 0, "quantize_fp8_rows_scatter: rows must be >= 0, is " + std::to_string(p.rows));
+  require(p.cols > 0 && p.cols % kFp8GroupCols == 0,
+          "quantize_fp8_rows_scatter: cols must be a positive multiple of 128, is " +
+              std::to_string(p.cols));
+  if (p.rows == 0) return;
+  require(p.top_k > 0 && p.capacity >= static_cast<int64_t>(p.rows) * p.top_k,
+          "quantize_fp8_rows_scatter: top_k must be positive and capacity >= rows * top_k");
+  require(p.x && p.expanded_to_permuted && p.codes && p.scales,
+          "quantize_fp8_rows_scatter: a null pointer");
+  require(aligned16(p.x) && aligned16(p.codes),
+          "quantize_fp8_rows_scatter: x and codes must be 16-byte aligned");
+  require(p.scales_ld >= p.capacity,
+          "quantize_fp8_rows_scatter: scales_ld must be >= capacity, is " + std::to_string(p.scales_ld));
+  const int groups = p.cols / kFp8GroupCols;
+  const int64_t blocks = (static_cast<int64_t>(p.rows) * groups + kRowWarps - 1) / kRowWarps;
+  require(blocks <= 0x7fffffff, "quantize_fp8_rows_scatter: too many rows");
+  launch_pdl(quantize_fp8_rows_scatter_kernel, dim3(static_cast<unsigned>(blocks)), kRowThreads, 0,
+             stream, p.x, p.rows, p.cols, groups, p.expanded_to_permuted, p.top_k,
+             reinterpret_cast<uint32_t*>(p.codes), p.scales, p.scales_ld);
   UNIMOE_LAUNCH_CHECK();
 }
 

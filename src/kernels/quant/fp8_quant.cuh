@@ -45,6 +45,27 @@ struct Fp8RowQuantParams {
 // One warp per (row, 128-column group).
 void launch_quantize_fp8_rows(const Fp8RowQuantParams& p, KernelStream stream);
 
+// FP8Block128's cutlass path: x's rows quantized as launch_quantize_fp8_rows
+// quantizes them, each row's codes and scales written straight to the
+// permuted rows that read it, dst = expanded_to_permuted[r * top_k + k]
+// for k < top_k (dst < 0: off this rank, skipped), instead of quantizing
+// in token order and gathering (launch_gather_fp8_rows): the same codes
+// and scales, without the token-order codes' write and read. Permuted rows
+// no token row maps to are not written.
+struct Fp8RowScatterParams {
+  const uint16_t* x = nullptr;                    // [rows, cols] bf16, 16-byte aligned
+  int rows = 0;                                   // tokens (0: nothing launched)
+  int cols = 0;                                   // a positive multiple of 128
+  const int32_t* expanded_to_permuted = nullptr;  // [rows * top_k] device
+  int top_k = 0;
+  int capacity = 0;                               // permuted rows: rows * top_k
+  uint8_t* codes = nullptr;                       // [capacity, cols] e4m3, 16-byte aligned
+  float* scales = nullptr;                        // scale of (permuted row r, group g) at
+  int scales_ld = 0;                              //   scales[g * scales_ld + r]; scales_ld >= capacity
+};
+
+void launch_quantize_fp8_rows_scatter(const Fp8RowScatterParams& p, KernelStream stream);
+
 struct Fp8TensorQuantParams {
   const uint16_t* x = nullptr;           // [rows, cols] bf16, 16-byte aligned
   const float* x_f32 = nullptr;          // or [rows, cols] fp32 (exactly one of x and x_f32)
