@@ -74,4 +74,13 @@ const char* to_string(Sm90Fp8GemmTactic t) {
   return "<invalid fp8 tactic>";
 }
 
+Sm90Fp8GemmTactic parse_sm90_fp8_gemm_tactic(const std::string& s) {
+  std::string allowed;
+  for (Sm90Fp8GemmTactic t : kSm90Fp8GemmTactics) {
+    if (s == to_string(t)) return t;
+    allowed += (allowed.empty() ? "" : ", ") + std::string(to_string(t));
+  }
+  throw Error("fp8_tactic", "unknown value '" + s + "'; allowed: " + allowed);
+}
+
 }  // namespace unimoe

@@ -102,5 +102,7 @@ inline constexpr Sm90Fp8GemmTactic kSm90Fp8GemmTactics[] = {
 
 // "fp8_coop_128x128x128", "fp8_pingpong_64x128x128".
 const char* to_string(Sm90Fp8GemmTactic t);
+// Throws Error (field "fp8_tactic") naming the allowed values.
+Sm90Fp8GemmTactic parse_sm90_fp8_gemm_tactic(const std::string& s);
 
 }  // namespace unimoe

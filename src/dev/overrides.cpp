@@ -17,7 +17,7 @@ namespace unimoe {
 namespace {
 
 // How one knob's value is read and checked.
-enum class Kind { Switch, OptIn, Count, Ctas, Splits, TileM, Wide, Gemm2, Tactic };
+enum class Kind { Switch, OptIn, Count, Ctas, Splits, TileM, Wide, Gemm2, Tactic, Fp8Tactic };
 
 struct Knob {
   const char* name;  // lower case, without the UNIMOE_ prefix
@@ -58,6 +58,7 @@ constexpr Knob kKnobs[] = {
     {"w4_tile_m", Kind::TileM, nullptr, &DevOverrides::w4_tile_m},
     {"gemm2_path", Kind::Gemm2, nullptr, nullptr},
     {"mma_tactic", Kind::Tactic, nullptr, nullptr},
+    {"fp8_tactic", Kind::Fp8Tactic, nullptr, nullptr},
     {"tune_wgmma", Kind::OptIn, &DevOverrides::tune_wgmma, nullptr},
 };
 
@@ -175,6 +176,23 @@ void apply(DevOverrides& d, const Knob& k, const std::string& value) {
       d.mma_tactic = value;
       return;
     }
+    case Kind::Fp8Tactic: {
+      if (value == "auto") {
+        d.fp8_tactic.clear();
+        return;
+      }
+      const std::size_t colon = value.find(':');
+      try {
+        parse_sm90_fp8_gemm_tactic(value.substr(0, colon));
+        if (colon != std::string::npos) parse_sm90_fp8_gemm_tactic(value.substr(colon + 1));
+      } catch (const Error& e) {
+        refuse(k, value, std::string("auto (the rule, the default), or G1 or G1:G2 with FP8 cutlass "
+                                     "tactics, e.g. fp8_coop_128x128x128:fp8_pingpong_64x128x128 (") +
+                             e.what() + ")");
+      }
+      d.fp8_tactic = value;
+      return;
+    }
   }
 }
 
@@ -192,6 +210,7 @@ std::string value_of(const DevOverrides& d, const Knob& k) {
              : d.wide_choice == WideChoice::kEverywhere ? "1"
                                                         : "measured";
     case Kind::Tactic: return d.mma_tactic.empty() ? "auto" : d.mma_tactic;
+    case Kind::Fp8Tactic: return d.fp8_tactic.empty() ? "auto" : d.fp8_tactic;
     default: return std::to_string(d.*k.number);
   }
 }

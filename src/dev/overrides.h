@@ -60,6 +60,10 @@ struct DevOverrides {
   // mma path's GEMM1 and GEMM2 tactics (tiled, one tile_m; GEMM2 = G1 when
   // G2 is not given), wherever the mma path runs.
   std::string mma_tactic;
+  // UNIMOE_FP8_TACTIC: "" (the rule, written "auto"), or "G1" or "G1:G2",
+  // the FP8 cutlass path's blockwise GEMM tactics for GEMM1 and GEMM2
+  // (GEMM2 = G1 when G2 is not given), wherever that path runs.
+  std::string fp8_tactic;
   // UNIMOE_TUNE_WGMMA: the autotuner also offers the wgmma kernels (the BF16
   // wgmma tactics, FP8's mma path), which it leaves out by default.
   bool tune_wgmma = false;

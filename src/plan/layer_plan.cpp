@@ -211,7 +211,11 @@ std::string backend_unsupported_reason(ExpertsPath p, const MoEConfig& config,
 std::string LayerPlan::to_string() const {
   std::string s = std::string("path=") + path_name(path);
   if (path == ExpertsPath::Cutlass)
-    return s + " sm90=" + (fp8 ? std::string(unimoe::to_string(sm90_fp8)) : unimoe::to_string(sm90));
+    return s + " sm90=" +
+           (!fp8                       ? unimoe::to_string(sm90)
+            : sm90_fp8 == sm90_fp8_gemm2 ? std::string(unimoe::to_string(sm90_fp8))
+                                         : std::string(unimoe::to_string(sm90_fp8)) + ":" +
+                                               unimoe::to_string(sm90_fp8_gemm2));
   s += " tile_m=" + std::to_string(tile_m) + " gemm1=" + gemm1.to_string() +
        " gemm2=" + gemm2.to_string();
   if (gemm2_mode != Gemm2Mode::Expert) s += std::string(" gemm2_path=") + gemm2_mode_name(gemm2_mode);
@@ -246,6 +250,7 @@ LayerPlan plan_for_tokens(const MoEConfig& config, int num_tokens,
   plan.fp8 = is_fp8(config.experts.quant);
   plan.sm90_fp8 = per_expert < kFp8WideTileRowsPerExpert ? Sm90Fp8GemmTactic::Pingpong64x128
                                                          : Sm90Fp8GemmTactic::Cooperative128x128;
+  plan.sm90_fp8_gemm2 = plan.sm90_fp8;
   if (plan.path == ExpertsPath::Stream) {
     plan.tile_m = w4_stream_tile_m(config, per_expert);
     plan.gemm1 = plan.gemm2 = kStream;
@@ -391,6 +396,14 @@ LayerPlan plan_layer(const MoEConfig& config, int num_tokens, bool precomputed,
   plan.fp8_quant_scatter = dev.fp8_quant_scatter;
   if (is_w4(config.experts.quant) && plan.path == ExpertsPath::Stream && dev.w4_tile_m != 0)
     plan.tile_m = dev.w4_tile_m;
+  if (plan.fp8 && plan.path == ExpertsPath::Cutlass && !dev.fp8_tactic.empty()) {
+    // DevOverrides::set checked both names.
+    const std::size_t colon = dev.fp8_tactic.find(':');
+    plan.sm90_fp8 = parse_sm90_fp8_gemm_tactic(dev.fp8_tactic.substr(0, colon));
+    plan.sm90_fp8_gemm2 = colon == std::string::npos
+                              ? plan.sm90_fp8
+                              : parse_sm90_fp8_gemm_tactic(dev.fp8_tactic.substr(colon + 1));
+  }
   if (plan.path == ExpertsPath::Mma && !dev.mma_tactic.empty()) {
     // DevOverrides::set checked the pair: tiled tactics of one tile_m.
     const std::size_t colon = dev.mma_tactic.find(':');

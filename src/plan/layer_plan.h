@@ -59,9 +59,11 @@ struct LayerPlan {
   GemmTactic gemm1;     // Mma path tactics; the stream tactic on the Stream path
   GemmTactic gemm2;
   Sm90GemmTactic sm90 = Sm90GemmTactic::Cooperative128x128;  // Cutlass path tactic (BF16)
-  // The FP8 variants' Cutlass path: its blockwise-scaled GEMM's tile.
+  // The FP8 variants' Cutlass path: its blockwise-scaled GEMMs' tiles,
+  // GEMM1's and GEMM2's.
   bool fp8 = false;
   Sm90Fp8GemmTactic sm90_fp8 = Sm90Fp8GemmTactic::Cooperative128x128;
+  Sm90Fp8GemmTactic sm90_fp8_gemm2 = Sm90Fp8GemmTactic::Cooperative128x128;
   // Stream path: GEMM1 lets GEMM2 launch once its loads are done, and GEMM2
   // issues its first weight loads before waiting for GEMM1 (a launch
   // detail, not in to_string; layer_plan.cpp has the measurements).
@@ -95,7 +97,8 @@ struct LayerPlan {
   RoutingPlan routing;
 
   // What runs, one line: "path=cutlass sm90=coop_128x128x64" (FP8:
-  // "path=cutlass sm90=fp8_pingpong_64x128x128"),
+  // "path=cutlass sm90=fp8_pingpong_64x128x128", or G1:G2 where GEMM2's
+  // tactic differs),
   // "path=mma tile_m=16 gemm1=m16n64 gemm2=m16n64" (the experts part; the
   // routing part prints itself), then " gemm2_path=gate" or
   // " gemm2_path=combine" where GEMM2 is not the expert path alone.

@@ -60,6 +60,7 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
   d.set("stream_max_splits=4");
   d.set("gemm2_path=combine");
   d.set("mma_tactic=wg_m128n256:m128n128");
+  d.set("fp8_tactic=fp8_coop_128x128x128:fp8_pingpong_64x128x128");
   d.set("tune_wgmma=1");
   EXPECT_FALSE(d.sorted_pair);
   EXPECT_EQ(d.cluster_max_ctas, 16);
@@ -71,7 +72,8 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
   const std::string text = d.to_string();
   EXPECT_EQ(text,
             "sorted_pair=0 spread_from_tokens=33 cluster_max_ctas=16 wide_choice=1 "
-            "stream_max_splits=4 gemm2_path=combine mma_tactic=wg_m128n256:m128n128 tune_wgmma=1");
+            "stream_max_splits=4 gemm2_path=combine mma_tactic=wg_m128n256:m128n128 "
+            "fp8_tactic=fp8_coop_128x128x128:fp8_pingpong_64x128x128 tune_wgmma=1");
   DevOverrides back;
   std::size_t start = 0;
   while (start < text.size()) {
@@ -80,7 +82,7 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
     start = end == std::string::npos ? text.size() : end + 1;
   }
   EXPECT_EQ(back, d);
-  EXPECT_EQ(DevOverrides::names().size(), 31u);
+  EXPECT_EQ(DevOverrides::names().size(), 32u);
 }
 
 TEST(DevOverrides, RefusesBadValuesNamingTheVariable) {
@@ -108,6 +110,8 @@ TEST(DevOverrides, RefusesBadValuesNamingTheVariable) {
   refused("mma_tactic=m64n128:m16n64", "UNIMOE_MMA_TACTIC is 'm64n128:m16n64'; allowed: auto");
   refused("mma_tactic=stream_m16", "tiled mma tactics of one tile_m");
   refused("mma_tactic=m128n512", "not a compiled mma tactic");
+  refused("fp8_tactic=fp8_coop_128x256x128", "UNIMOE_FP8_TACTIC is 'fp8_coop_128x256x128'; allowed: auto");
+  refused("fp8_tactic=fp8_coop_128x128x128:coop_128x128x64", "fp8_pingpong_64x128x128");
   refused("tune_wgmma=2", "UNIMOE_TUNE_WGMMA is '2'; allowed: 0 (off, the default) or 1 (on)");
   refused("no_such_knob=1", "not name=value with a known name");
   refused("sorted_pair", "not name=value");

@@ -174,6 +174,31 @@ TEST(LayerPlan, BackendNamesAndUnsupportedConfigsSayWhy) {
   EXPECT_EQ(gpu_unsupported_reason(c), "");
 }
 
+// The fp8_tactic knob sets the FP8 cutlass path's two GEMM tactics (GEMM2's
+// apart when given), wherever that path runs; other paths and BF16 ignore it.
+TEST(LayerPlan, Fp8TacticKnobSetsEachGemmOnTheFp8CutlassPath) {
+  MoEConfig c = find_preset("dsv3-tp8").config;
+  c.experts.quant = QuantVariant::FP8Block128;
+  DevOverrides dev;
+  dev.set("fp8_tactic=fp8_coop_128x128x128:fp8_pingpong_64x128x128");
+  for (int t : {512, 16384}) {
+    const LayerPlan p = plan_layer(c, t, false, RoutingDeviceCaps{}, dev);
+    EXPECT_EQ(p.path, ExpertsPath::Cutlass);
+    EXPECT_EQ(p.sm90_fp8, Sm90Fp8GemmTactic::Cooperative128x128) << t;
+    EXPECT_EQ(p.sm90_fp8_gemm2, Sm90Fp8GemmTactic::Pingpong64x128) << t;
+    EXPECT_EQ(p.to_string(), "path=cutlass sm90=fp8_coop_128x128x128:fp8_pingpong_64x128x128");
+  }
+  dev.set("fp8_tactic=fp8_pingpong_64x128x128");
+  const LayerPlan one = plan_layer(c, 16384, false, RoutingDeviceCaps{}, dev);
+  EXPECT_EQ(one.sm90_fp8, Sm90Fp8GemmTactic::Pingpong64x128);
+  EXPECT_EQ(one.sm90_fp8_gemm2, Sm90Fp8GemmTactic::Pingpong64x128);
+  EXPECT_EQ(one.to_string(), "path=cutlass sm90=fp8_pingpong_64x128x128");
+  EXPECT_EQ(plan_layer(c, 1, false, RoutingDeviceCaps{}, dev).path, ExpertsPath::Stream);
+  c.experts.quant = QuantVariant::BF16;
+  EXPECT_EQ(plan_layer(c, 16384, false, RoutingDeviceCaps{}, dev).to_string(),
+            plan_layer(c, 16384, false, RoutingDeviceCaps{}, DevOverrides{}).to_string());
+}
+
 // The mma_tactic knob sets both GEMMs' tactics, and the schedule's M tile
 // with them, wherever the mma path runs; other paths ignore it.
 TEST(LayerPlan, MmaTacticKnobSetsBothGemmsOnTheMmaPath) {
