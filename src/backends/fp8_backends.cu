@@ -343,7 +343,11 @@ class Fp8CutlassBackend final : public Fp8Backend {
     require_workspace();
     const KernelStream chain(stream, plan.pdl);
     const int capacity = call.num_tokens * config_.routing.top_k;
-    if (!per_tensor() && plan.fp8_quant_scatter) {
+    // FP8PerTensor's dynamic scales need the whole tensor's amax first; a
+    // static scale serves as FP8Block128's per-row scales do.
+    const bool x_one_pass = !per_tensor() || weights_.x_scale != nullptr;
+    const bool act_one_pass = !per_tensor() || weights_.act_scale != nullptr;
+    if (x_one_pass && plan.fp8_quant_scatter) {
       // x's codes and scales straight to the permuted rows: no token-order
       // copy, no gather.
       Fp8RowScatterParams q;
@@ -356,24 +360,27 @@ class Fp8CutlassBackend final : public Fp8Backend {
       q.codes = gathered_codes_;
       q.scales = gathered_scales_;
       q.scales_ld = rows_ld_;
+      q.static_scale = per_tensor() ? weights_.x_scale : nullptr;
       launch_quantize_fp8_rows_scatter(q, chain);
     } else {
       gather_x(call, capacity, chain);
     }
     run_gemm(call, gathered_codes_, gathered_scales_, weights_.w13, w13_scales_, nullptr, h_, n1_,
              hidden_, plan.sm90_fp8, chain);
-    if (!per_tensor() && plan.fp8_act_quant_fused) {
-      // The activation and its quantization per row and 128 columns in one
-      // kernel: the same codes and scales, no fp32 activation in memory.
+    if (act_one_pass && plan.fp8_act_quant_fused) {
+      // The activation and its quantization (per row and 128 columns, or
+      // with the static scale) in one kernel: the same codes and scales,
+      // no fp32 activation in memory.
       auto act = activation_params<GatedActivationFp8Params>(call, capacity);
       act.out_codes = act_codes_;
       act.out_scales = act_scales_;
       act.out_scales_ld = rows_ld_;
+      act.static_scale = per_tensor() ? weights_.act_scale : nullptr;
       launch_gated_activation_fp8(act, chain);
       return;
     }
-    // FP8PerTensor: one scale over all rows, so the activation is complete
-    // before its quantization.
+    // FP8PerTensor's dynamic scale: one amax over all rows, so the
+    // activation is complete before its quantization.
     auto act = activation_params<GatedActivationParams>(call, capacity);
     act.out_f32 = act_f32_;
     launch_gated_activation(act, chain);
@@ -383,7 +390,7 @@ class Fp8CutlassBackend final : public Fp8Backend {
   void run_gemm2(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) override {
     require_workspace();
     run_gemm(call, act_codes_, act_scales_, weights_.w2, w2_scales_, call.y, nullptr, hidden_,
-             inter_, plan.sm90_fp8, KernelStream(stream, plan.pdl));
+             inter_, plan.sm90_fp8_gemm2, KernelStream(stream, plan.pdl));
   }
 
   // The grouped GEMM has no bias epilogue: the finalize adds b2 (or nothing).

@@ -234,7 +234,8 @@ TEST(Fp8RowsGpu, ActivationWritesFp32) {
 // multiple of 128: a half-warp past the row) and sixteen 128-column groups,
 // an empty expert, live rows fewer than the capacity (the rest keep the
 // poison), values spread over 2^-4..2^4 by row, and a NaN (skipped by both
-// amaxes, encoded as NaN by both).
+// amaxes, encoded as NaN by both). With a static scale (FP8PerTensor's) the
+// two are the activation kernel and the tensor quantize kernel given it.
 TEST(Fp8RowsGpu, ActivationQuantizedInOneKernelMatchesTheTwo) {
   UNIMOE_REQUIRE_GPU();
   constexpr int kRows = 21, kLive = 17, kLd = 24;
@@ -242,9 +243,14 @@ TEST(Fp8RowsGpu, ActivationQuantizedInOneKernelMatchesTheTwo) {
   for (int inter : {128, 384, 2048})
     for (Activation act : {Activation::SwiGLU, Activation::GeGLU, Activation::SwiGLUOai,
                            Activation::ReLU2})
-      for (bool bias : {false, true}) {
+      for (int form = 0; form < 3; ++form) {
+        // 0, 1: per-row scales without and with biases; 2: a static scale
+        // (FP8PerTensor's), against the tensor quantize kernel given it.
+        const bool bias = form == 1;
+        const bool given = form == 2;
         SCOPED_TRACE("I " + std::to_string(inter) + " activation " +
-                     std::to_string(static_cast<int>(act)) + (bias ? " bias" : ""));
+                     std::to_string(static_cast<int>(act)) + (bias ? " bias" : "") +
+                     (given ? " static scale" : ""));
         const int cols = act == Activation::ReLU2 ? inter : 2 * inter;
         const int groups = inter / 128;
         std::vector<float> h = random_f32(kRows, cols, 31 + inter);
@@ -255,6 +261,7 @@ TEST(Fp8RowsGpu, ActivationQuantizedInOneKernelMatchesTheTwo) {
         DeviceBuffer<int32_t> doff(offsets), live(std::vector<int32_t>{kLive});
         DeviceBuffer<uint8_t> codes2(static_cast<std::size_t>(kRows) * inter), codes1(codes2.size());
         DeviceBuffer<float> scales2(static_cast<std::size_t>(groups) * kLd), scales1(scales2.size());
+        DeviceBuffer<float> static_scale(std::vector<float>{0.0071f}), tensor_scale(1);
         for (auto* b : {&codes1, &codes2}) b->poison();
         for (auto* b : {&scales1, &scales2}) b->poison();
 
@@ -270,15 +277,29 @@ TEST(Fp8RowsGpu, ActivationQuantizedInOneKernelMatchesTheTwo) {
         a.swiglu_limit = 7.0f;
         a.out_f32 = act_f32.get();
         launch_gated_activation(a, nullptr);
-        Fp8RowQuantParams q;
-        q.x_f32 = act_f32.get();
-        q.rows = kRows;
-        q.cols = inter;
-        q.rows_device = live.get();
-        q.codes = codes2.get();
-        q.scales = scales2.get();
-        q.scales_ld = kLd;
-        launch_quantize_fp8_rows(q, nullptr);
+        if (given) {
+          Fp8TensorQuantParams q;
+          q.x_f32 = act_f32.get();
+          q.rows = kRows;
+          q.cols = inter;
+          q.rows_device = live.get();
+          q.static_scale = static_scale.get();
+          q.codes = codes2.get();
+          q.scale = tensor_scale.get();
+          q.row_scales = scales2.get();
+          q.row_scales_ld = kLd;
+          launch_quantize_fp8_tensor(q, nullptr);
+        } else {
+          Fp8RowQuantParams q;
+          q.x_f32 = act_f32.get();
+          q.rows = kRows;
+          q.cols = inter;
+          q.rows_device = live.get();
+          q.codes = codes2.get();
+          q.scales = scales2.get();
+          q.scales_ld = kLd;
+          launch_quantize_fp8_rows(q, nullptr);
+        }
 
         GatedActivationFp8Params f;
         f.h_f32 = dh.get();
@@ -293,6 +314,7 @@ TEST(Fp8RowsGpu, ActivationQuantizedInOneKernelMatchesTheTwo) {
         f.out_codes = codes1.get();
         f.out_scales = scales1.get();
         f.out_scales_ld = kLd;
+        f.static_scale = given ? static_scale.get() : nullptr;
         launch_gated_activation_fp8(f, nullptr);
         UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
 
@@ -322,12 +344,14 @@ TEST(Fp8RowsGpu, ActivationQuantizedInOneKernelMatchesTheTwo) {
 // H of one and of three 128-column groups, a permutation of the live
 // permuted rows (20 of the capacity 33) with off-rank entries (-1), values
 // spread over 2^-4..2^4 by token and a NaN; permuted rows no token maps to
-// keep the poison.
+// keep the poison. With a static scale (FP8PerTensor's) the quantize kernel
+// is the tensor one given it.
 TEST(Fp8RowsGpu, QuantizeScatteredToPermutedRowsMatchesQuantizeThenGather) {
   UNIMOE_REQUIRE_GPU();
   constexpr int kTokens = 11, kTopK = 3, kCapacity = kTokens * kTopK, kLive = 20, kLd = 36;
-  for (int hidden : {128, 384}) {
-    SCOPED_TRACE("H " + std::to_string(hidden));
+  for (int hidden : {128, 384})
+  for (bool given : {false, true}) {
+    SCOPED_TRACE("H " + std::to_string(hidden) + (given ? " static scale" : ""));
     const int groups = hidden / 128;
     std::vector<uint16_t> x(static_cast<std::size_t>(kTokens) * hidden);
     for (std::size_t i = 0; i < x.size(); ++i)
@@ -349,17 +373,31 @@ TEST(Fp8RowsGpu, QuantizeScatteredToPermutedRowsMatchesQuantizeThenGather) {
         codes2(codes1.size());
     DeviceBuffer<float> tok_scales(static_cast<std::size_t>(groups) * 12), scales1(groups * kLd),
         scales2(groups * kLd);
+    DeviceBuffer<float> static_scale(std::vector<float>{0.0213f}), tensor_scale(1);
     for (auto* b : {&codes1, &codes2}) b->poison();
     for (auto* b : {&scales1, &scales2}) b->poison();
 
-    Fp8RowQuantParams q;
-    q.x = dx.get();
-    q.rows = kTokens;
-    q.cols = hidden;
-    q.codes = tok_codes.get();
-    q.scales = tok_scales.get();
-    q.scales_ld = 12;
-    launch_quantize_fp8_rows(q, nullptr);
+    if (given) {  // FP8PerTensor's static scale: the tensor quantize kernel given it
+      Fp8TensorQuantParams q;
+      q.x = dx.get();
+      q.rows = kTokens;
+      q.cols = hidden;
+      q.static_scale = static_scale.get();
+      q.codes = tok_codes.get();
+      q.scale = tensor_scale.get();
+      q.row_scales = tok_scales.get();
+      q.row_scales_ld = 12;
+      launch_quantize_fp8_tensor(q, nullptr);
+    } else {
+      Fp8RowQuantParams q;
+      q.x = dx.get();
+      q.rows = kTokens;
+      q.cols = hidden;
+      q.codes = tok_codes.get();
+      q.scales = tok_scales.get();
+      q.scales_ld = 12;
+      launch_quantize_fp8_rows(q, nullptr);
+    }
     GatherFp8RowsParams g;
     g.codes = tok_codes.get();
     g.scales = tok_scales.get();
@@ -385,6 +423,7 @@ TEST(Fp8RowsGpu, QuantizeScatteredToPermutedRowsMatchesQuantizeThenGather) {
     f.codes = codes1.get();
     f.scales = scales1.get();
     f.scales_ld = kLd;
+    f.static_scale = given ? static_scale.get() : nullptr;
     launch_quantize_fp8_rows_scatter(f, nullptr);
     UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
 

@@ -196,6 +196,7 @@ __global__ void __launch_bounds__(kThreads) gated_activation_fp8_kernel(GatedAct
             : nullptr;
   uint8_t* codes_row = p.out_codes + static_cast<int64_t>(row) * p.intermediate;
   const int lane = threadIdx.x % kWarpSize;
+  const float given = p.static_scale ? *p.static_scale : 0.0f;
   for (int base = 0; base < p.intermediate; base += kWarpSize * kVec) {
     const int j = base + lane * kVec;
     const bool in_row = j < p.intermediate;
@@ -206,10 +207,12 @@ __global__ void __launch_bounds__(kThreads) gated_activation_fp8_kernel(GatedAct
 #pragma unroll
       for (int i = 0; i < kVec; ++i) m = fmaxf(m, fabsf(a[i]));
     }
+    if (!p.static_scale) {  // uniform: every lane reduces, or none
 #pragma unroll
-    for (int d = kGroup / kVec / 2; d > 0; d /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
+      for (int d = kGroup / kVec / 2; d > 0; d /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, d));
+    }
     if (!in_row) continue;
-    const float scale = fp8_amax::fp8_scale(m);
+    const float scale = p.static_scale ? given : fp8_amax::fp8_scale(m);
     uint32_t words[2] = {0, 0};
 #pragma unroll
     for (int i = 0; i < kVec; ++i)

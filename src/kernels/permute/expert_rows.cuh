@@ -73,6 +73,11 @@ struct GatedActivationFp8Params {
   uint8_t* out_codes = nullptr;             // [capacity, I] e4m3
   float* out_scales = nullptr;              // scale of (row r, group g) at out_scales[g * out_scales_ld + r]
   int out_scales_ld = 0;                    // >= capacity
+  // nullptr: each (row, 128 columns) takes amax / 448 (FP8Block128).
+  // Otherwise one device float used for every group, as given (FP8PerTensor's
+  // static activation scale): the codes and the broadcast scales of
+  // launch_quantize_fp8_tensor with that static scale.
+  const float* static_scale = nullptr;
 };
 
 void launch_gated_activation_fp8(const GatedActivationFp8Params& p, KernelStream stream);

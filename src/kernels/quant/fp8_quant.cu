@@ -107,7 +107,8 @@ __global__ void __launch_bounds__(kRowThreads)
 __global__ void __launch_bounds__(kRowThreads)
     quantize_fp8_rows_scatter_kernel(const uint16_t* __restrict__ x, int rows, int cols,
                                      int groups, const int32_t* __restrict__ expanded_to_permuted,
-                                     int top_k, uint32_t* __restrict__ codes,
+                                     int top_k, const float* __restrict__ static_scale,
+                                     uint32_t* __restrict__ codes,
                                      float* __restrict__ scales, int scales_ld) {
   pdl_begin();
   const int64_t task = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / kWarpSize;
@@ -117,7 +118,7 @@ __global__ void __launch_bounds__(kRowThreads)
   const int lane = threadIdx.x % kWarpSize;
   const int col = group * kFp8GroupCols + lane * kRowVec;
   const Four f = load4(x, (static_cast<int64_t>(row) * cols + col) / kRowVec);
-  const float scale = fp8_scale(warp_max(abs_max4(0.0f, f)));
+  const float scale = static_scale ? *static_scale : fp8_scale(warp_max(abs_max4(0.0f, f)));
   const uint32_t packed = encode4(f, scale);
   for (int k = 0; k < top_k; ++k) {
     const int dst = expanded_to_permuted[static_cast<int64_t>(row) * top_k + k];
@@ -288,7 +289,7 @@ void launch_quantize_fp8_rows_scatter(const Fp8RowScatterParams& p, KernelStream
   const int64_t blocks = (static_cast<int64_t>(p.rows) * groups + kRowWarps - 1) / kRowWarps;
   require(blocks <= 0x7fffffff, "quantize_fp8_rows_scatter: too many rows");
   launch_pdl(quantize_fp8_rows_scatter_kernel, dim3(static_cast<unsigned>(blocks)), kRowThreads, 0,
-             stream, p.x, p.rows, p.cols, groups, p.expanded_to_permuted, p.top_k,
+             stream, p.x, p.rows, p.cols, groups, p.expanded_to_permuted, p.top_k, p.static_scale,
              reinterpret_cast<uint32_t*>(p.codes), p.scales, p.scales_ld);
   UNIMOE_LAUNCH_CHECK();
 }

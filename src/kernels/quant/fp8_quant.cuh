@@ -45,8 +45,9 @@ struct Fp8RowQuantParams {
 // One warp per (row, 128-column group).
 void launch_quantize_fp8_rows(const Fp8RowQuantParams& p, KernelStream stream);
 
-// FP8Block128's cutlass path: x's rows quantized as launch_quantize_fp8_rows
-// quantizes them, each row's codes and scales written straight to the
+// The FP8 cutlass path (FP8Block128, and FP8PerTensor with a static scale of
+// x): x's rows quantized as launch_quantize_fp8_rows quantizes them (or with
+// the static scale), each row's codes and scales written straight to the
 // permuted rows that read it, dst = expanded_to_permuted[r * top_k + k]
 // for k < top_k (dst < 0: off this rank, skipped), instead of quantizing
 // in token order and gathering (launch_gather_fp8_rows): the same codes
@@ -62,6 +63,11 @@ struct Fp8RowScatterParams {
   uint8_t* codes = nullptr;                       // [capacity, cols] e4m3, 16-byte aligned
   float* scales = nullptr;                        // scale of (permuted row r, group g) at
   int scales_ld = 0;                              //   scales[g * scales_ld + r]; scales_ld >= capacity
+  // nullptr: each (row, 128 columns) takes amax / 448 (FP8Block128).
+  // Otherwise one device float used for every group, as given (FP8PerTensor's
+  // static scale of x): the codes and broadcast scales of
+  // launch_quantize_fp8_tensor with that static scale, then the gather.
+  const float* static_scale = nullptr;
 };
 
 void launch_quantize_fp8_rows_scatter(const Fp8RowScatterParams& p, KernelStream stream);
