@@ -68,6 +68,10 @@ TEST(FuzzCases, EveryDimensionIsCovered) {
       }
     }
     expert_bias += c.experts.has_bias;
+    if (c.experts.quant == QuantVariant::FP8PerTensor)
+      seen["static_scales"].insert(layer.static_scales ? "static" : "dynamic");
+    else
+      EXPECT_FALSE(layer.static_scales);
     for (int k = 0; k < kFuzzCallsPerLayer; ++k) {
       const FuzzCall call = fuzz_call(layer, k);
       seen["logits"].insert(to_string(call.logits));
@@ -108,6 +112,7 @@ TEST(FuzzCases, EveryDimensionIsCovered) {
   EXPECT_GT(max_t_calls, 50);
   EXPECT_GT(ep, 20);
   EXPECT_EQ(seen["ep_world"], (std::set<std::string>{"2", "3", "4", "8"}));
+  EXPECT_EQ(seen["static_scales"], (std::set<std::string>{"static", "dynamic"}));
   EXPECT_GT(expert_bias, 20);
   EXPECT_GT(nan_tokens, 20);
   for (int i = 0; i < kHostileIdKinds; ++i) EXPECT_GT(hostile_ids[i], 20) << "hostile id kind " << i;

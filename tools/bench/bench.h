@@ -35,6 +35,9 @@ struct Options {
   bool autotune = false;     // tune each (shape, T) bucket not in the cache
   std::string tuning_cache;  // JSON cache of winners ("" = none)
   std::string routing_variant = "auto";  // BackendOptions::routing_variant
+  // FP8PerTensor: the activations' static scales given with the weights
+  // (support/device_weights.h: kStaticXScale, kStaticActScale), not dynamic.
+  bool static_scales = false;
   DevOverrides dev;          // the environment's, then --dev name=value on top
 };
 

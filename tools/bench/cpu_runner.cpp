@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "bench.h"
+#include "support/device_weights.h"
 #include "ref/synthetic.h"
 #include "ref/ref.h"
 
@@ -83,7 +84,9 @@ RunResult run_cpu_reference(const Options& opt, const std::string& why) {
         if (local >= 0 && local < c.local_experts()) weights.view(local);
       }
       p.stage_us.emplace_back("experts", time_us([&] {
-        out = ref::moe_forward(c, weights.source(), x.data(), routing);
+        out = ref::moe_forward(c, weights.source(), x.data(), routing, 0,
+                               opt.static_scales ? ref::ActivationScales{kStaticXScale, kStaticActScale}
+                                                 : ref::ActivationScales{});
       }));
       for (const auto& s : p.stage_us) p.time_us += s.second;
       p.active_experts = static_cast<double>(

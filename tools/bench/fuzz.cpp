@@ -168,7 +168,8 @@ class FuzzRig {
         stream_(stream), ranks_(std::max(1, layer.ep_world)) {
     const std::size_t h = c_.experts.hidden, m = layer.max_tokens, k = c_.routing.top_k;
     const std::size_t experts = c_.routing.num_experts;
-    expert_weights_ = std::make_unique<SyntheticDeviceWeights>(c_, seeds_, stream);
+    expert_weights_ =
+        std::make_unique<SyntheticDeviceWeights>(c_, seeds_, stream, layer.static_scales);
     bias_ = std::make_unique<DeviceMem>(experts * 4);
     x_ = std::make_unique<DeviceMem>(m * h * 2);
     logits_ = std::make_unique<DeviceMem>(m * experts * 4);
@@ -262,7 +263,7 @@ class FuzzRig {
     coverage["logits"][to_string(call.logits)]++;
     coverage["routing"][to_string(call.routing)]++;
     coverage["activation"][to_string(c_.experts.activation)]++;
-    coverage["quant"][to_string(c_.experts.quant)]++;
+    coverage["quant"][to_string(c_.experts.quant) + (layer_.static_scales ? " static" : "")]++;
     coverage["gemm2"][gemm2_mode_name(plan.gemm2_mode)]++;
     coverage["T"][t == 0 ? "0" : t == 1 ? "1" : t == layer_.max_tokens ? "max" : t % 2 ? "odd" : "even"]++;
     coverage["ep"][ep_.empty() ? "off" : "W=" + std::to_string(ranks_)]++;

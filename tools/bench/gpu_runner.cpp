@@ -179,7 +179,7 @@ void run_shape(const Options& opt, const Preset& shape, const std::string& backe
   const std::size_t e = c.local_experts(), h = c.experts.hidden;
   // bf16 fills, or their e4m3 codes and scales for the FP8 variants, with
   // the values HostWeights regenerates for the reference.
-  const SyntheticDeviceWeights device_weights(c, seeds, stream);
+  const SyntheticDeviceWeights device_weights(c, seeds, stream, opt.static_scales);
   DeviceMem bias(c.routing.num_experts * 4);
   launch_fill_f32(bias.as<float>(), c.routing.num_experts, seeds.bias, kRoutingBiasScale, stream);
   UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -240,7 +240,9 @@ void run_shape(const Options& opt, const Preset& shape, const std::string& backe
       // reference of `check` tokens takes the ones set 0's forward computed.
       double allowance = 0.0;
       want = ref::moe_forward(c, host_weights.source(), x.data(), routing, 0,
-                              internals.dynamic_activation_scales(t), &allowance);
+                              opt.static_scales ? device_weights.static_scales()
+                                                : internals.dynamic_activation_scales(t),
+                              &allowance);
       // FP8: the intermediate's near ties may move the output that much more.
       tie_bound = ref::relative_flip_allowance(allowance, want);
     }

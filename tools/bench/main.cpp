@@ -211,6 +211,9 @@ int main(int argc, char** argv) {
   app.add_option("--quant", quant,
                  "BF16, FP8PerTensor, FP8Block128, MXFP4, NVFP4 (default: BF16 for presets, the "
                  "config's own for --config and --hf-config)");
+  app.add_flag("--static-scales", opt.static_scales,
+               "FP8PerTensor: give the activations' static scales with the weights (x_scale, "
+               "act_scale) instead of computing them per call");
   app.add_option("--logits", opt.logits_type, "router logits type for every shape: F32 or BF16 (default: the shape's)")
       ->check(CLI::IsMember({"F32", "BF16"}));
   app.add_option("--routing", opt.routing,
@@ -367,6 +370,10 @@ int main(int argc, char** argv) {
     if (!quant.empty()) shapes.quant = parse_quant_variant(quant);
     shapes.presets_given = app.count("--preset") > 0;
     opt.shapes = bench_shapes(shapes);
+    for (const Preset& s : opt.shapes)
+      if (opt.static_scales && s.config.experts.quant != QuantVariant::FP8PerTensor)
+        throw Error("static-scales", "applies to FP8PerTensor only; " + s.name + " is " +
+                                         to_string(s.config.experts.quant));
     opt.backends = split_list(backend_list);
     for (const std::string& b : opt.backends) check_backend_name(b);
     opt.tokens = parse_counts(token_list, "tokens");

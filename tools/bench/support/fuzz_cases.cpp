@@ -208,6 +208,8 @@ FuzzLayer fuzz_layer(uint64_t seed, int layer) {
       f.max_tokens = std::max(1, std::min(f.max_tokens, cap / f.ep_world));
     }
   }
+  // FP8PerTensor's static scales, from their own hash too.
+  f.static_scales = c.experts.quant == QuantVariant::FP8PerTensor && hash64(f.seed ^ 0x5ca1) % 2 == 0;
   return f;
 }
 
@@ -250,6 +252,7 @@ FuzzCall fuzz_call(const FuzzLayer& layer, int call) {
 std::string describe(const FuzzLayer& layer, const FuzzCall& call) {
   return layer.config.to_string() + " max_tokens=" + std::to_string(layer.max_tokens) +
          " gemm2_path=" + layer.gemm2_path + (layer.ep_world > 0 ? " ep=" + std::to_string(layer.ep_world) : "") +
+         (layer.static_scales ? " static_scales" : "") +
          " T=" + std::to_string(call.num_tokens) + " logits=" + to_string(call.logits) +
          " routing=" + to_string(call.routing);
 }

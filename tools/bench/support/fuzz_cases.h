@@ -43,6 +43,10 @@ struct FuzzLayer {
   // the configs with the default expert range and no FP8PerTensor (which EP
   // takes only with static scales), W from {2, 3, 4, 8} dividing E.
   int ep_world = 0;
+  // FP8PerTensor only: the activations' static scales (the synthetic
+  // weights' x_scale and act_scale, tools/bench/support/device_weights.h)
+  // instead of dynamic ones, drawn for about half of those layers.
+  bool static_scales = false;
 };
 
 
