@@ -129,7 +129,10 @@ constexpr double kFp8StreamRowsPerExpert = 2;
 
 // The FP8 Cutlass path's tile: 64-row pingpong while experts hold few rows
 // (most of a 128-row tile would be padding), 128x128 cooperative from 64
-// rows per expert on average. Not yet measured against each other.
+// rows per expert on average, one tile for both GEMMs. Measured on an H100
+// against each GEMM on the other tile (fp8_tactic, 12 points at T = 512,
+// 4096, 16384 of four presets): the rule's pair was the faster or within 1%
+// everywhere (bench/results/h100/layer-fp8.txt, Part 7).
 constexpr double kFp8WideTileRowsPerExpert = 64;
 
 bool is_fp8(QuantVariant q) {
