@@ -7,15 +7,18 @@
 //     stream kernel for GEMM2 (b2 in its epilogue, bf16 y);
 //   Fp8CutlassBackend (Cutlass path, prefill): x quantized once per token,
 //     its codes and scales written to the token's permuted rows as they
-//     are made (FP8Block128), or made in token order and gathered
-//     (FP8PerTensor, whose tensor scale needs all of x first), CUTLASS's
-//     blockwise-scaled grouped GEMM for GEMM1 (fp32 out: rounding it to
-//     bf16 moved about one intermediate element in 30 to the neighbouring
-//     e4m3 code, 1.4e-2 to 3.9e-2 of relative error on an H100 against
-//     2.4e-3 on the stream path), the activation and its quantization (one
-//     kernel for FP8Block128; FP8PerTensor's tensor scale needs the whole
-//     activation first, in fp32), the same GEMM for GEMM2 (bf16 out); the
-//     finalize adds b2.
+//     are made (FP8PerTensor's dynamic tensor scale made first, by an amax
+//     pass over x), CUTLASS's blockwise-scaled grouped GEMM for GEMM1 (fp32
+//     out: rounding it to bf16 moved about one intermediate element in 30
+//     to the neighbouring e4m3 code, 1.4e-2 to 3.9e-2 of relative error on
+//     an H100 against 2.4e-3 on the stream path), the activation and its
+//     quantization (one kernel, but for FP8PerTensor's dynamic scale: the
+//     activation kernel writes the fp32 activation and its CTAs' maxima,
+//     one block makes the scale, one pass quantizes), the same GEMM for
+//     GEMM2 (bf16 out); the finalize adds b2. Development knobs
+//     fp8_quant_scatter=0 and fp8_act_quant_fused=0 keep the earlier forms
+//     (quantize in token order and gather; the activation, then the
+//     quantize kernels).
 // Both GEMMs take one fp32 scale per row and 128-wide K block of their
 // input (group-major: scale(r, g) at scales[g * ld + r]) and one per
 // 128 x 128 block of the weights. FP8Block128 computes those per call
@@ -209,7 +212,8 @@ class Fp8Backend : public ExpertsBackend {
   float* act_f32_ = nullptr;       // [T*K, I] activated GEMM1 output
   uint8_t* act_codes_ = nullptr;   // [T*K, I]
   float* act_scales_ = nullptr;    // [I / 128, rows_ld_]
-  float* tensor_scales_ = nullptr; // FP8PerTensor: the scales of x and of the activation
+  float* tensor_scales_ = nullptr; // FP8PerTensor: the scales of x and of the activation, and
+                                   // a slot for a copy nothing reads
   float* x_scratch_ = nullptr;     // FP8PerTensor dynamic amax partials
   float* act_scratch_ = nullptr;
   float* w13_expanded_ = nullptr;  // FP8PerTensor: [E_local, n1 / 128, H / 128]
@@ -223,7 +227,7 @@ class Fp8Backend : public ExpertsBackend {
     act_codes_ = c.take<uint8_t>(max_rows_ * inter_);
     act_scales_ = c.take<float>(static_cast<std::size_t>(inter_ / kBlock) * rows_ld_);
     if (per_tensor()) {
-      tensor_scales_ = c.take<float>(2);
+      tensor_scales_ = c.take<float>(3);
       x_scratch_ = c.take<float>(quantize_fp8_tensor_scratch_floats(max_tokens_, hidden_));
       act_scratch_ = c.take<float>(
           quantize_fp8_tensor_scratch_floats(static_cast<int>(max_rows_), inter_));
@@ -345,11 +349,23 @@ class Fp8CutlassBackend final : public Fp8Backend {
     const int capacity = call.num_tokens * config_.routing.top_k;
     // FP8PerTensor's dynamic scales need the whole tensor's amax first; a
     // static scale serves as FP8Block128's per-row scales do.
-    const bool x_one_pass = !per_tensor() || weights_.x_scale != nullptr;
-    const bool act_one_pass = !per_tensor() || weights_.act_scale != nullptr;
-    if (x_one_pass && plan.fp8_quant_scatter) {
+    const bool dynamic_x = per_tensor() && weights_.x_scale == nullptr;
+    const bool dynamic_act = per_tensor() && weights_.act_scale == nullptr;
+    if (plan.fp8_quant_scatter) {
       // x's codes and scales straight to the permuted rows: no token-order
-      // copy, no gather.
+      // copy, no gather. A dynamic tensor scale is made first (its amax
+      // pass over x) and then taken as given.
+      const float* x_scale = per_tensor() ? weights_.x_scale : nullptr;
+      if (dynamic_x) {
+        Fp8TensorQuantParams s;
+        s.x = call.x;
+        s.rows = call.num_tokens;
+        s.cols = hidden_;
+        s.scratch = x_scratch_;
+        s.scale = tensor_scales_;
+        launch_fp8_tensor_scale(s, chain);
+        x_scale = tensor_scales_;
+      }
       Fp8RowScatterParams q;
       q.x = call.x;
       q.rows = call.num_tokens;
@@ -360,14 +376,14 @@ class Fp8CutlassBackend final : public Fp8Backend {
       q.codes = gathered_codes_;
       q.scales = gathered_scales_;
       q.scales_ld = rows_ld_;
-      q.static_scale = per_tensor() ? weights_.x_scale : nullptr;
+      q.static_scale = x_scale;
       launch_quantize_fp8_rows_scatter(q, chain);
     } else {
       gather_x(call, capacity, chain);
     }
     run_gemm(call, gathered_codes_, gathered_scales_, weights_.w13, w13_scales_, nullptr, h_, n1_,
              hidden_, plan.sm90_fp8, chain);
-    if (act_one_pass && plan.fp8_act_quant_fused) {
+    if (!dynamic_act && plan.fp8_act_quant_fused) {
       // The activation and its quantization (per row and 128 columns, or
       // with the static scale) in one kernel: the same codes and scales,
       // no fp32 activation in memory.
@@ -383,8 +399,28 @@ class Fp8CutlassBackend final : public Fp8Backend {
     // activation is complete before its quantization.
     auto act = activation_params<GatedActivationParams>(call, capacity);
     act.out_f32 = act_f32_;
+    if (!dynamic_act || !plan.fp8_act_quant_fused) {
+      launch_gated_activation(act, chain);
+      quantize_act(call, chain);
+      return;
+    }
+    // The activation kernel keeps its CTAs' maxima, so the scale needs no
+    // pass over the activation; then one quantize pass with that scale.
+    act.amax_partials = act_amax_;
     launch_gated_activation(act, chain);
-    quantize_act(call, chain);
+    launch_fp8_scale_from_partials(act_amax_, gated_activation_blocks(capacity), tensor_scales_ + 1,
+                                   chain);
+    Fp8TensorQuantParams q;
+    q.x_f32 = act_f32_;
+    q.rows = capacity;
+    q.cols = inter_;
+    q.rows_device = call.expert_offsets + e_local_;
+    q.static_scale = tensor_scales_ + 1;
+    q.codes = act_codes_;
+    q.scale = tensor_scales_ + 2;  // a copy of the given scale, not read
+    q.row_scales = act_scales_;
+    q.row_scales_ld = rows_ld_;
+    launch_quantize_fp8_tensor(q, chain);
   }
 
   void run_gemm2(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) override {
@@ -438,6 +474,9 @@ class Fp8CutlassBackend final : public Fp8Backend {
     gathered_codes_ = c.take<uint8_t>(max_rows_ * hidden_);
     gathered_scales_ = c.take<float>(static_cast<std::size_t>(hidden_ / kBlock) * rows_ld_);
     h_ = c.take<float>(max_rows_ * n1_);
+    if (per_tensor())
+      act_amax_ = c.take<float>(static_cast<std::size_t>(
+          gated_activation_blocks(static_cast<int>(max_rows_))));
     gemm_workspace_ = c.take<char>(sm90_fp8_grouped_gemm_workspace_bytes(e_local_, sm_count_));
   }
 
@@ -467,6 +506,7 @@ class Fp8CutlassBackend final : public Fp8Backend {
   uint8_t* gathered_codes_ = nullptr;  // [T*K, H] x codes in permuted order
   float* gathered_scales_ = nullptr;   // [H / 128, rows_ld_]
   float* h_ = nullptr;                 // [T*K, gemm1_cols] GEMM1 output before the activation
+  float* act_amax_ = nullptr;          // FP8PerTensor: the activation kernel's CTA maxima
   void* gemm_workspace_ = nullptr;
 };
 

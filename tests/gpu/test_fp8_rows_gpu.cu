@@ -131,6 +131,130 @@ TEST(Fp8RowsGpu, TensorQuantOfFp32BroadcastsItsScale) {
   }
 }
 
+// FP8PerTensor's dynamic scale made alone (launch_fp8_tensor_scale: the
+// amax pass, then one block) is the scale of the dynamic quantize kernels,
+// bit for bit: bf16 and fp32 input, the live rows only (a dead row holds
+// the largest magnitude), a NaN skipped, and the two-kernel size (past
+// 32768 elements) as well as the one-block size.
+TEST(Fp8RowsGpu, TensorScaleAloneIsTheDynamicQuantizeScale) {
+  UNIMOE_REQUIRE_GPU();
+  for (const int rows : {50, 300})
+    for (const bool bf16 : {false, true}) {
+      SCOPED_TRACE(std::to_string(rows) + " rows" + (bf16 ? " bf16" : " fp32"));
+      constexpr int kCols = 256;
+      const int live_rows = rows - 9;
+      std::vector<float> x = random_f32(rows, kCols, 19 + rows);
+      x[5 * kCols + 3] = std::nanf("");
+      x[static_cast<std::size_t>(live_rows + 2) * kCols + 7] = 1.0e4f;  // dead row: not counted
+      std::vector<uint16_t> xb(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) xb[i] = ref::f32_to_bf16(x[i]);
+      DeviceBuffer<float> dx(x), scale1(1), scale2(1),
+          scratch(quantize_fp8_tensor_scratch_floats(rows, kCols));
+      DeviceBuffer<uint16_t> dxb(xb);
+      DeviceBuffer<uint8_t> codes(x.size());
+      DeviceBuffer<int32_t> live(std::vector<int32_t>{live_rows});
+      scale1.poison();
+      scale2.poison();
+      Fp8TensorQuantParams p;
+      if (bf16)
+        p.x = dxb.get();
+      else
+        p.x_f32 = dx.get();
+      p.rows = rows;
+      p.cols = kCols;
+      p.rows_device = live.get();
+      p.codes = codes.get();
+      p.scale = scale2.get();
+      p.scratch = scratch.get();
+      launch_quantize_fp8_tensor(p, nullptr);
+      p.scale = scale1.get();
+      launch_fp8_tensor_scale(p, nullptr);
+      UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+      const float s1 = scale1.download()[0], s2 = scale2.download()[0];
+      EXPECT_EQ(bits_of(s1), bits_of(s2));
+      // Not the dead row's 1e4 / 448, and not the poison.
+      EXPECT_LT(s1, 1.0f);
+      EXPECT_GT(s1, 0.0f);
+    }
+  Fp8TensorQuantParams bad;
+  bad.rows = 4;
+  bad.cols = 128;
+  EXPECT_THROW(launch_fp8_tensor_scale(bad, nullptr), std::invalid_argument);  // no scale, scratch
+  EXPECT_THROW(launch_fp8_scale_from_partials(nullptr, 1, nullptr, nullptr), std::invalid_argument);
+}
+
+// The activation kernel's CTA maxima (amax_partials), reduced by
+// launch_fp8_scale_from_partials, give the dynamic quantize kernel's scale
+// of the activation it wrote, bit for bit, and the activation itself is
+// the same with and without them: every activation, biases, live rows
+// fewer than the capacity (a dead row holds the largest input), an empty
+// expert, a NaN; a capacity that is not a multiple of the CTA's rows.
+TEST(Fp8RowsGpu, ActivationAmaxPartialsGiveTheDynamicScale) {
+  UNIMOE_REQUIRE_GPU();
+  constexpr int kRows = 45, kLive = 37, kInter = 384;
+  const std::vector<int32_t> offsets = {0, 11, 11, kLive};
+  for (Activation act : {Activation::SwiGLU, Activation::GeGLU, Activation::SwiGLUOai,
+                         Activation::ReLU2}) {
+    SCOPED_TRACE("activation " + std::to_string(static_cast<int>(act)));
+    const int cols = act == Activation::ReLU2 ? kInter : 2 * kInter;
+    std::vector<float> h = random_f32(kRows, cols, 77);
+    h[4 * cols + 9] = std::nanf("");
+    h[static_cast<std::size_t>(kLive + 3) * cols + 1] = 300.0f;  // dead row: not counted
+    std::vector<float> b13(3 * cols);
+    for (std::size_t i = 0; i < b13.size(); ++i) b13[i] = 0.25f * hash_uniform(78, i);
+    const int blocks = gated_activation_blocks(kRows);
+    DeviceBuffer<float> dh(h), db(b13), act1(static_cast<std::size_t>(kRows) * kInter),
+        act2(act1.size()), partials(blocks), scale1(1), scale2(1),
+        scratch(quantize_fp8_tensor_scratch_floats(kRows, kInter));
+    DeviceBuffer<int32_t> doff(offsets), live(std::vector<int32_t>{kLive});
+    DeviceBuffer<uint8_t> codes(act1.size());
+    for (auto* b : {&act1, &act2, &partials, &scale1, &scale2}) b->poison();
+    GatedActivationParams a;
+    a.h_f32 = dh.get();
+    a.b13 = db.get();
+    a.expert_offsets = doff.get();
+    a.num_groups = 3;
+    a.capacity = kRows;
+    a.intermediate = kInter;
+    a.activation = act;
+    a.out_f32 = act2.get();
+    launch_gated_activation(a, nullptr);
+    a.out_f32 = act1.get();
+    a.amax_partials = partials.get();
+    launch_gated_activation(a, nullptr);
+    launch_fp8_scale_from_partials(partials.get(), blocks, scale1.get(), nullptr);
+    Fp8TensorQuantParams q;
+    q.x_f32 = act2.get();
+    q.rows = kRows;
+    q.cols = kInter;
+    q.rows_device = live.get();
+    q.codes = codes.get();
+    q.scale = scale2.get();
+    q.scratch = scratch.get();
+    launch_quantize_fp8_tensor(q, nullptr);
+    UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> g1 = act1.download(), g2 = act2.download();
+    int same = 0;
+    for (std::size_t i = 0; i < g1.size(); ++i) same += bits_of(g1[i]) == bits_of(g2[i]);
+    EXPECT_EQ(same, static_cast<int>(g1.size()));
+    const std::vector<float> parts = partials.download();
+    int written = 0;
+    for (float v : parts) written += bits_of(v) != kPoison;
+    EXPECT_EQ(written, blocks);
+    const float s1 = scale1.download()[0], s2 = scale2.download()[0];
+    EXPECT_EQ(bits_of(s1), bits_of(s2));
+    EXPECT_GT(s1, 0.0f);
+  }
+  GatedActivationParams bad;
+  bad.intermediate = 128;
+  bad.capacity = 1;
+  bad.h = reinterpret_cast<const uint16_t*>(16);
+  bad.expert_offsets = reinterpret_cast<const int32_t*>(16);
+  bad.out = reinterpret_cast<uint16_t*>(16);
+  bad.amax_partials = reinterpret_cast<float*>(16);  // with a bf16 output: refused
+  EXPECT_THROW(launch_gated_activation(bad, nullptr), std::invalid_argument);
+}
+
 TEST(Fp8RowsGpu, GatherCopiesCodesAndScalesInPermutedOrder) {
   UNIMOE_REQUIRE_GPU();
   constexpr int kTokens = 9, kTopK = 3, kHidden = 384, kGroups = 3, kLdIn = 12, kLdOut = 28;

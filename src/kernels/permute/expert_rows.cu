@@ -106,6 +106,7 @@ struct ActivationArgs {
   float limit;
   uint16_t* out;
   float* out_f32;
+  float* amax_partials;
 };
 
 // Eight activated values to a bf16 row (16 bytes) or an fp32 one (32 bytes).
@@ -150,12 +151,11 @@ __device__ __forceinline__ void activate8(const In* h_row, const float* bias_row
   }
 }
 
+// One warp's row of gated_activation_kernel; with `amax`, the lane's
+// largest magnitude of the values it wrote (else 0).
 template <Activation kAct, typename In, typename Out>
-__global__ void __launch_bounds__(kThreads) gated_activation_kernel(ActivationArgs p) {
-  pdl_begin();
+__device__ __forceinline__ float activation_row(const ActivationArgs& p, int row, bool amax) {
   constexpr bool kGated = kAct != Activation::ReLU2;
-  const int row = warp_row();
-  if (row >= p.expert_offsets[p.num_groups]) return;
   const int cols = kGated ? 2 * p.intermediate : p.intermediate;
   const In* h_row = [&] {
     if constexpr (std::is_same_v<In, float>) return p.h_f32 + static_cast<int64_t>(row) * cols;
@@ -169,11 +169,34 @@ __global__ void __launch_bounds__(kThreads) gated_activation_kernel(ActivationAr
     else return p.out + static_cast<int64_t>(row) * p.intermediate;
   }();
   const int lane = threadIdx.x % kWarpSize;
+  float m = 0.0f;
   for (int j = lane * kVec; j < p.intermediate; j += kWarpSize * kVec) {
     float a[kVec];
     activate8<kAct>(h_row, bias_row, j, p.intermediate, p.alpha, p.limit, a);
     store8(out_row, j, a);
+    if (amax) {
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) m = fmaxf(m, fabsf(a[i]));
+    }
   }
+  return m;
+}
+
+template <Activation kAct, typename In, typename Out>
+__global__ void __launch_bounds__(kThreads) gated_activation_kernel(ActivationArgs p) {
+  pdl_begin();
+  const int row = warp_row();
+  if (p.amax_partials) {
+    // Every warp reaches the CTA's reduction, a warp past the live rows
+    // with 0 (block_max syncs the CTA).
+    float m = 0.0f;
+    if (row < p.expert_offsets[p.num_groups]) m = activation_row<kAct, In, Out>(p, row, true);
+    m = fp8_amax::block_max<kRowsPerBlock>(m);
+    if (threadIdx.x == 0) p.amax_partials[blockIdx.x] = m;
+    return;
+  }
+  if (row >= p.expert_offsets[p.num_groups]) return;
+  activation_row<kAct, In, Out>(p, row, false);
 }
 
 // The activation, then its quantization per row and 128 columns: a warp
@@ -286,6 +309,8 @@ void launch_gather_rows(const GatherRowsParams& p, KernelStream stream) {
   UNIMOE_LAUNCH_CHECK();
 }
 
+int gated_activation_blocks(int capacity) { return ceil_div(capacity, kRowsPerBlock); }
+
 void launch_gated_activation(const GatedActivationParams& p, KernelStream stream) {
   require(p.intermediate > 0 && p.intermediate % kVec == 0,
           "gated_activation: intermediate must be a positive multiple of 8, is " +
@@ -300,9 +325,11 @@ void launch_gated_activation(const GatedActivationParams& p, KernelStream stream
   require(aligned16(p.h) && aligned16(p.h_f32) && aligned16(p.out) && aligned16(p.out_f32) &&
               aligned16(p.b13),
           "gated_activation: h, h_f32, out, out_f32 and b13 must be 16-byte aligned");
+  require(!p.amax_partials || p.out_f32,
+          "gated_activation: amax_partials are taken with the fp32 output (out_f32) only");
   const ActivationArgs args{p.h,           p.h_f32,        p.b13,          p.expert_offsets,
                             p.num_groups,  p.intermediate, p.swiglu_alpha, p.swiglu_limit,
-                            p.out,         p.out_f32};
+                            p.out,         p.out_f32,      p.amax_partials};
   // The pairs the layer uses: bf16 in and out (BF16's Cutlass path), fp32
   // in and out (the FP8 Cutlass path); bf16 in, fp32 out serves tests.
   if (p.h_f32 && p.out_f32)

@@ -46,7 +46,17 @@ struct GatedActivationParams {
   uint16_t* out = nullptr;                  // [capacity, I] bf16
   float* out_f32 = nullptr;                 // or [capacity, I] fp32, unrounded (exactly one of
                                             // out and out_f32): the FP8 paths quantize it next
+  // Optional, with out_f32: gated_activation_blocks(capacity) floats, each
+  // CTA's largest magnitude over the activated values it writes (fmaxf:
+  // NaN skipped; 0 for a CTA of no live row), every slot written: the
+  // partial maxima of FP8PerTensor's dynamic scale
+  // (launch_fp8_scale_from_partials), without reading the activation back.
+  float* amax_partials = nullptr;
 };
+
+// CTAs of launch_gated_activation's grid for `capacity` rows (the number
+// of its amax partials).
+int gated_activation_blocks(int capacity);
 
 // out[r, j] = act(h[r, j] + b13[e, j], h[r, I + j] + b13[e, I + j]) for gated
 // activations, relu(h[r, j] + b13[e, j])^2 for ReLU2; fp32 math, bf16 rounded

@@ -144,6 +144,17 @@ __global__ void __launch_bounds__(kTensorThreads)
   if (threadIdx.x == 0) partials[blockIdx.x] = m;
 }
 
+// One block: the scale of the largest of the partial maxima.
+__global__ void __launch_bounds__(kTensorThreads)
+    fp8_scale_from_partials_kernel(const float* __restrict__ partials, int num_partials,
+                                   float* __restrict__ scale) {
+  pdl_begin();
+  float m = 0.0f;
+  for (int i = threadIdx.x; i < num_partials; i += kTensorThreads) m = fmaxf(m, partials[i]);
+  m = block_max<kTensorWarps>(m);
+  if (threadIdx.x == 0) *scale = fp8_scale(m);
+}
+
 // Small calls with a dynamic scale (decode: x of one token, the activation
 // of a few rows): one block of kSmallThreads loads every live element into
 // registers at once (kSmallVecs Fours a thread, all loads in flight
@@ -330,6 +341,33 @@ void launch_tensor(const Fp8TensorQuantParams& p, const In* x, KernelStream stre
 }
 
 }  // namespace
+
+void launch_fp8_scale_from_partials(const float* partials, int num_partials, float* scale,
+                                    KernelStream stream) {
+  require(partials && scale, "fp8_scale_from_partials: a null pointer");
+  require(num_partials >= 1, "fp8_scale_from_partials: num_partials must be >= 1, is " +
+                                 std::to_string(num_partials));
+  launch_pdl(fp8_scale_from_partials_kernel, dim3(1), kTensorThreads, 0, stream, partials,
+             num_partials, scale);
+  UNIMOE_LAUNCH_CHECK();
+}
+
+void launch_fp8_tensor_scale(const Fp8TensorQuantParams& p, KernelStream stream) {
+  check_shape("fp8_tensor_scale", p.rows, p.cols);
+  require(p.scale && p.scratch, "fp8_tensor_scale: scale and scratch must be given");
+  check_input("fp8_tensor_scale", p.x, p.x_f32, p.rows);
+  require(aligned16(p.x) && aligned16(p.x_f32), "fp8_tensor_scale: x and x_f32 must be 16-byte aligned");
+  // A capacity of 0 still writes the scale (1), as the dynamic form does.
+  const int num_partials = tensor_blocks(p.rows, p.cols, kMaxAmaxBlocks);
+  if (p.x_f32)
+    launch_pdl(fp8_tensor_amax_kernel<float>, dim3(num_partials), kTensorThreads, 0, stream,
+               p.x_f32, p.rows, p.cols, p.rows_device, p.scratch);
+  else
+    launch_pdl(fp8_tensor_amax_kernel<uint16_t>, dim3(num_partials), kTensorThreads, 0, stream,
+               p.x, p.rows, p.cols, p.rows_device, p.scratch);
+  UNIMOE_LAUNCH_CHECK();
+  launch_fp8_scale_from_partials(p.scratch, num_partials, p.scale, stream);
+}
 
 void launch_quantize_fp8_tensor(const Fp8TensorQuantParams& p, KernelStream stream) {
   check_shape("quantize_fp8_tensor", p.rows, p.cols);

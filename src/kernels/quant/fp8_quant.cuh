@@ -94,6 +94,21 @@ struct Fp8TensorQuantParams {
   int row_scales_ld = 0;                 // >= rows when row_scales is set
 };
 
+// FP8PerTensor's dynamic scale alone: partial maxima of x's live rows into
+// scratch, then launch_fp8_scale_from_partials writes amax / 448 (1 when
+// not > 0) to *scale: the scale launch_quantize_fp8_tensor's dynamic form
+// computes, bit for bit, for kernels that then take it as their static
+// scale (the FP8 cutlass path's x, quantized straight into the permuted
+// rows). Reads x, x_f32, rows, cols, rows_device, scratch and scale.
+void launch_fp8_tensor_scale(const Fp8TensorQuantParams& p, KernelStream stream);
+
+// One block: *scale = amax / 448 (1 when not > 0) for amax the largest of
+// partials[0, num_partials) (num_partials >= 1): FP8PerTensor's dynamic
+// scale from the partial maxima another kernel wrote (the activation
+// kernel's, expert_rows.cuh).
+void launch_fp8_scale_from_partials(const float* partials, int num_partials, float* scale,
+                                    KernelStream stream);
+
 // Floats of scratch launch_quantize_fp8_tensor needs for this capacity.
 std::size_t quantize_fp8_tensor_scratch_floats(int rows, int cols);
 
