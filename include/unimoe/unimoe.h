@@ -192,6 +192,8 @@ struct ExpertWeights {
   const float* w2_scale = nullptr;   // FP8 variants and NVFP4
   const float* x_scale = nullptr;    // FP8PerTensor only: static scale of GEMM1's input x
   const float* act_scale = nullptr;  // FP8PerTensor only: static scale of GEMM2's input
+                                     // (each one device float, positive and finite: set_weights
+                                     // reads them back and refuses others)
   const uint8_t* w13_block_scale = nullptr;  // MXFP4 and NVFP4 only
   const uint8_t* w2_block_scale = nullptr;   // MXFP4 and NVFP4 only
   bool w13_interleaved = false;              // MXFP4 and NVFP4 only

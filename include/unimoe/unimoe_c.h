@@ -60,7 +60,7 @@ typedef struct unimoe_weights {
   const float* b2;
   const float* w13_scale;
   const float* w2_scale;
-  const float* x_scale;
+  const float* x_scale;    /* FP8PerTensor: static activation scales, positive and finite */
   const float* act_scale;
   const uint8_t* w13_block_scale;
   const uint8_t* w2_block_scale;

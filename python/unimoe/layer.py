@@ -155,7 +155,7 @@ class MoELayer:
         scales (FP8Block128: per 128 x 128 block, w13_scale
         [E_local, gemm1_cols/128, H/128], w2_scale [E_local, H/128, I/128];
         FP8PerTensor: [E_local] each, optional static x_scale and act_scale
-        of one element).
+        of one element, positive and finite).
 
         MXFP4 and NVFP4 (W4A16): w13 [E_local, gemm1_cols, H/2] and w2
         [E_local, H, I/2] uint8, e2m1 codes packed two a byte along K, the

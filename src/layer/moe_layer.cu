@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/weight_fields.h"
@@ -244,6 +245,25 @@ void MoELayerImpl::check_quant_weights(const ExpertWeights& w) const {
   require_aligned(w.w2_scale, 4, "weights.w2_scale");
   require_aligned(w.x_scale, 4, "weights.x_scale");
   require_aligned(w.act_scale, 4, "weights.act_scale");
+  // A static activation scale divides every element it quantizes: 0, a
+  // negative, an infinite or a NaN scale would make every code wrong
+  // without an error. set_weights is host-side set-up, so the two floats
+  // are read back here (after the device's pending work, which may still
+  // be writing them).
+  const std::pair<const float*, const char*> statics[] = {{w.x_scale, "weights.x_scale"},
+                                                          {w.act_scale, "weights.act_scale"}};
+  for (const auto& [scale, field] : statics) {
+    if (!scale) continue;
+    float value = 0.0f;
+    const cudaError_t sync = cudaDeviceSynchronize();
+    const cudaError_t copy =
+        sync == cudaSuccess ? cudaMemcpy(&value, scale, sizeof value, cudaMemcpyDeviceToHost) : sync;
+    if (copy != cudaSuccess)
+      throw Error(field, std::string("could not be read as a device float: ") + cudaGetErrorString(copy));
+    if (!(value > 0.0f) || !std::isfinite(value))
+      throw Error(field, "is " + std::to_string(value) +
+                             "; a static activation scale must be a positive, finite float");
+  }
 }
 
 ref::ActivationScales MoELayerImpl::dynamic_activation_scales(int num_tokens, bool precomputed) {

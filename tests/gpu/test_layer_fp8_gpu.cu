@@ -19,10 +19,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/test_util.h"
@@ -221,6 +223,24 @@ TEST(LayerFp8Gpu, SetWeightsChecksTheScalesOfEachVariant) {
   ExpertWeights misaligned = ok;
   misaligned.w13_scale = reinterpret_cast<const float*>(reinterpret_cast<const char*>(s.get()) + 2);
   EXPECT_EQ(field_of([&] { rig.layer().set_weights(misaligned); }), "weights.w13_scale");
+  // FP8PerTensor's static activation scales: positive and finite, read
+  // back by set_weights (a zero, a negative, an infinite or a NaN scale is
+  // refused naming the field).
+  MoEConfig pt = c;
+  pt.experts.quant = QuantVariant::FP8PerTensor;
+  LayerRig per_tensor(pt, 4, 1);
+  for (const float bad : {0.0f, -0.5f, INFINITY, NAN}) {
+    DeviceBuffer<float> good(std::vector<float>{0.01f}), wrong(std::vector<float>{bad});
+    ExpertWeights given = ok;
+    given.x_scale = good.get();
+    given.act_scale = wrong.get();
+    EXPECT_EQ(field_of([&] { per_tensor.layer().set_weights(given); }), "weights.act_scale") << bad;
+    std::swap(given.x_scale, given.act_scale);
+    EXPECT_EQ(field_of([&] { per_tensor.layer().set_weights(given); }), "weights.x_scale") << bad;
+    given.x_scale = good.get();
+    given.act_scale = good.get();
+    EXPECT_EQ(field_of([&] { per_tensor.layer().set_weights(given); }), "no error") << bad;
+  }
   // BF16 takes no scales.
   MoEConfig b = c;
   b.experts.quant = QuantVariant::BF16;
