@@ -28,9 +28,13 @@ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 // Inclusive sum of `value` over lanes 0..lane of a full warp (every lane
 // calls it): log2(32) shuffles up. The kernels' warp scans, one form.
+// (The pragma only where nvcc compiles: the host compiler of a .cpp file
+// that includes this header does not know it.)
 template <typename V>
 __device__ __forceinline__ V warp_inclusive_sum(V value, int lane) {
+#if defined(__CUDACC__)
 #pragma unroll
+#endif
   for (int d = 1; d < 32; d *= 2) {
     const V other = __shfl_up_sync(0xffffffffu, value, d);
     if (lane >= d) value += other;
