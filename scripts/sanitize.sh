@@ -101,6 +101,9 @@
 #                            Routing, FusedRoutingGpu.LayerVariantMatchesSplit
 #                            (each routing variant), LayerGraphGpu.* (graph
 #                            replay on every backend)
+#   shared scratch           SharedScratchGpu.LayersOfAModelMatchLayersWith
+#                            BuffersOfTheirOwn (five layers of four variants
+#                            on one caller's scratch)
 # racecheck, the slowest tool (it tracks every shared-memory access), takes
 # one small test a family: the split, octet and permute kernels through
 # PermuteGpu.GraphReplayOfRoutingAndPermute, the fused, cluster and split
@@ -148,7 +151,8 @@ readonly kFullFilter="GpuSmoke.*\
 :Gemm2GateGpu.CallWithNoRowOnThisRankWritesZeros\
 :EPLayerGpu.DispatchSlotsMatchTheReference:EPLayerGpu.EmptyCallsWriteNothing\
 :EPLayerGpu.CapturedOnceReplaysWithFreshRouting\
-:NextPrefetchGpu.SmallShapeEveryVariant:NextPrefetchGpu.ExpertParallelRange"
+:NextPrefetchGpu.SmallShapeEveryVariant:NextPrefetchGpu.ExpertParallelRange\
+:SharedScratchGpu.LayersOfAModelMatchLayersWithBuffersOfTheirOwn"
 readonly kRacecheckFilter="PermuteGpu.GraphReplayOfRoutingAndPermute\
 :FusedRoutingGpu.ClusterWaysAtTheirBound:FusedRoutingGpu.ClusterOfTwoGraphReplayWithNewLogits\
 :GroupedGemm.OddSizesEveryActivation:GroupedGemm.StreamOneTokenTilesAtEveryKSplit\

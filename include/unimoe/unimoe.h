@@ -251,7 +251,8 @@ struct AutotuneOptions {
 // - a layer has one workspace, which every forward (and every replay of a
 //   graph captured from it) writes: its forwards must run one after another,
 //   on one stream or on streams the caller orders, and its methods must not
-//   be called from several threads at once;
+//   be called from several threads at once; layers made with one shared
+//   scratch (create with a scratch) count as one layer here;
 // - set_weights, autotune and use_tuning_cache must not overlap a forward of
 //   the layer in flight; destroy the layer, and free the weights and inputs
 //   it reads, only once its forwards have completed;
@@ -270,6 +271,32 @@ class MoELayer {
   // device cannot serve it (the message says why).
   static std::unique_ptr<MoELayer> create(const MoEConfig& config, int max_tokens);
 
+  // Shared scratch, for the MoE layers of one model. A layer's per-call
+  // buffers (routing result, permutation, the intermediate and GEMM2's
+  // output rows, the backends' buffers) hold nothing from one forward to
+  // the next, so layers that forward one after another can share them:
+  // size one device buffer for the largest of their scratch_bytes, and make
+  // each layer with it. The layers then hold only what persists (FP8
+  // per-tensor weight scales in block layout, 4-bit weights in the kernels'
+  // layout); workspace_bytes() does not count the scratch.
+  //
+  // scratch_bytes: the bytes create() below needs for this config and
+  // max_tokens on the current device (the buffers of the layer and of the
+  // largest backend it may use; a tuned choice may take any the config's
+  // backend option allows). Throws as create() does for a bad config.
+  static std::size_t scratch_bytes(const MoEConfig& config, int max_tokens);
+  // As create(config, max_tokens), with the per-call buffers in `scratch`:
+  // device memory of the current device, 256-byte aligned (cudaMalloc's
+  // is), at least scratch_bytes(config, max_tokens) bytes (Error naming
+  // `scratch` otherwise). The layer does not own it: keep it until the layer
+  // is destroyed. create() zeroes it, so make layers before any forward
+  // that uses the scratch is in flight. Layers sharing a scratch must run
+  // their forwards (graph replays, autotune) one after another, on one
+  // stream or streams the caller orders; a forward overwrites what the
+  // previous one left there (the buffers' contents are not outputs).
+  static std::unique_ptr<MoELayer> create(const MoEConfig& config, int max_tokens, void* scratch,
+                                          std::size_t scratch_size);
+
   virtual const MoEConfig& config() const = 0;
   virtual int max_tokens() const = 0;
   // options.backend: "auto" (the rule or tuned winners choose per call) or
@@ -281,7 +308,8 @@ class MoELayer {
   // gemm2=stream_m16 routing=cluster kernel=block ctas=1 threads=256 ...".
   virtual std::string describe(int num_tokens) const = 0;
   // Device memory the layer holds besides the weights (its workspace; the
-  // CUTLASS backend's buffers once a call may take it).
+  // CUTLASS backend's buffers once a call may take it), not counting a
+  // scratch given to create().
   virtual std::size_t workspace_bytes() const = 0;
   // Keeps the pointers (not a copy); the weights must outlive the layer.
   // Checks them against the config's quant variant (Error naming the

@@ -89,6 +89,15 @@ UNIMOE_C_API int unimoe_config_from_hf_json(const char* json_text, const char** 
 /* MoELayer::create on the device current on this thread. */
 UNIMOE_C_API int unimoe_layer_create(const char* config_text, int max_tokens,
                                      unimoe_layer** out);
+/* MoELayer::scratch_bytes and MoELayer::create with a scratch: the layer's
+ * per-call buffers in the caller's device memory `scratch` (256-byte
+ * aligned, at least unimoe_layer_scratch_bytes bytes), which layers that
+ * forward one after another may share; the caller keeps it until every
+ * layer made with it is destroyed. */
+UNIMOE_C_API int unimoe_layer_scratch_bytes(const char* config_text, int max_tokens, size_t* out);
+UNIMOE_C_API int unimoe_layer_create_with_scratch(const char* config_text, int max_tokens,
+                                                  void* scratch, size_t scratch_size,
+                                                  unimoe_layer** out);
 /* Does nothing for a null layer. */
 UNIMOE_C_API void unimoe_layer_destroy(unimoe_layer* layer);
 UNIMOE_C_API int unimoe_layer_set_weights(unimoe_layer* layer, const unimoe_weights* weights);

@@ -21,9 +21,9 @@ BOUND = 1e-2
 E, H, I = 16, 256, 128
 
 
-def make_layer(config, max_tokens=64, seed=0, **extra):
+def make_layer(config, max_tokens=64, seed=0, scratch=None, **extra):
     g = torch.Generator().manual_seed(seed)
-    layer = unimoe.MoELayer(config, max_tokens, device="cuda")
+    layer = unimoe.MoELayer(config, max_tokens, device="cuda", scratch=scratch)
     c = layer.config
     w13 = bf16_values(c.local_experts(), c.gemm1_cols(), c.experts.hidden, scale=0.05,
                       generator=g)
@@ -120,6 +120,43 @@ def test_cuda_graph_replay_with_fresh_inputs():
         graph.replay()
         want = layer(x, logits)  # eager; the forward is deterministic: the same bits
         assert torch.equal(static_out, want)
+
+
+def test_layers_sharing_a_scratch():
+    # Two layers of different shapes on one scratch, run one after another,
+    # give the bits of layers with buffers of their own (the forward is
+    # deterministic), within the bound of the reference; a scratch one byte
+    # short, or at an offset that is not 256-byte aligned, is refused.
+    configs = [f"policy=Renormalize E={E} K=4 H={H} I={I}",
+               f"policy=Renormalize E=8 K=2 H={H} I=256 quant=FP8Block128 backend=cutlass"]
+    need = [unimoe.scratch_bytes(c, 64) for c in configs]
+    assert all(n > 64 * 2 * H * 2 for n in need)
+    scratch = torch.empty(max(need) + 256, dtype=torch.uint8, device="cuda")
+    with pytest.raises(unimoe.Error) as e:
+        unimoe.MoELayer(configs[0], 64, scratch=scratch[:need[0] - 1])
+    assert e.value.field == "scratch"
+    with pytest.raises(unimoe.Error) as e:
+        unimoe.MoELayer(configs[0], 64, scratch=scratch[16:])
+    assert e.value.field == "scratch"
+    g = torch.Generator().manual_seed(5)
+    c13, s13 = quant_blocks(torch.randn(8, 512, H, generator=g) * 0.05, 128, 128)
+    c2, s2 = quant_blocks(torch.randn(8, H, 256, generator=g) * 0.05, 128, 128)
+
+    def fp8_layer(s):
+        layer = unimoe.MoELayer(configs[1], 64, scratch=s)
+        layer.set_weights(c13.cuda(), c2.cuda(), w13_scale=s13.cuda(), w2_scale=s2.cuda())
+        return layer
+
+    # [shared, own] for each config, on the same weights.
+    pairs = [[make_layer(configs[0], seed=6, scratch=scratch), make_layer(configs[0], seed=6)],
+             [fp8_layer(scratch), fp8_layer(None)]]
+    assert pairs[0][0].workspace_bytes < pairs[0][1].workspace_bytes
+    for t in (3, 64):
+        inputs = [call_inputs(t, e=E, seed=t), call_inputs(t, e=8, seed=t + 1)]
+        shared = [p[0](x.cuda(), l.cuda()) for p, (x, l) in zip(pairs, inputs)]
+        for p, (x, l), got in zip(pairs, inputs, shared):
+            assert torch.equal(got, p[1](x.cuda(), l.cuda()))
+            assert rel_err(got, p[0](x, l)) < BOUND
 
 
 class Block(torch.nn.Module):

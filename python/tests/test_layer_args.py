@@ -45,6 +45,20 @@ def test_bad_layer_arguments():
         unimoe.MoELayer(42, 8, device="cpu")
 
 
+def test_scratch_checks_on_the_cpu_layer():
+    # The CPU reference takes no scratch; a scratch must be a tensor.
+    with pytest.raises(TypeError, match="scratch"):
+        unimoe.MoELayer(CONFIG, 8, device="cpu", scratch=1024)
+    with pytest.raises(unimoe.Error) as e:
+        unimoe.MoELayer(CONFIG, 8, device="cpu", scratch=torch.empty(1024, dtype=torch.uint8))
+    assert e.value.field == "scratch"
+    with pytest.raises(TypeError, match="max_tokens"):
+        unimoe.scratch_bytes(CONFIG, 8.0)
+    if not (unimoe.has_cuda() and torch.cuda.is_available()):
+        with pytest.raises(RuntimeError, match="scratch serves only the GPU layer"):
+            unimoe.scratch_bytes(CONFIG, 8)
+
+
 def expect(exc, field, fn, *args, **kwargs):
     with pytest.raises(exc) as e:
         fn(*args, **kwargs)

@@ -54,6 +54,8 @@ def _load():
         "unimoe_config_normalize": ([s, i, out_str], i),
         "unimoe_config_from_hf_json": ([s, out_str], i),
         "unimoe_layer_create": ([s, i, ctypes.POINTER(p)], i),
+        "unimoe_layer_scratch_bytes": ([s, i, ctypes.POINTER(ctypes.c_size_t)], i),
+        "unimoe_layer_create_with_scratch": ([s, i, vp, ctypes.c_size_t, ctypes.POINTER(p)], i),
         "unimoe_layer_destroy": ([p], None),
         "unimoe_layer_set_weights": ([p, ctypes.POINTER(Weights)], i),
         "unimoe_layer_forward": ([p, i, vp, vp, vp, vp, vp, vp, vp], i),

@@ -72,6 +72,43 @@ def _fits(t, dtype, shape, align, device_index):
             and t.is_contiguous() and not t.data_ptr() % align)
 
 
+def _check_scratch(scratch, device):
+    """The scratch argument of MoELayer, checked: None, or a contiguous CUDA
+    tensor on `device`."""
+    if scratch is None:
+        return None
+    if not isinstance(scratch, torch.Tensor):
+        raise TypeError(f"scratch: {type(scratch).__name__} is not a torch.Tensor")
+    if device.type != "cuda":
+        raise Error("scratch: the CPU reference takes no scratch", "scratch")
+    if scratch.device != device:
+        raise Error(f"scratch: is on {scratch.device}; the layer is on {device}", "scratch")
+    if not scratch.is_contiguous():
+        raise Error("scratch: is not contiguous", "scratch")
+    return scratch
+
+
+def scratch_bytes(config, max_tokens, device=None):
+    """Bytes of the scratch a GPU layer of `config` serving up to max_tokens
+    tokens takes (MoELayer::scratch_bytes) on `device` (None: the current
+    CUDA device); size one buffer for the largest of a model's layers."""
+    config = as_config(config)
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+        raise TypeError(f"max_tokens: {max_tokens!r} is not an int")
+    if not _lib.has_cuda():
+        raise RuntimeError("unimoe: this build has no GPU layer (nvcc was not found when it was "
+                           "built); a scratch serves only the GPU layer")
+    if not torch.cuda.is_available():
+        raise RuntimeError("unimoe: no CUDA device; a scratch serves only the GPU layer")
+    device = torch.device("cuda", torch.cuda.current_device()) if device is None else \
+        torch.device(device)
+    n = ctypes.c_size_t()
+    with torch.cuda.device(device):
+        _lib.check(_lib.lib.unimoe_layer_scratch_bytes(config.to_string().encode(), max_tokens,
+                                                       ctypes.byref(n)))
+    return n.value
+
+
 class MoELayer:
     """One MoE layer: config, max_tokens, weights set once, then calls.
 
@@ -81,9 +118,15 @@ class MoELayer:
     FP8 roundings, 4-bit weights dequantized exactly) and is slow: it is for
     testing and checking. A GPU layer called with CPU tensors also runs the
     reference, on host copies of its weights.
+
+    scratch: None (the layer allocates its per-call buffers) or a CUDA
+    tensor on the layer's device, contiguous, of at least
+    unimoe.scratch_bytes(config, max_tokens) bytes, which layers that run
+    one after another (the MoE layers of one model) may share; the layer
+    keeps a reference to it (docs/python.md, "Shared scratch").
     """
 
-    def __init__(self, config, max_tokens, device=None):
+    def __init__(self, config, max_tokens, device=None, scratch=None):
         self.config = as_config(config)
         self._text = self.config.to_string().encode()
         c = self.config
@@ -113,6 +156,7 @@ class MoELayer:
             raise Error(f"device: {device}; allowed: cuda, cpu", "device")
         self.device = device
         self._device_index = device.index if device.type == "cuda" else -1
+        self._scratch = _check_scratch(scratch, device)
         if device.type == "cpu":
             self.config.validate()
             if max_tokens < 1:
@@ -131,7 +175,14 @@ class MoELayer:
         _destroy and the calls set_weights and forward make (_c_set_weights,
         _c_forward, _c_target)."""
         handle = ctypes.c_void_p()
-        _lib.check(_lib.lib.unimoe_layer_create(self._text, self.max_tokens, ctypes.byref(handle)))
+        if self._scratch is None:
+            _lib.check(_lib.lib.unimoe_layer_create(self._text, self.max_tokens,
+                                                    ctypes.byref(handle)))
+        else:
+            nbytes = self._scratch.numel() * self._scratch.element_size()
+            _lib.check(_lib.lib.unimoe_layer_create_with_scratch(
+                self._text, self.max_tokens, ctypes.c_void_p(self._scratch.data_ptr()), nbytes,
+                ctypes.byref(handle)))
         self._c = self._owner = self._c_target = handle
         self._destroy = _lib.lib.unimoe_layer_destroy
         self._c_set_weights = _lib.lib.unimoe_layer_set_weights

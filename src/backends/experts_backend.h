@@ -10,8 +10,13 @@
 //   - prepare_weights(w): once per set_weights, after the layer's checks
 //     (set, 16-byte aligned, biases iff has_bias); the backend keeps its own
 //     layout of the weights;
-//   - allocate_workspace(): once, before the first run and never during
-//     capture; workspace_bytes() device bytes then held;
+//   - allocate_workspace(scratch): once, before the first run and never
+//     during capture. The backend's per-call buffers (scratch_bytes()) go
+//     into `scratch` when the layer gives one (a caller's scratch that
+//     layers of a model share: nothing in it outlives a forward) or into an
+//     allocation of its own when it is null; what must persist between
+//     calls (FP8PerTensor's expanded weight scales) is always its own.
+//     workspace_bytes() is what it then holds itself;
 //   - run_gemm1 reads x, the routing result and the tile schedule and writes
 //     the activated intermediate (BF16: the layer's act [T*K, I]; FP8: the
 //     backend's own e4m3 codes and scales); run_gemm2 reads it and writes
@@ -63,11 +68,17 @@ class ExpertsBackend {
   }
 
   virtual void prepare_weights(const ExpertWeights& weights) = 0;
-  // Device bytes of the backend's own buffers (sized from the config and
-  // max_tokens given to make_experts_backend); held after allocate_workspace.
+  // Device bytes of the per-call buffers (sized from the config and
+  // max_tokens given to make_experts_backend), a multiple of 256.
+  virtual std::size_t scratch_bytes() const = 0;
+  // Device bytes the backend holds itself once allocate_workspace ran: its
+  // persistent buffers, and its scratch where the layer gave none.
   virtual std::size_t workspace_bytes() const = 0;
-  // Allocates them; a second call does nothing. Not during capture.
-  virtual void allocate_workspace() = 0;
+  // Places the per-call buffers at `scratch` (256-byte aligned,
+  // scratch_bytes() long) or, for null, in an allocation of its own, and
+  // allocates the persistent ones; a second call does nothing. Not during
+  // capture.
+  virtual void allocate_workspace(char* scratch) = 0;
 
   virtual void run_gemm1(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) = 0;
   virtual void run_gemm2(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) = 0;

@@ -32,8 +32,9 @@ class TileScheduleBackend final : public ExpertsBackend {
       : ExpertsBackend(path), config_(config) {}
 
   void prepare_weights(const ExpertWeights& weights) override { weights_ = weights; }
+  std::size_t scratch_bytes() const override { return 0; }
   std::size_t workspace_bytes() const override { return 0; }
-  void allocate_workspace() override {}
+  void allocate_workspace(char*) override {}
 
   void run_gemm1(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) override {
     Gemm1Params p;
@@ -105,15 +106,21 @@ class CutlassBackend final : public ExpertsBackend {
   }
 
   void prepare_weights(const ExpertWeights& weights) override { weights_ = weights; }
-  std::size_t workspace_bytes() const override { return bytes_; }
-  void allocate_workspace() override {
-    if (arena_) return;
-    UNIMOE_CUDA_CHECK(cudaMalloc(&arena_, bytes_));
-    // Once: the GEMM's descriptors are read whole (sm90_grouped_gemm.cuh),
-    // and initcheck does not see its TMA stores (moe_layer.cu).
-    UNIMOE_CUDA_CHECK(cudaMemset(arena_, 0, bytes_));
-    WorkspaceCarver real(static_cast<char*>(arena_));
+  std::size_t scratch_bytes() const override { return bytes_; }
+  std::size_t workspace_bytes() const override { return arena_ ? bytes_ : 0; }
+  void allocate_workspace(char* scratch) override {
+    if (placed_) return;
+    if (!scratch) {
+      UNIMOE_CUDA_CHECK(cudaMalloc(&arena_, bytes_));
+      // Once: the GEMM's descriptors are read whole (sm90_grouped_gemm.cuh),
+      // and initcheck does not see its TMA stores (moe_layer.cu). A
+      // caller's scratch the layer zeroes at creation.
+      UNIMOE_CUDA_CHECK(cudaMemset(arena_, 0, bytes_));
+      scratch = static_cast<char*>(arena_);
+    }
+    WorkspaceCarver real(scratch);
     carve(real);
+    placed_ = true;
   }
 
   void run_gemm1(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) override {
@@ -164,7 +171,7 @@ class CutlassBackend final : public ExpertsBackend {
   }
 
   void require_workspace() const {
-    if (!arena_)
+    if (!placed_)
       throw std::runtime_error("the Cutlass path's buffers were not allocated for this layer");
   }
 
@@ -189,7 +196,8 @@ class CutlassBackend final : public ExpertsBackend {
   int sm_count_;
   ExpertWeights weights_{};
   std::size_t bytes_ = 0;
-  void* arena_ = nullptr;  // one allocation; the pointers below point into it
+  void* arena_ = nullptr;  // the scratch allocation when the layer gave none
+  bool placed_ = false;    // the pointers below are set
   uint16_t* gathered_ = nullptr;  // [T*K, H] x rows in permuted order
   uint16_t* h_ = nullptr;         // [T*K, gemm1_cols] GEMM1 output before the activation
   void* sm90_workspace_ = nullptr;

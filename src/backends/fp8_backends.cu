@@ -76,6 +76,7 @@ class Fp8Backend : public ExpertsBackend {
  public:
   ~Fp8Backend() override {
     if (arena_) cudaFree(arena_);
+    if (expanded_) cudaFree(expanded_);
   }
 
   void prepare_weights(const ExpertWeights& weights) override {
@@ -91,20 +92,35 @@ class Fp8Backend : public ExpertsBackend {
     }
   }
 
-  std::size_t workspace_bytes() const override { return bytes_; }
+  std::size_t scratch_bytes() const override { return bytes_; }
+  std::size_t workspace_bytes() const override {
+    return (arena_ ? bytes_ : 0) + (expanded_ ? expanded_bytes() : 0);
+  }
 
   const float* dynamic_activation_scales() const override {
     return per_tensor() && !weights_.x_scale && !weights_.act_scale ? tensor_scales_ : nullptr;
   }
 
-  void allocate_workspace() override {
-    if (arena_) return;
-    UNIMOE_CUDA_CHECK(cudaMalloc(&arena_, bytes_));
-    // Once, so that nothing is ever read unset (initcheck does not see the
-    // CUTLASS GEMM's TMA stores); forwards never clear it.
-    UNIMOE_CUDA_CHECK(cudaMemset(arena_, 0, bytes_));
-    WorkspaceCarver real(static_cast<char*>(arena_));
+  void allocate_workspace(char* scratch) override {
+    if (placed_) return;
+    if (per_tensor()) {
+      // The expanded weight scales outlive a call: never in the scratch.
+      UNIMOE_CUDA_CHECK(cudaMalloc(&expanded_, expanded_bytes()));
+      WorkspaceCarver e(static_cast<char*>(expanded_));
+      w13_expanded_ = e.take<float>(static_cast<std::size_t>(e_local_) * w13_blocks());
+      w2_expanded_ = e.take<float>(static_cast<std::size_t>(e_local_) * w2_blocks());
+    }
+    if (!scratch) {
+      UNIMOE_CUDA_CHECK(cudaMalloc(&arena_, bytes_));
+      // Once, so that nothing is ever read unset (initcheck does not see
+      // the CUTLASS GEMM's TMA stores); forwards never clear it. A caller's
+      // scratch the layer zeroes at creation.
+      UNIMOE_CUDA_CHECK(cudaMemset(arena_, 0, bytes_));
+      scratch = static_cast<char*>(arena_);
+    }
+    WorkspaceCarver real(scratch);
     carve(real);
+    placed_ = true;
   }
 
  protected:
@@ -134,8 +150,15 @@ class Fp8Backend : public ExpertsBackend {
   int w13_blocks() const { return (n1_ / kBlock) * (hidden_ / kBlock); }
   int w2_blocks() const { return (hidden_ / kBlock) * (inter_ / kBlock); }
 
+  std::size_t expanded_bytes() const {
+    WorkspaceCarver dry(nullptr);
+    dry.take<float>(static_cast<std::size_t>(e_local_) * w13_blocks());
+    dry.take<float>(static_cast<std::size_t>(e_local_) * w2_blocks());
+    return dry.used();
+  }
+
   void require_workspace() const {
-    if (!arena_)
+    if (!placed_)
       throw std::runtime_error(std::string("the ") + name() +
                                " path's FP8 buffers were not allocated for this layer");
   }
@@ -206,7 +229,7 @@ class Fp8Backend : public ExpertsBackend {
   const float* w13_scales_ = nullptr;  // block layout: the checkpoint's, or expanded
   const float* w2_scales_ = nullptr;
 
-  // Shared buffers (pointers into the arena).
+  // Shared buffers (pointers into the scratch, but the expanded scales).
   uint8_t* x_codes_ = nullptr;     // [max_tokens, H]
   float* x_scales_ = nullptr;      // [H / 128, x_ld_]
   float* act_f32_ = nullptr;       // [T*K, I] activated GEMM1 output
@@ -217,7 +240,7 @@ class Fp8Backend : public ExpertsBackend {
   float* x_scratch_ = nullptr;     // FP8PerTensor dynamic amax partials
   float* act_scratch_ = nullptr;
   float* w13_expanded_ = nullptr;  // FP8PerTensor: [E_local, n1 / 128, H / 128]
-  float* w2_expanded_ = nullptr;   //               [E_local, H / 128, I / 128]
+  float* w2_expanded_ = nullptr;   //   [E_local, H / 128, I / 128] (own allocation, persistent)
 
  private:
   void carve(WorkspaceCarver& c) {
@@ -231,14 +254,14 @@ class Fp8Backend : public ExpertsBackend {
       x_scratch_ = c.take<float>(quantize_fp8_tensor_scratch_floats(max_tokens_, hidden_));
       act_scratch_ = c.take<float>(
           quantize_fp8_tensor_scratch_floats(static_cast<int>(max_rows_), inter_));
-      w13_expanded_ = c.take<float>(static_cast<std::size_t>(e_local_) * w13_blocks());
-      w2_expanded_ = c.take<float>(static_cast<std::size_t>(e_local_) * w2_blocks());
     }
     carve_own(c);
   }
 
-  std::size_t bytes_ = 0;
-  void* arena_ = nullptr;
+  std::size_t bytes_ = 0;      // the per-call buffers
+  void* arena_ = nullptr;       // their allocation when the layer gave no scratch
+  void* expanded_ = nullptr;    // FP8PerTensor's expanded scales
+  bool placed_ = false;         // the buffer pointers are set
 };
 
 // The Stream path (the FP8 stream kernel over 16-row tiles) and the Mma

@@ -98,8 +98,9 @@ class W4StreamBackend final : public ExpertsBackend {
   }
 
   // The per-call buffers are the layer's (act, y): nothing of its own.
+  std::size_t scratch_bytes() const override { return 0; }
   std::size_t workspace_bytes() const override { return 0; }
-  void allocate_workspace() override {}
+  void allocate_workspace(char*) override {}
 
   void run_gemm1(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) override {
     require_weights();

@@ -134,6 +134,38 @@ int unimoe_layer_create(const char* config_text, int max_tokens, unimoe_layer** 
 #endif
 }
 
+int unimoe_layer_scratch_bytes(const char* config_text, int max_tokens, size_t* out) {
+#ifndef UNIMOE_WITH_CUDA
+  (void)config_text, (void)max_tokens, (void)out;
+  return unimoe::capi::no_cuda();
+#else
+  return guarded([&] {
+    require_pointer(config_text, "config");
+    require_pointer(out, "out");
+    *out = unimoe::MoELayer::scratch_bytes(unimoe::MoEConfig::parse(config_text), max_tokens);
+  });
+#endif
+}
+
+int unimoe_layer_create_with_scratch(const char* config_text, int max_tokens, void* scratch,
+                                     size_t scratch_size, unimoe_layer** out) {
+#ifndef UNIMOE_WITH_CUDA
+  (void)config_text, (void)max_tokens, (void)scratch, (void)scratch_size, (void)out;
+  return unimoe::capi::no_cuda();
+#else
+  return guarded([&] {
+    require_pointer(config_text, "config");
+    require_pointer(out, "out");
+    *out = nullptr;
+    auto layer = std::make_unique<unimoe_layer>();
+    layer->owned = unimoe::MoELayer::create(unimoe::MoEConfig::parse(config_text), max_tokens,
+                                            scratch, scratch_size);
+    layer->impl = layer->owned.get();
+    *out = layer.release();
+  });
+#endif
+}
+
 void unimoe_layer_destroy(unimoe_layer* layer) { delete layer; }
 
 int unimoe_layer_set_weights(unimoe_layer* layer, const unimoe_weights* weights) {

@@ -47,7 +47,62 @@ const char* stage_name(Stage s) {
   return "?";
 }
 
-MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens, const DevOverrides& dev)
+namespace {
+
+// The backend of path p, if the config's backend option allows it and it
+// serves the config on this device.
+std::unique_ptr<ExpertsBackend> usable_backend(ExpertsPath p, const MoEConfig& config,
+                                               int max_tokens, const DeviceArch& arch) {
+  if (!backend_allows(config.options.backend, p)) return nullptr;
+  std::unique_ptr<ExpertsBackend> backend = make_experts_backend(p, config, max_tokens, arch.sm_count);
+  if (!backend->supports(config, arch).empty()) return nullptr;
+  return backend;
+}
+
+}  // namespace
+
+void MoELayerImpl::carve_arena(WorkspaceCarver& c) {
+  const int k = config_.routing.top_k, e_local = config_.local_experts();
+  const std::size_t rows = static_cast<std::size_t>(max_tokens_) * k;
+  topk_ids_ = c.take<int32_t>(rows);
+  topk_weights_ = c.take<float>(rows);
+  expert_counts_ = c.take<int32_t>(e_local);
+  expert_offsets_ = c.take<int32_t>(e_local + 1);
+  permuted_to_expanded_ = c.take<int32_t>(rows);
+  expanded_to_permuted_ = c.take<int32_t>(rows);
+  tiles_ = c.take<DeviceTile>(max_tiles(static_cast<int>(rows), e_local, kSmallestTileM));
+  num_tiles_ = c.take<int32_t>(1);
+  // The FP8 backends keep their activation (fp32, then e4m3) themselves;
+  // BF16 and the W4A16 variants use this bf16 one.
+  const QuantVariant quant = config_.experts.quant;
+  const bool fp8 = quant == QuantVariant::FP8Block128 || quant == QuantVariant::FP8PerTensor;
+  act_ = c.take<uint16_t>(fp8 ? 0 : rows * config_.experts.intermediate);
+  y_ = c.take<uint16_t>(rows * config_.experts.hidden);
+  gate_record_ = c.take<Gemm2GateRecord>(1);
+  permute_scratch_ = c.take<char>(permute_scratch_bytes(max_tokens_, k, e_local));
+}
+
+std::size_t MoELayerImpl::scratch_bytes(const MoEConfig& config, int max_tokens) {
+  validate(config);
+  check_backend_name(config.options.backend);
+  if (max_tokens < 1) throw Error("max_tokens", "is " + std::to_string(max_tokens) + "; must be >= 1");
+  if (const std::string why = gpu_unsupported_reason(config); !why.empty())
+    throw std::runtime_error(why);
+  MoELayerImpl sizing(SizingOnly{}, config, max_tokens);
+  WorkspaceCarver dry(nullptr);
+  sizing.carve_arena(dry);
+  // Every backend the layer may come to hold (a tuned choice can take any
+  // the option allows), but only one runs at a time: they share the rest.
+  const DeviceArch arch = current_device_arch();
+  std::size_t backends = 0;
+  for (ExpertsPath p : kExpertsPaths)
+    if (std::unique_ptr<ExpertsBackend> b = usable_backend(p, config, max_tokens, arch))
+      backends = std::max(backends, b->scratch_bytes());
+  return dry.used() + backends;
+}
+
+MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens, const DevOverrides& dev,
+                           const ScratchBuffer* scratch)
     : config_(config), max_tokens_(max_tokens), dev_(dev) {
   validate(config_);
   check_backend_name(config_.options.backend);
@@ -64,38 +119,50 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens, const DevOve
         !why.empty())
       throw Error("options.backend", why);
   }
-  const int k = config_.routing.top_k, e_local = config_.local_experts();
-  const std::size_t rows = static_cast<std::size_t>(max_tokens) * k;
-  auto carve = [&](WorkspaceCarver& c) {
-    topk_ids_ = c.take<int32_t>(rows);
-    topk_weights_ = c.take<float>(rows);
-    expert_counts_ = c.take<int32_t>(e_local);
-    expert_offsets_ = c.take<int32_t>(e_local + 1);
-    permuted_to_expanded_ = c.take<int32_t>(rows);
-    expanded_to_permuted_ = c.take<int32_t>(rows);
-    tiles_ = c.take<DeviceTile>(max_tiles(static_cast<int>(rows), e_local, kSmallestTileM));
-    num_tiles_ = c.take<int32_t>(1);
-    // The FP8 backends keep their activation (fp32, then e4m3) themselves;
-    // BF16 and the W4A16 variants use this bf16 one.
-    const QuantVariant quant = config_.experts.quant;
-    const bool fp8 = quant == QuantVariant::FP8Block128 || quant == QuantVariant::FP8PerTensor;
-    act_ = c.take<uint16_t>(fp8 ? 0 : rows * config_.experts.intermediate);
-    y_ = c.take<uint16_t>(rows * config_.experts.hidden);
-    gate_record_ = c.take<Gemm2GateRecord>(1);
-    permute_scratch_ = c.take<char>(permute_scratch_bytes(max_tokens, k, e_local));
-  };
   WorkspaceCarver dry(nullptr);
-  carve(dry);
+  carve_arena(dry);
   arena_bytes_ = dry.used();
-  UNIMOE_CUDA_CHECK(cudaMalloc(&arena_, dry.used()));
+  char* base = nullptr;
+  if (scratch) {
+    const std::size_t need = scratch_bytes(config_, max_tokens_);
+    const auto address = reinterpret_cast<std::uintptr_t>(scratch->ptr);
+    if (!scratch->ptr) throw Error("scratch", "is null");
+    if (address % WorkspaceCarver::kAlign != 0)
+      throw Error("scratch", "is not " + std::to_string(WorkspaceCarver::kAlign) +
+                                 "-byte aligned (cudaMalloc'd memory is)");
+    if (scratch->bytes < need)
+      throw Error("scratch", "has " + std::to_string(scratch->bytes) + " bytes; this config at max_tokens " +
+                                 std::to_string(max_tokens_) + " needs " + std::to_string(need) +
+                                 " (MoELayer::scratch_bytes)");
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, scratch->ptr) != cudaSuccess ||
+        (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)) {
+      cudaGetLastError();
+      throw Error("scratch", "is not device memory");
+    }
+    int device = 0;
+    UNIMOE_CUDA_CHECK(cudaGetDevice(&device));
+    if (attr.device != device)
+      throw Error("scratch", "is memory of device " + std::to_string(attr.device) +
+                                 "; the layer is made on device " + std::to_string(device));
+    base = static_cast<char*>(scratch->ptr);
+    // Zeroed once, as the layer's own arena is (below).
+    UNIMOE_CUDA_CHECK(cudaMemset(base, 0, need));
+    backend_scratch_ = base + arena_bytes_;
+  } else {
+    UNIMOE_CUDA_CHECK(cudaMalloc(&arena_, arena_bytes_));
+    base = static_cast<char*>(arena_);
+  }
   try {
-    // Zeroed once, so that no byte of the workspace is ever read unset:
-    // compute-sanitizer's initcheck does not see the CUTLASS GEMM's TMA
-    // stores as writes, and reported the finalize's reads of y (measured
-    // on an H100; the values were right). Forwards never clear it.
-    UNIMOE_CUDA_CHECK(cudaMemset(arena_, 0, dry.used()));
-    WorkspaceCarver real(static_cast<char*>(arena_));
-    carve(real);
+    if (arena_) {
+      // Zeroed once, so that no byte of the workspace is ever read unset:
+      // compute-sanitizer's initcheck does not see the CUTLASS GEMM's TMA
+      // stores as writes, and reported the finalize's reads of y (measured
+      // on an H100; the values were right). Forwards never clear it.
+      UNIMOE_CUDA_CHECK(cudaMemset(arena_, 0, arena_bytes_));
+    }
+    WorkspaceCarver real(base);
+    carve_arena(real);
     // The backends options.backend allows and that serve the config: those
     // without buffers of their own always; one with buffers only when some
     // call size may take it by the rule, else when a tuned choice first
@@ -106,16 +173,14 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens, const DevOve
     const ExpertsPath largest = plan_for_tokens(config_, max_tokens).path;
     const DeviceArch arch = current_device_arch();
     for (ExpertsPath p : kExpertsPaths) {
-      if (!backend_allows(config_.options.backend, p)) continue;
-      std::unique_ptr<ExpertsBackend> backend =
-          make_experts_backend(p, config_, max_tokens_, sm_count_);
-      if (!backend->supports(config_, arch).empty()) continue;
-      if (backend->workspace_bytes() == 0 || p == smallest || p == largest)
+      std::unique_ptr<ExpertsBackend> backend = usable_backend(p, config_, max_tokens_, arch);
+      if (!backend) continue;
+      if (backend->scratch_bytes() == 0 || p == smallest || p == largest)
         keep_backend(std::move(backend));
     }
   } catch (...) {
     // The destructor does not run for a constructor that throws.
-    cudaFree(arena_);
+    if (arena_) cudaFree(arena_);
     throw;
   }
 }
@@ -125,14 +190,14 @@ MoELayerImpl::~MoELayerImpl() {
 }
 
 std::size_t MoELayerImpl::workspace_bytes() const {
-  std::size_t bytes = arena_bytes_;
+  std::size_t bytes = arena_ ? arena_bytes_ : 0;
   for (const std::unique_ptr<ExpertsBackend>& b : backends_)
     if (b) bytes += b->workspace_bytes();
   return bytes;
 }
 
 void MoELayerImpl::keep_backend(std::unique_ptr<ExpertsBackend> backend) {
-  backend->allocate_workspace();
+  backend->allocate_workspace(backend_scratch_);
   if (weights_.w13) backend->prepare_weights(weights_);
   backends_[static_cast<std::size_t>(backend->path())] = std::move(backend);
 }
@@ -441,6 +506,17 @@ void MoELayerImpl::forward(const ForwardArgs& args, CUstream_st* stream) {
 
 std::unique_ptr<MoELayer> MoELayer::create(const MoEConfig& config, int max_tokens) {
   return std::make_unique<MoELayerImpl>(config, max_tokens, DevOverrides::from_environment());
+}
+
+std::size_t MoELayer::scratch_bytes(const MoEConfig& config, int max_tokens) {
+  return MoELayerImpl::scratch_bytes(config, max_tokens);
+}
+
+std::unique_ptr<MoELayer> MoELayer::create(const MoEConfig& config, int max_tokens, void* scratch,
+                                           std::size_t scratch_size) {
+  const ScratchBuffer buffer{scratch, scratch_size};
+  return std::make_unique<MoELayerImpl>(config, max_tokens, DevOverrides::from_environment(),
+                                        &buffer);
 }
 
 }  // namespace unimoe

@@ -23,6 +23,7 @@
 #include "kernels/permute/permute.cuh"
 #include "backends/experts_backend.h"
 #include "dev/overrides.h"
+#include "layer/workspace_carver.h"
 #include "plan/layer_plan.h"
 #include "plan/tuning.h"
 #include "ref/ref.h"
@@ -40,12 +41,26 @@ TuningDevice current_tuning_device();
 // The current CUDA device as backend legality sees it.
 DeviceArch current_device_arch();
 
+// A caller's device buffer for a layer's per-call buffers (MoELayer::create
+// with a scratch).
+struct ScratchBuffer {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;
+};
+
 class MoELayerImpl final : public MoELayer {
  public:
   // `dev`: the development overrides every plan of the layer applies
   // (MoELayer::create passes DevOverrides::from_environment()).
-  MoELayerImpl(const MoEConfig& config, int max_tokens, const DevOverrides& dev);
+  // `scratch`: the caller's device buffer for the per-call buffers
+  // (MoELayer::create with a scratch), or null for an allocation of the
+  // layer's own.
+  MoELayerImpl(const MoEConfig& config, int max_tokens, const DevOverrides& dev,
+               const ScratchBuffer* scratch = nullptr);
   ~MoELayerImpl() override;
+  // MoELayer::scratch_bytes: the layer's per-call buffers, then room for
+  // the largest of its backends' (one backend runs at a time).
+  static std::size_t scratch_bytes(const MoEConfig& config, int max_tokens);
   MoELayerImpl(const MoELayerImpl&) = delete;
   MoELayerImpl& operator=(const MoELayerImpl&) = delete;
 
@@ -53,7 +68,8 @@ class MoELayerImpl final : public MoELayer {
   int max_tokens() const override { return max_tokens_; }
   std::string backend_name() const override { return config_.options.backend; }
   std::string describe(int num_tokens) const override;
-  // The arena plus the buffers of every backend the layer holds.
+  // The arena (unless in a caller's scratch) plus what every backend the
+  // layer holds allocated itself.
   std::size_t workspace_bytes() const override;
   void set_weights(const ExpertWeights& weights) override;
   void forward(const ForwardArgs& args, CUstream_st* stream) override;
@@ -116,6 +132,13 @@ class MoELayerImpl final : public MoELayer {
   // does not hold it (forward never makes one: that would allocate).
   ExpertsBackend& backend_for(ExpertsPath p);
   const TuningChoice* tuned_for(int num_tokens) const;
+  // Hands out the per-call buffers (a dry run over a null base sizes them).
+  void carve_arena(WorkspaceCarver& c);
+  // A layer object that only sizes its buffers (scratch_bytes): no device
+  // work, no checks.
+  struct SizingOnly {};
+  MoELayerImpl(SizingOnly, const MoEConfig& config, int max_tokens)
+      : config_(config), max_tokens_(max_tokens) {}
   bool precomputed(const ForwardArgs& args) const;
 
   MoEConfig config_;
@@ -123,8 +146,13 @@ class MoELayerImpl final : public MoELayer {
   DevOverrides dev_;
   RoutingDeviceCaps routing_caps_;  // probed at creation
   ExpertWeights weights_{};
-  void* arena_ = nullptr;  // one allocation; the pointers below point into it
+  // The per-call buffers below: in arena_, the layer's allocation, or at
+  // the start of a caller's scratch (arena_ null); backend_scratch_ is the
+  // rest of that scratch, which every backend's buffers share (null: each
+  // backend allocates its own).
+  void* arena_ = nullptr;
   std::size_t arena_bytes_ = 0;
+  char* backend_scratch_ = nullptr;
   int32_t* topk_ids_ = nullptr;
   float* topk_weights_ = nullptr;
   int32_t* expert_counts_ = nullptr;

@@ -59,18 +59,21 @@ inline constexpr Fp8Form kFp8Forms[] = {{QuantVariant::FP8Block128, false, "bloc
 // (support/device_weights.h: bf16, or FP8 codes and scales, for the config's
 // variant). static_scales: FP8PerTensor's static activation scales, which
 // the reference then uses too. dev: development overrides for the layer
-// (a forced kernel form), else the defaults.
+// (a forced kernel form), else the defaults. scratch: a caller's scratch
+// for the layer's per-call buffers (MoELayer::create with a scratch; with
+// the environment's overrides, not `dev`).
 class LayerRig {
  public:
   LayerRig(const MoEConfig& c, int max_tokens, uint64_t seed, bool static_scales = false,
-           const DevOverrides* dev = nullptr)
+           const DevOverrides* dev = nullptr, const ScratchBuffer* scratch = nullptr)
       : c_(c), seeds_(ref::seeds_for(seed)), host_weights_(c, seeds_),
         weights_(c, seeds_, nullptr, static_scales) {
     const std::size_t h = c.experts.hidden;
     bias_host_ = ref::host_bias(c, seeds_);
     bias_ = DeviceBuffer<float>(bias_host_);
-    layer_ = dev != nullptr ? layer_access::create(c, max_tokens, *dev)
-                            : MoELayer::create(c, max_tokens);
+    layer_ = scratch != nullptr ? MoELayer::create(c, max_tokens, scratch->ptr, scratch->bytes)
+             : dev != nullptr   ? layer_access::create(c, max_tokens, *dev)
+                                : MoELayer::create(c, max_tokens);
     layer_->set_weights(weights_.weights());
     x_ = DeviceBuffer<uint16_t>(std::size_t(max_tokens) * h);
     logits_ = DeviceBuffer<float>(std::size_t(max_tokens) * c.routing.num_experts);

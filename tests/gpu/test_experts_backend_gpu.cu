@@ -46,10 +46,13 @@ TEST(ExpertsBackend, OnlyTheCutlassPathHasBuffersOfItsOwn) {
     const std::unique_ptr<ExpertsBackend> b =
         make_experts_backend(p, c, max_tokens, kH200Arch.sm_count);
     if (p != ExpertsPath::Cutlass) {
+      EXPECT_EQ(b->scratch_bytes(), 0u) << path_name(p);
       EXPECT_EQ(b->workspace_bytes(), 0u) << path_name(p);
       continue;
     }
-    EXPECT_GE(b->workspace_bytes(),
+    // Nothing is held before allocate_workspace.
+    EXPECT_EQ(b->workspace_bytes(), 0u);
+    EXPECT_GE(b->scratch_bytes(),
               rows * (c.experts.hidden + c.gemm1_cols()) * 2 +
                   sm90_grouped_gemm_workspace_bytes(c.local_experts(), kH200Arch.sm_count));
   }
@@ -67,7 +70,7 @@ TEST(ExpertsBackendGpu, LayerHoldsTheCutlassBuffersOnceATunedChoiceTakesThatPath
   layer.set_tuned(token_bucket(max_tokens), choice);
   const std::size_t cutlass =
       make_experts_backend(ExpertsPath::Cutlass, c, max_tokens, current_device_arch().sm_count)
-          ->workspace_bytes();
+          ->scratch_bytes();
   EXPECT_EQ(layer.workspace_bytes(), before + cutlass);
   // A second choice on the same path allocates nothing more.
   layer.set_tuned(token_bucket(1), choice);
