@@ -8,13 +8,16 @@
 //   Fp8CutlassBackend (Cutlass path, prefill): x quantized once per token,
 //     its codes and scales written to the token's permuted rows as they
 //     are made (FP8PerTensor's dynamic tensor scale made first, by an amax
-//     pass over x), CUTLASS's blockwise-scaled grouped GEMM for GEMM1 (fp32
+//     pass over x, where the opt-in knob fp8_tensor_scale_first says so;
+//     else quantized in token order and gathered), CUTLASS's blockwise-scaled grouped GEMM for GEMM1 (fp32
 //     out: rounding it to bf16 moved about one intermediate element in 30
 //     to the neighbouring e4m3 code, 1.4e-2 to 3.9e-2 of relative error on
 //     an H100 against 2.4e-3 on the stream path), the activation and its
 //     quantization (one kernel, but for FP8PerTensor's dynamic scale: the
-//     activation kernel writes the fp32 activation and its CTAs' maxima,
-//     one block makes the scale, one pass quantizes), the same GEMM for
+//     activation kernel writes the fp32 activation, and either its CTAs'
+//     maxima, one block making the scale and one pass quantizing
+//     (fp8_tensor_scale_first), or the dynamic quantize kernels run on it),
+//     the same GEMM for
 //     GEMM2 (bf16 out); the finalize adds b2. Development knobs
 //     fp8_quant_scatter=0 and fp8_act_quant_fused=0 keep the earlier forms
 //     (quantize in token order and gather; the activation, then the
@@ -374,7 +377,7 @@ class Fp8CutlassBackend final : public Fp8Backend {
     // static scale serves as FP8Block128's per-row scales do.
     const bool dynamic_x = per_tensor() && weights_.x_scale == nullptr;
     const bool dynamic_act = per_tensor() && weights_.act_scale == nullptr;
-    if (plan.fp8_quant_scatter) {
+    if (plan.fp8_quant_scatter && (!dynamic_x || plan.fp8_tensor_scale_first)) {
       // x's codes and scales straight to the permuted rows: no token-order
       // copy, no gather. A dynamic tensor scale is made first (its amax
       // pass over x) and then taken as given.
@@ -422,7 +425,7 @@ class Fp8CutlassBackend final : public Fp8Backend {
     // activation is complete before its quantization.
     auto act = activation_params<GatedActivationParams>(call, capacity);
     act.out_f32 = act_f32_;
-    if (!dynamic_act || !plan.fp8_act_quant_fused) {
+    if (!dynamic_act || !plan.fp8_act_quant_fused || !plan.fp8_tensor_scale_first) {
       launch_gated_activation(act, chain);
       quantize_act(call, chain);
       return;

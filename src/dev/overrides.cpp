@@ -59,6 +59,7 @@ constexpr Knob kKnobs[] = {
     {"gemm2_path", Kind::Gemm2, nullptr, nullptr},
     {"mma_tactic", Kind::Tactic, nullptr, nullptr},
     {"fp8_tactic", Kind::Fp8Tactic, nullptr, nullptr},
+    {"fp8_tensor_scale_first", Kind::OptIn, &DevOverrides::fp8_tensor_scale_first, nullptr},
     {"tune_wgmma", Kind::OptIn, &DevOverrides::tune_wgmma, nullptr},
 };
 

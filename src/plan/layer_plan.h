@@ -89,6 +89,12 @@ struct LayerPlan {
   // ... and writes x's codes and scales straight to the permuted rows
   // (fp8_quant.cuh, launch_quantize_fp8_rows_scatter), with no gather.
   bool fp8_quant_scatter = true;
+  // FP8PerTensor with dynamic scales takes those two one-pass forms too,
+  // each tensor scale made first (launch_fp8_tensor_scale; the activation
+  // kernel's CTA maxima): opt-in, since these forms have not yet run on a
+  // GPU; off, it quantizes in token order and gathers, and quantizes the
+  // fp32 activation with the dynamic quantize kernels.
+  bool fp8_tensor_scale_first = false;
   // How GEMM2 runs (plan_layer fills it; plan/gemm2_gate.h): the expert
   // path (y, then the finalize), the combine path, or both with the gate
   // choosing on the device.

@@ -41,7 +41,10 @@ TEST(DevOverrides, DefaultsFollowTheMeasuredRules) {
               d.permute_trigger && d.scatter_masks && d.pdl && d.stream_one_token &&
               d.stream_overlap && d.next_prefetch && d.fp8_wide_ctas && d.fp8_act_quant_fused &&
               d.fp8_quant_scatter);
-  EXPECT_FALSE(d.tune_wgmma);  // the one knob that turns something on
+  // The knobs that turn something on: the wgmma tuning candidates, and
+  // FP8PerTensor's dynamic one-pass forms until they have run on a GPU.
+  EXPECT_FALSE(d.tune_wgmma);
+  EXPECT_FALSE(d.fp8_tensor_scale_first);
   EXPECT_EQ(d.wide_choice, WideChoice::kMeasured);
   EXPECT_EQ(d.cluster_max_ctas + d.spread_max_ctas + d.spread_from_tokens + d.spread_min_tokens +
                 d.cluster_min_tokens + d.split_batch_min_tokens + d.split_sort_from_topk +
@@ -61,6 +64,7 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
   d.set("gemm2_path=combine");
   d.set("mma_tactic=wg_m128n256:m128n128");
   d.set("fp8_tactic=fp8_coop_128x128x128:fp8_pingpong_64x128x128");
+  d.set("fp8_tensor_scale_first=1");
   d.set("tune_wgmma=1");
   EXPECT_FALSE(d.sorted_pair);
   EXPECT_EQ(d.cluster_max_ctas, 16);
@@ -69,11 +73,13 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
   EXPECT_EQ(d.stream_max_splits, 4);
   EXPECT_EQ(d.gemm2_path, DevGemm2Path::kCombine);
   EXPECT_TRUE(d.tune_wgmma);
+  EXPECT_TRUE(d.fp8_tensor_scale_first);
   const std::string text = d.to_string();
   EXPECT_EQ(text,
             "sorted_pair=0 spread_from_tokens=33 cluster_max_ctas=16 wide_choice=1 "
             "stream_max_splits=4 gemm2_path=combine mma_tactic=wg_m128n256:m128n128 "
-            "fp8_tactic=fp8_coop_128x128x128:fp8_pingpong_64x128x128 tune_wgmma=1");
+            "fp8_tactic=fp8_coop_128x128x128:fp8_pingpong_64x128x128 fp8_tensor_scale_first=1 "
+            "tune_wgmma=1");
   DevOverrides back;
   std::size_t start = 0;
   while (start < text.size()) {
@@ -82,7 +88,7 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
     start = end == std::string::npos ? text.size() : end + 1;
   }
   EXPECT_EQ(back, d);
-  EXPECT_EQ(DevOverrides::names().size(), 32u);
+  EXPECT_EQ(DevOverrides::names().size(), 33u);
 }
 
 TEST(DevOverrides, RefusesBadValuesNamingTheVariable) {

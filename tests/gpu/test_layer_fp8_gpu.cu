@@ -130,6 +130,53 @@ TEST(LayerFp8Gpu, PrecomputedRouting) {
   EXPECT_LT(rig.precomputed_routing_error(t, seed), kTolerance);
 }
 
+// FP8PerTensor with dynamic scales on the cutlass path, with the opt-in
+// one-pass forms (each tensor scale made first, fp8_tensor_scale_first):
+// the same codes and scales as the default forms, so the same output bits,
+// within the bound of the reference; eager and replayed from a graph with
+// fresh routing (a hot expert on the second replay).
+TEST(LayerFp8Gpu, DynamicTensorScaleFirstGivesTheDefaultFormsBits) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  MoEConfig c = moe_config(RoutingPolicy::Renormalize, 16, 4, 512, 384);
+  c.experts.quant = QuantVariant::FP8PerTensor;
+  c.options.backend = "cutlass";
+  for (const bool fused : {true, false}) {
+    DevOverrides first;
+    first.fp8_tensor_scale_first = true;
+    first.fp8_act_quant_fused = fused;
+    const DevOverrides plain;
+    const int max_t = 130;
+    LayerRig rig(c, max_t, seed, false, &first);
+    LayerRig twin(c, max_t, seed, false, &plain);
+    auto same_bits = [&](int t, const std::vector<float>& logits) {
+      twin.load_inputs(t, seed + t, logits);
+      twin.layer().forward(twin.args(t), nullptr);
+      EXPECT_EQ(rig.output_bits(t), twin.output_bits(t)) << "T=" << t << " fused=" << fused;
+      const std::vector<float> want = rig.reference(t, logits);
+      EXPECT_LT(rig.error_against(t, want), kTolerance + rig.flip_allowance());
+    };
+    for (int t : {1, 33, max_t}) {
+      const std::vector<float> logits = ref::make_logits(c, t, seed + t, "uniform");
+      rig.load_inputs(t, seed + t, logits);
+      rig.layer().forward(rig.args(t), nullptr);
+      same_bits(t, logits);
+    }
+    const int t = 64;
+    rig.load_inputs(t, seed + t, ref::make_logits(c, t, seed, "uniform"));
+    test::CapturedForward graph(rig.layer(), rig.args(t));
+    for (int replay = 0; replay < 3; ++replay) {
+      SCOPED_TRACE("replay " + std::to_string(replay));
+      const std::vector<float> logits = replay == 1 ? hot_expert_logits(c, t, seed + replay, 5)
+                                                    : ref::make_logits(c, t, seed + replay, "uniform");
+      rig.load_inputs(t, seed + t, logits);
+      graph.replay();
+      same_bits(t, logits);
+    }
+  }
+}
+
 class LayerFp8GraphGpu : public ::testing::TestWithParam<const char*> {};
 INSTANTIATE_TEST_SUITE_P(Backends, LayerFp8GraphGpu, ::testing::ValuesIn(kBackends));
 
