@@ -93,6 +93,26 @@ using unimoe::capi::guarded;
 using unimoe::capi::require_pointer;
 using unimoe::capi::return_string;
 
+#ifdef UNIMOE_WITH_CUDA
+namespace {
+
+// A unimoe_layer owning what `make` creates from the parsed config, into *out.
+template <typename Make>
+int create_layer(const char* config_text, unimoe_layer** out, Make&& make) {
+  return guarded([&] {
+    require_pointer(config_text, "config");
+    require_pointer(out, "out");
+    *out = nullptr;
+    auto layer = std::make_unique<unimoe_layer>();
+    layer->owned = make(unimoe::MoEConfig::parse(config_text));
+    layer->impl = layer->owned.get();
+    *out = layer.release();
+  });
+}
+
+}  // namespace
+#endif
+
 extern "C" {
 
 int unimoe_abi_version(void) { return UNIMOE_C_ABI_VERSION; }
@@ -122,14 +142,8 @@ int unimoe_layer_create(const char* config_text, int max_tokens, unimoe_layer** 
   (void)config_text, (void)max_tokens, (void)out;
   return unimoe::capi::no_cuda();
 #else
-  return guarded([&] {
-    require_pointer(config_text, "config");
-    require_pointer(out, "out");
-    *out = nullptr;
-    auto layer = std::make_unique<unimoe_layer>();
-    layer->owned = unimoe::MoELayer::create(unimoe::MoEConfig::parse(config_text), max_tokens);
-    layer->impl = layer->owned.get();
-    *out = layer.release();
+  return create_layer(config_text, out, [&](const unimoe::MoEConfig& c) {
+    return unimoe::MoELayer::create(c, max_tokens);
   });
 #endif
 }
@@ -153,15 +167,8 @@ int unimoe_layer_create_with_scratch(const char* config_text, int max_tokens, vo
   (void)config_text, (void)max_tokens, (void)scratch, (void)scratch_size, (void)out;
   return unimoe::capi::no_cuda();
 #else
-  return guarded([&] {
-    require_pointer(config_text, "config");
-    require_pointer(out, "out");
-    *out = nullptr;
-    auto layer = std::make_unique<unimoe_layer>();
-    layer->owned = unimoe::MoELayer::create(unimoe::MoEConfig::parse(config_text), max_tokens,
-                                            scratch, scratch_size);
-    layer->impl = layer->owned.get();
-    *out = layer.release();
+  return create_layer(config_text, out, [&](const unimoe::MoEConfig& c) {
+    return unimoe::MoELayer::create(c, max_tokens, scratch, scratch_size);
   });
 #endif
 }

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +28,16 @@ namespace unimoe::test {
 // device (the reference rounds the intermediate only) and out is rounded to
 // bf16: expected errors are a few 1e-3.
 inline constexpr double kLayerTolerance = 1e-2;
+
+// The field of the unimoe::Error that `f` throws, or "no error".
+inline std::string field_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.field();
+  }
+  return "no error";
+}
 
 // Logits that send every token to `hot` first (then K-1 others at random).
 inline std::vector<float> hot_expert_logits(const MoEConfig& c, int t, uint64_t seed, int hot) {

@@ -40,6 +40,7 @@ namespace {
 
 using test::DeviceBuffer;
 using test::hot_expert_logits;
+using test::field_of;
 using test::LayerRig;
 constexpr double kTolerance = kFp8Tolerance;
 
@@ -239,14 +240,6 @@ TEST(LayerFp8Gpu, AutotuneTimesBothPathsAndServesTheWinner) {
   }
 }
 
-std::string field_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.field();
-  }
-  return "no error";
-}
 
 TEST(LayerFp8Gpu, SetWeightsChecksTheScalesOfEachVariant) {
   UNIMOE_REQUIRE_GPU();

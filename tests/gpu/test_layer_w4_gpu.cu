@@ -41,6 +41,7 @@ namespace {
 
 using test::DeviceBuffer;
 using test::hot_expert_logits;
+using test::field_of;
 using test::LayerRig;
 constexpr double kTolerance = kTuningTolerance;
 constexpr QuantVariant kFormats[] = {QuantVariant::MXFP4, QuantVariant::NVFP4};
@@ -382,14 +383,6 @@ TEST(LayerW4Gpu, AutotuneTimesTheStreamPathAndServesIt) {
   }
 }
 
-std::string field_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.field();
-  }
-  return "no error";
-}
 
 TEST(LayerW4Gpu, SetWeightsChecksTheScalesOfEachVariant) {
   UNIMOE_REQUIRE_GPU();

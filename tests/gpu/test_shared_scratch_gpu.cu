@@ -30,6 +30,7 @@ namespace unimoe {
 namespace {
 
 using test::DeviceBuffer;
+using test::field_of;
 using test::LayerRig;
 
 constexpr double kTolerance = 1e-2;
@@ -109,15 +110,23 @@ void check_all(std::vector<Pair>& pairs, int t, const std::vector<std::vector<fl
   }
 }
 
-ScratchBuffer whole(const DeviceBuffer<char>& b) { return ScratchBuffer{b.get(), b.size()}; }
+// The five layers on one scratch sized for the largest, with their twins.
+struct SharedModel {
+  explicit SharedModel(uint64_t seed)
+      : configs(model_layers()),
+        buffer(largest_scratch(configs)),
+        pairs(make_pairs(configs, ScratchBuffer{buffer.get(), buffer.size()}, seed)) {}
+  std::vector<MoEConfig> configs;
+  DeviceBuffer<char> buffer;
+  std::vector<Pair> pairs;
+};
 
 TEST(SharedScratchGpu, LayersOfAModelMatchLayersWithBuffersOfTheirOwn) {
   UNIMOE_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  const std::vector<MoEConfig> configs = model_layers();
-  DeviceBuffer<char> buffer(largest_scratch(configs));
-  std::vector<Pair> pairs = make_pairs(configs, whole(buffer), seed);
+  SharedModel model(seed);
+  std::vector<Pair>& pairs = model.pairs;
   for (int t : {1, 37, kMaxTokens}) {
     // Every shared layer runs before any output is read: a layer that kept
     // something in the scratch from one forward to the next would read
@@ -137,9 +146,8 @@ TEST(SharedScratchGpu, OneGraphOfAllLayersReplaysWithFreshRouting) {
   UNIMOE_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  const std::vector<MoEConfig> configs = model_layers();
-  DeviceBuffer<char> buffer(largest_scratch(configs));
-  std::vector<Pair> pairs = make_pairs(configs, whole(buffer), seed);
+  SharedModel model(seed);
+  std::vector<Pair>& pairs = model.pairs;
   const int t = 64;
   load_all(pairs, t, seed);
   cudaStream_t stream{};
@@ -161,14 +169,6 @@ TEST(SharedScratchGpu, OneGraphOfAllLayersReplaysWithFreshRouting) {
   cudaStreamDestroy(stream);
 }
 
-std::string field_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.field();
-  }
-  return "no error";
-}
 
 TEST(SharedScratchGpu, CreateChecksTheScratch) {
   UNIMOE_REQUIRE_GPU();
