@@ -151,6 +151,101 @@ def load_gpt_oss_mxfp4(tensors, prefix=""):
     return out
 
 
+# Names of one expert's gate, up and down projections in the FP8
+# checkpoints: DeepSeek-V3/R1, Kimi-K2, Qwen3-FP8, GLM-4.5 (gate_proj,
+# up_proj, down_proj); MiniMax-M2 and Mixtral-style experts (w1, w3, w2).
+_FP8_NAMES = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"))
+
+
+def load_fp8_block_experts(tensors, prefix="", experts=None):
+    """set_weights' keyword arguments for a quant=FP8Block128 layer from the
+    per-expert tensors of a block-scaled FP8 checkpoint (DeepSeek-V3/R1,
+    Kimi-K2, Qwen3-FP8, MiniMax-M2, GLM-4.5). tensors maps names to tensors
+    (a state dict, or what safetensors.torch.load_file gives); prefix is the
+    experts module's, e.g. "model.layers.3.mlp.experts.". For each expert e
+    it reads {prefix}{e}.gate_proj.weight and up_proj.weight [I, H] and
+    down_proj.weight [H, I] (float8_e4m3fn; or w1, w3 and w2), each with its
+    weight_scale_inv, the fp32 factor of each 128 x 128 block
+    ([I/128, H/128] and [H/128, I/128]; the checkpoint multiplies by it, as
+    unimoe's scales do). experts: the indices to take, in order (an
+    expert-parallel rank's range, e.g. range(32, 64)); by default every
+    index the tensors hold, which must be 0..E-1.
+
+    Returns new tensors on the checkpoint tensors' device: w13 [E, 2I, H]
+    (each expert's gate rows, then its up rows) and w2 [E, H, I] in
+    float8_e4m3fn, w13_scale [E, 2I/128, H/128] and w2_scale
+    [E, H/128, I/128] in fp32. H and I must be multiples of 128, as the
+    layer needs: otherwise the gate's last block row would hold rows of
+    the up projection once they are stacked."""
+    if experts is None:
+        experts = _expert_indices(tensors, prefix)
+    experts = list(experts)
+    if not experts:
+        raise Error(f"tensors: no expert of {prefix!r} to load", "tensors")
+
+    def get(name, dtypes, shape, what):
+        key = prefix + name
+        if key not in tensors:
+            raise Error(f"tensors: no {key}", "tensors")
+        t = tensors[key]
+        if t.dtype not in dtypes or tuple(t.shape) != shape:
+            raise Error(f"tensors: {key} is {t.dtype} {tuple(t.shape)}; expected {what}",
+                        "tensors")
+        return t
+
+    first = experts[0]
+    for gate, up, down in _FP8_NAMES:
+        if prefix + f"{first}.{gate}.weight" in tensors:
+            break
+    else:
+        raise Error(f"tensors: no {prefix}{first}.gate_proj.weight (nor .w1.weight)", "tensors")
+    w = tensors[prefix + f"{first}.{gate}.weight"]
+    if w.dim() != 2:
+        raise Error(f"tensors: {prefix}{first}.{gate}.weight is {tuple(w.shape)}; expected "
+                    "[I, H]", "tensors")
+    inter, hidden = w.shape
+    for name, v in (("H", hidden), ("I", inter)):
+        if v % 128:
+            raise Error(f"tensors: {name} = {v} is not a multiple of 128, which FP8Block128 "
+                        "needs (the gate's and up's last 128-row scale blocks would mix once "
+                        "stacked)", "tensors")
+    codes = (torch.float8_e4m3fn,)
+    scales = (torch.float32, torch.bfloat16, torch.float16)
+    w13, w2, s13, s2 = [], [], [], []
+    for e in experts:
+        gate_up = []
+        for proj, rows, cols in ((gate, inter, hidden), (up, inter, hidden),
+                                 (down, hidden, inter)):
+            c = get(f"{e}.{proj}.weight", codes, (rows, cols), f"float8_e4m3fn [{rows}, {cols}]")
+            sc = get(f"{e}.{proj}.weight_scale_inv", scales, (rows // 128, cols // 128),
+                     f"fp32 [{rows // 128}, {cols // 128}]")
+            gate_up.append((c, sc.float()))
+        (gc, gs), (uc, us), (dc, ds) = gate_up
+        w13.append(torch.cat([gc, uc]))
+        s13.append(torch.cat([gs, us]))
+        w2.append(dc)
+        s2.append(ds)
+    return {"w13": torch.stack(w13).contiguous(), "w2": torch.stack(w2).contiguous(),
+            "w13_scale": torch.stack(s13).contiguous(), "w2_scale": torch.stack(s2).contiguous()}
+
+
+def _expert_indices(tensors, prefix):
+    """The expert indices of {prefix}{e}.<gate>.weight names, which must be
+    0..E-1."""
+    found = set()
+    for key in tensors:
+        if not key.startswith(prefix):
+            continue
+        head, _, rest = key[len(prefix):].partition(".")
+        if head.isdigit() and rest in (f"{g}.weight" for g, _, _ in _FP8_NAMES):
+            found.add(int(head))
+    if found and found != set(range(len(found))):
+        missing = sorted(set(range(max(found) + 1)) - found)
+        raise Error(f"tensors: the experts of {prefix!r} are not 0..{max(found)} (missing "
+                    f"{missing[:8]}); pass experts= the indices to load", "tensors")
+    return sorted(found)
+
+
 def _config_dict(hf_config):
     """A PretrainedConfig's dict with its attribute_map's aliases filled in:
     transformers 5 writes some keys under another name than the published
