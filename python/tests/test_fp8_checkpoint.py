@@ -79,6 +79,17 @@ def test_layer_on_the_loaded_weights(device):
     assert rel_err(got, want) < (2 ** -6 if device == "cpu" else 1e-2)
 
 
+def test_a_module_state_dict_with_no_prefix():
+    # A ModuleList of expert MLPs whose Linear layers hold e4m3 weights and
+    # their weight_scale_inv: its state_dict's names start at the index.
+    tensors, _ = checkpoint(seed=38)
+    experts_only = {k[len(PREFIX):]: v for k, v in tensors.items() if k.startswith(PREFIX)}
+    got = unimoe.load_fp8_block_experts(experts_only)
+    want = unimoe.load_fp8_block_experts(tensors, PREFIX)
+    for name in want:
+        assert torch.equal(got[name].view(torch.uint8), want[name].view(torch.uint8)), name
+
+
 def test_an_expert_parallel_rank_loads_its_range():
     tensors, plain = checkpoint(seed=34, e=6)
     got = unimoe.load_fp8_block_experts(tensors, PREFIX, experts=range(2, 4))
