@@ -1,7 +1,8 @@
 // A user's program against the installed unimoe package: parse and validate
 // a config, refuse a bad one, and where a Hopper GPU is present run one
-// forward of a small layer. Exits 0 on success; without a GPU it says so and
-// still exits 0 once the host side works.
+// forward of a small layer, then two layers sharing one scratch. Exits 0 on
+// success; without a GPU it says so and still exits 0 once the host side
+// works.
 #include <unimoe/unimoe.h>
 
 #include <cstdio>
@@ -84,8 +85,29 @@ int main() {
   for (uint16_t v : out) unwritten += v == 0xffff;
   std::printf("GPU forward on %s: %s; %d of %zu outputs unwritten\n", prop.name,
               layer->describe(t).c_str(), unwritten, out.size());
-  for (void* p : {d_w13, d_w2, d_x, d_logits, d_out}) cudaFree(p);
   if (unwritten != 0) return fail("the forward left outputs unwritten");
+
+  // The MoE layers of a model share one scratch for their per-call
+  // buffers: two layers on it, one after the other, give the bits of the
+  // layer above (the forward is deterministic).
+  const size_t scratch_bytes = unimoe::MoELayer::scratch_bytes(cfg, t);
+  void* d_scratch = nullptr;
+  cudaMalloc(&d_scratch, scratch_bytes);
+  auto first = unimoe::MoELayer::create(cfg, t, d_scratch, scratch_bytes);
+  auto second = unimoe::MoELayer::create(cfg, t, d_scratch, scratch_bytes);
+  std::vector<uint16_t> shared_out(out.size());
+  for (auto* l : {first.get(), second.get()}) {
+    l->set_weights({d_w13, d_w2, nullptr, nullptr});
+    cudaMemset(d_out, 0xff, out.size() * 2);
+    l->forward(args, nullptr);
+    if (cudaDeviceSynchronize() != cudaSuccess) return fail("a shared-scratch forward failed");
+    cudaMemcpy(shared_out.data(), d_out, out.size() * 2, cudaMemcpyDeviceToHost);
+    if (shared_out != out) return fail("a layer on the shared scratch gave other bits");
+  }
+  std::printf("two layers on one %zu-byte scratch: the same bits\n", scratch_bytes);
+  first.reset();
+  second.reset();
+  for (void* p : {d_w13, d_w2, d_x, d_logits, d_out, d_scratch}) cudaFree(p);
 #endif
   return 0;
 }
