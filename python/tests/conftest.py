@@ -157,3 +157,13 @@ def quant_tensor(a):
     """FP8PerTensor's dynamic activation rounding: e4m3, one scale per tensor."""
     codes, scale = quant_blocks(a, a.shape[-2], a.shape[-1])
     return dequant_blocks(codes, scale, a.shape[-2], a.shape[-1]).double()
+
+
+def static_quant(sx, sa):
+    """Rounds GEMM1's input with scale sx, then GEMM2's with sa, saturating at 448."""
+    calls = iter([sx, sa])
+
+    def q(a):
+        s = next(calls).double()
+        return (a / s).clamp(-448, 448).float().to(torch.float8_e4m3fn).double() * s
+    return q

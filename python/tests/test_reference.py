@@ -15,7 +15,7 @@ import torch
 
 import unimoe
 from conftest import (bf16_values, dequant_blocks, experts, quant_blocks, quant_rows128,
-                      quant_tensor, rel_err, route)
+                      quant_tensor, rel_err, route, static_quant)
 
 BF16_BOUND = 2 ** -8
 E, H, I, T = 16, 64, 32, 13
@@ -155,13 +155,3 @@ def test_fp8_per_tensor(static):
     w2 = c2.float() * s2.view(e, 1, 1)
     want = experts(x, *route("Renormalize", logits, 2), w13, w2, quant_input=quant_input)
     assert rel_err(got, want) < FP8_BOUND
-
-
-def static_quant(sx, sa):
-    """Rounds GEMM1's input with scale sx, then GEMM2's with sa, saturating at 448."""
-    calls = iter([sx, sa])
-
-    def q(a):
-        s = next(calls).double()
-        return (a / s).clamp(-448, 448).float().to(torch.float8_e4m3fn).double() * s
-    return q

@@ -194,11 +194,7 @@ def load_fp8_block_experts(tensors, prefix="", experts=None):
         return t
 
     first = experts[0]
-    for gate, up, down in _FP8_NAMES:
-        if prefix + f"{first}.{gate}.weight" in tensors:
-            break
-    else:
-        raise Error(f"tensors: no {prefix}{first}.gate_proj.weight (nor .w1.weight)", "tensors")
+    gate, up, down = _fp8_names(tensors, prefix, first)
     w = tensors[prefix + f"{first}.{gate}.weight"]
     if w.dim() != 2:
         raise Error(f"tensors: {prefix}{first}.{gate}.weight is {tuple(w.shape)}; expected "
@@ -227,6 +223,102 @@ def load_fp8_block_experts(tensors, prefix="", experts=None):
         s2.append(ds)
     return {"w13": torch.stack(w13).contiguous(), "w2": torch.stack(w2).contiguous(),
             "w13_scale": torch.stack(s13).contiguous(), "w2_scale": torch.stack(s2).contiguous()}
+
+
+def load_fp8_tensor_experts(tensors, prefix="", experts=None):
+    """set_weights' keyword arguments for a quant=FP8PerTensor layer from the
+    per-expert tensors of a per-tensor FP8 checkpoint (compressed-tensors
+    and AutoFP8 exports of Mixtral, Qwen-MoE and others). For each expert e
+    it reads {prefix}{e}.w1.weight, w3.weight [I, H] and w2.weight [H, I]
+    (float8_e4m3fn; or gate_proj, up_proj, down_proj), each with its
+    weight_scale (one fp32 factor) and, in a checkpoint of static
+    activation scales, its input_scale. experts: as for
+    load_fp8_block_experts.
+
+    unimoe's FP8PerTensor has one scale per expert for w13, so where the
+    gate's and up's scales differ the one with the smaller scale is
+    requantized to the larger (its codes times its scale over the larger,
+    rounded to e4m3 at nearest, ties to even: it loses at most half an e4m3
+    step a value; the other keeps its codes), as other engines load these
+    checkpoints. The static scales are the largest over the experts (the
+    layer takes one for x and one for the intermediate): x_scale from the
+    gate's and up's input_scale, act_scale from the down projection's. A
+    checkpoint without input_scale gives no static scales (the layer then
+    computes them per call). Returns new tensors: w13 [E, 2I, H], w2
+    [E, H, I] (float8_e4m3fn), w13_scale, w2_scale [E] (fp32), and x_scale,
+    act_scale [1] (fp32) where the checkpoint has them."""
+    if experts is None:
+        experts = _expert_indices(tensors, prefix)
+    experts = list(experts)
+    if not experts:
+        raise Error(f"tensors: no expert of {prefix!r} to load", "tensors")
+    gate, up, down = _fp8_names(tensors, prefix, experts[0])
+    w = tensors[prefix + f"{experts[0]}.{gate}.weight"]
+    if w.dim() != 2:
+        raise Error(f"tensors: {prefix}{experts[0]}.{gate}.weight is {tuple(w.shape)}; "
+                    "expected [I, H]", "tensors")
+    inter, hidden = w.shape
+
+    def scalar(key, required):
+        if key not in tensors:
+            if required:
+                raise Error(f"tensors: no {key}", "tensors")
+            return None
+        v = tensors[key]
+        if not v.is_floating_point() or v.numel() != 1:
+            raise Error(f"tensors: {key} is {v.dtype} {tuple(v.shape)}; expected one float",
+                        "tensors")
+        return v.reshape(1).float()
+
+    w13, w2, s13, s2, x_in, act_in = [], [], [], [], [], []
+    for e in experts:
+        codes, scales, inputs = [], [], []
+        for proj, rows, cols in ((gate, inter, hidden), (up, inter, hidden),
+                                 (down, hidden, inter)):
+            key = f"{prefix}{e}.{proj}"
+            c = tensors.get(key + ".weight")
+            if c is None:
+                raise Error(f"tensors: no {key}.weight", "tensors")
+            if c.dtype != torch.float8_e4m3fn or tuple(c.shape) != (rows, cols):
+                raise Error(f"tensors: {key}.weight is {c.dtype} {tuple(c.shape)}; expected "
+                            f"float8_e4m3fn [{rows}, {cols}]", "tensors")
+            codes.append(c)
+            scales.append(scalar(key + ".weight_scale", True))
+            inputs.append(scalar(key + ".input_scale", False))
+        (gc, uc, dc), (gs, us, ds) = codes, scales
+        shared = torch.maximum(gs, us)
+        w13.append(torch.cat([_requantized(gc, gs, shared), _requantized(uc, us, shared)]))
+        s13.append(shared)
+        w2.append(dc)
+        s2.append(ds)
+        x_in += inputs[:2]
+        act_in.append(inputs[2])
+    out = {"w13": torch.stack(w13).contiguous(), "w2": torch.stack(w2).contiguous(),
+           "w13_scale": torch.cat(s13).contiguous(), "w2_scale": torch.cat(s2).contiguous()}
+    given = [v is not None for v in x_in + act_in]
+    if any(given) and not all(given):
+        raise Error(f"tensors: some projections of {prefix!r} have an input_scale and some do "
+                    "not; a static scale needs all of them", "tensors")
+    if all(given):
+        out["x_scale"] = torch.stack(x_in).max().reshape(1)
+        out["act_scale"] = torch.stack(act_in).max().reshape(1)
+    return out
+
+
+def _requantized(codes, scale, target):
+    """e4m3 codes of codes * scale at the scale `target` (>= scale): the
+    same codes where the scales are equal."""
+    if torch.equal(scale, target):
+        return codes
+    return (codes.float() * (scale / target)).to(torch.float8_e4m3fn)
+
+
+def _fp8_names(tensors, prefix, first):
+    """The (gate, up, down) projection names of expert `first`."""
+    for names in _FP8_NAMES:
+        if prefix + f"{first}.{names[0]}.weight" in tensors:
+            return names
+    raise Error(f"tensors: no {prefix}{first}.gate_proj.weight (nor .w1.weight)", "tensors")
 
 
 def _expert_indices(tensors, prefix):
