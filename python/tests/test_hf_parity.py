@@ -179,6 +179,25 @@ def test_per_expert_linear_layout():
         assert torch.equal(w["w2"][e], m.w2.weight.bfloat16())
 
 
+def test_fp8_expert_weights_are_refused_not_converted():
+    # e4m3 codes cast to bf16 without their scales would be wrong weights:
+    # load_hf_experts refuses them and names the FP8 loaders.
+    experts = torch.nn.ModuleList([_OldExpert() for _ in range(4)])
+    for m in experts:
+        m.w1.weight = torch.nn.Parameter(m.w1.weight.data.to(torch.float8_e4m3fn),
+                                         requires_grad=False)
+    with pytest.raises(unimoe.Error, match="load_fp8_block_experts") as e:
+        unimoe.load_hf_experts(experts)
+    assert e.value.field == "module"
+    fused = torch.nn.Module()  # transformers 5's fused layout, in e4m3
+    fused.gate_up_proj = torch.nn.Parameter(torch.zeros(4, 2 * I, H, dtype=torch.float8_e4m3fn),
+                                            requires_grad=False)
+    fused.down_proj = torch.nn.Parameter(torch.zeros(4, H, I, dtype=torch.float8_e4m3fn),
+                                         requires_grad=False)
+    with pytest.raises(unimoe.Error, match="load_fp8_tensor_experts"):
+        unimoe.load_hf_experts(fused)
+
+
 def test_from_hf_config_reads_dicts_and_paths(tmp_path):
     d = {"model_type": "mixtral", "hidden_size": H, "intermediate_size": I,
          "num_local_experts": 8, "num_experts_per_tok": 2}

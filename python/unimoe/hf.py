@@ -28,6 +28,17 @@ def _experts_of(module):
     return experts
 
 
+def _refuse_fp8(weight, name):
+    """FP8 weights hold codes whose scales live beside them: converting
+    them to bf16 would drop the scales."""
+    if weight.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        raise Error(f"module: {name}'s weights are {weight.dtype} codes; their scales live "
+                    "beside them, so they are not converted: read them with "
+                    "load_fp8_block_experts (weight_scale_inv per 128 x 128 block) or "
+                    "load_fp8_tensor_experts (one weight_scale), e.g. of "
+                    "block.experts.state_dict()", "module")
+
+
 def _fused(experts, dtype):
     """Experts with 3-D parameters gate_up_proj (or up_proj) and down_proj,
     as transformers 5 stores them. Their layout attributes (is_transposed,
@@ -43,6 +54,7 @@ def _fused(experts, dtype):
         raise Error(f"module: {name}'s experts are quantized ({type(w13).__name__} "
                     f"{getattr(w13, 'dtype', '')}); for gpt-oss's MXFP4 read the checkpoint's "
                     "tensors with load_gpt_oss_mxfp4", "module")
+    _refuse_fp8(w13, name)
     if w13.dim() != 3 or w2.dim() != 3:
         raise Error(f"module: {name}'s expert matrices are not 3-D", "module")
     if transposed:  # [E, H, 2I] and [E, I, H]
@@ -80,6 +92,7 @@ def _per_expert(experts, dtype):
     else:
         raise Error(f"module: the expert {type(first).__name__} has none of the known "
                     "gate/up/down Linear names (w1/w3/w2, gate_proj/up_proj/down_proj)", "module")
+    _refuse_fp8(getattr(first, gate).weight, type(first).__name__)
     w13 = torch.stack([torch.cat([getattr(m, gate).weight, getattr(m, up).weight])
                        for m in experts])
     w2 = torch.stack([getattr(m, down).weight for m in experts])
