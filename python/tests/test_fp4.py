@@ -3,7 +3,8 @@ path against a plain torch dequantization (a 16-entry e2m1 table times
 2^(code - 127) per 32 values, or times the e4m3 block scale per 16 and the
 matrix scale) and conftest.py's fp64 MoE, with and without gpt-oss's
 interleaved gate/up rows; the argument refusals; load_gpt_oss_mxfp4 on a
-checkpoint's *_blocks and *_scales tensors; and, where there is a
+checkpoint's *_blocks and *_scales tensors; load_nvfp4_experts on an
+NVFP4 checkpoint's per-expert tensors; and, where there is a
 Hopper GPU, the GPU layer against the CPU path on the same weights, eagerly
 and inside a CUDA graph.
 
@@ -276,3 +277,75 @@ def test_fp4_cuda_graph_replay(quant):
         graph.replay()
         assert torch.equal(static_out, layer(x.cuda(), logits.cuda()))
         assert rel_err(static_out, layer(x, logits)) < GPU_BOUND
+
+
+# ------------------------------------------- NVFP4 checkpoint tensors ----
+
+def nvfp4_checkpoint(seed, names=("gate_proj", "up_proj", "down_proj"), same_global=False):
+    """Per-expert NVFP4 tensors as a ModelOpt export holds them (codes, e4m3
+    block scales, one fp32 weight_scale_2 a projection; the gate's and up's
+    differ unless same_global) and their fp64 values [(gate, up, down)]."""
+    g = torch.Generator().manual_seed(seed)
+    prefix = "model.layers.5.mlp.experts."
+    tensors, plain = {}, []
+    for e in range(E):
+        values = []
+        for j, (name, (rows, k)) in enumerate(zip(names, ((I, H), (I, H), (H, I)))):
+            codes, scales, m = random_fp4("NVFP4", 1, rows, k, g)
+            if same_global and j == 1:
+                m = tensors[f"{prefix}{e}.{names[0]}.weight_scale_2"].reshape(1)
+            key = f"{prefix}{e}.{name}"
+            tensors[key + ".weight"] = codes[0]
+            tensors[key + ".weight_scale"] = scales[0].view(torch.float8_e4m3fn)
+            tensors[key + ".weight_scale_2"] = m.reshape(())
+            tensors[key + ".input_scale"] = torch.tensor(1.0)  # W4A4's; not read
+            values.append(dequant("NVFP4", codes, scales, m)[0])
+        plain.append(values)
+    return tensors, prefix, plain
+
+
+@pytest.mark.parametrize("same_global", [True, False], ids=["shared", "different"])
+def test_nvfp4_checkpoint_tensors(same_global):
+    """load_nvfp4_experts stacks gate rows then up rows; with one
+    weight_scale_2 for gate and up the layer matches the fp64 MoE on the
+    checkpoint's values; with two, the smaller one's block scales move to
+    the larger by at most half an e4m3 step."""
+    tensors, prefix, plain = nvfp4_checkpoint(26, same_global=same_global)
+    got = unimoe.load_nvfp4_experts(tensors, prefix)
+    assert got["w13"].shape == (E, 2 * I, H // 2) and got["w13"].dtype == torch.uint8
+    assert got["w13_block_scale"].shape == (E, 2 * I, H // 16)
+    assert got["w13_scale"].shape == (E,) and got["w2_scale"].shape == (E,)
+    w13 = dequant("NVFP4", got["w13"], got["w13_block_scale"].view(torch.uint8), got["w13_scale"])
+    w2 = dequant("NVFP4", got["w2"], got["w2_block_scale"].view(torch.uint8), got["w2_scale"])
+    want13 = torch.stack([torch.cat([gate, up]) for gate, up, _ in plain])
+    want2 = torch.stack([down for _, _, down in plain])
+    assert torch.equal(w2, want2)
+    if same_global:
+        assert torch.equal(w13, want13)
+    else:
+        # Each value moves by at most half an e4m3 step of its block scale.
+        moved = (w13 - want13).abs()
+        assert (moved <= want13.abs() * 2 ** -4 * (1 + 1e-6) + 1e-12).all()
+        assert moved.max() > 0
+    config = f"policy=Renormalize E={E} K=2 H={H} I={I} quant=NVFP4"
+    layer = unimoe.MoELayer(config, 32, device="cpu")
+    layer.set_weights(**got)
+    g = torch.Generator().manual_seed(27)
+    x, logits = bf16_values(T, H, generator=g).bfloat16(), torch.randn(T, E, generator=g)
+    want = experts(x, *route("Renormalize", logits, 2), w13, w2)
+    assert rel_err(layer(x, logits), want) < CPU_BOUND
+
+
+def test_nvfp4_checkpoint_refusals():
+    tensors, prefix, _ = nvfp4_checkpoint(28, names=("w1", "w3", "w2"))
+    assert unimoe.load_nvfp4_experts(tensors, prefix, experts=range(1, 3))["w13"].shape[0] == 2
+    missing = dict(tensors)
+    del missing[prefix + "3.w2.weight_scale_2"]
+    with pytest.raises(unimoe.Error, match="no model.layers.5.mlp.experts.3.w2.weight_scale_2") \
+            as e:
+        unimoe.load_nvfp4_experts(missing, prefix)
+    assert e.value.field == "tensors"
+    wrong = dict(tensors)
+    wrong[prefix + "0.w1.weight_scale"] = torch.zeros(I, H // 32, dtype=torch.float8_e4m3fn)
+    with pytest.raises(unimoe.Error, match=r"0.w1.weight_scale is torch.float8_e4m3fn \(32, 2\)"):
+        unimoe.load_nvfp4_experts(wrong, prefix)

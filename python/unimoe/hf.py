@@ -318,9 +318,85 @@ def load_fp8_tensor_experts(tensors, prefix="", experts=None):
     return out
 
 
+def load_nvfp4_experts(tensors, prefix="", experts=None):
+    """set_weights' keyword arguments for a quant=NVFP4 layer from the
+    per-expert tensors of an NVFP4 checkpoint (NVIDIA ModelOpt exports, e.g.
+    of DeepSeek-R1 and Qwen3). For each expert e it reads
+    {prefix}{e}.gate_proj, up_proj and down_proj (or w1, w3, w2):
+    .weight (uint8 [rows, cols/2], e2m1 codes two a byte, the even index in
+    the low nibble), .weight_scale (float8_e4m3fn [rows, cols/16], one per
+    16 values along K) and .weight_scale_2 (one fp32 factor): a weight is
+    its e2m1 value times its block's weight_scale times weight_scale_2, as
+    unimoe's NVFP4 is. The input_scale of W4A4 checkpoints is not read (the
+    layer's activations are bf16). experts: as for load_fp8_block_experts.
+
+    unimoe's NVFP4 has one matrix scale per expert for w13, so where the
+    gate's and up's weight_scale_2 differ, the block scales of the one with
+    the smaller factor are multiplied by the ratio of the two and rounded to
+    e4m3 (at most half an e4m3 step, 2^-4, a block; the codes and the other
+    projection are unchanged). Returns new tensors: w13 [E, 2I, H/2] and w2
+    [E, H, I/2] (uint8), w13_block_scale [E, 2I, H/16] and w2_block_scale
+    [E, H, I/16] (float8_e4m3fn), w13_scale and w2_scale [E] (fp32)."""
+    if experts is None:
+        experts = _expert_indices(tensors, prefix)
+    experts = list(experts)
+    if not experts:
+        raise Error(f"tensors: no expert of {prefix!r} to load", "tensors")
+    gate, up, down = _fp8_names(tensors, prefix, experts[0])
+    w = tensors[prefix + f"{experts[0]}.{gate}.weight"]
+    if w.dim() != 2:
+        raise Error(f"tensors: {prefix}{experts[0]}.{gate}.weight is {tuple(w.shape)}; "
+                    "expected [I, H/2]", "tensors")
+    inter, hidden = w.shape[0], 2 * w.shape[1]
+    for name, v in (("H", hidden), ("I", inter)):
+        if v % 16:
+            raise Error(f"tensors: {name} = {v} is not a multiple of 16 (one e4m3 scale per 16 "
+                        "values)", "tensors")
+
+    def get(key, dtypes, shape, what):
+        if key not in tensors:
+            raise Error(f"tensors: no {key}", "tensors")
+        t = tensors[key]
+        if t.dtype not in dtypes or tuple(t.shape) != shape:
+            raise Error(f"tensors: {key} is {t.dtype} {tuple(t.shape)}; expected {what}",
+                        "tensors")
+        return t
+
+    w13, w2, b13, b2, s13, s2 = [], [], [], [], [], []
+    for e in experts:
+        parts = []
+        for proj, rows, cols in ((gate, inter, hidden), (up, inter, hidden),
+                                 (down, hidden, inter)):
+            key = f"{prefix}{e}.{proj}"
+            c = get(key + ".weight", (torch.uint8,), (rows, cols // 2),
+                    f"uint8 [{rows}, {cols // 2}]")
+            b = get(key + ".weight_scale", (torch.float8_e4m3fn, torch.uint8), (rows, cols // 16),
+                    f"float8_e4m3fn [{rows}, {cols // 16}]").view(torch.float8_e4m3fn)
+            m = tensors.get(key + ".weight_scale_2")
+            if m is None:
+                raise Error(f"tensors: no {key}.weight_scale_2", "tensors")
+            if not m.is_floating_point() or m.numel() != 1:
+                raise Error(f"tensors: {key}.weight_scale_2 is {m.dtype} {tuple(m.shape)}; "
+                            "expected one float", "tensors")
+            parts.append((c, b, m.reshape(1).float()))
+        (gc, gb, gm), (uc, ub, um), (dc, db, dm) = parts
+        shared = torch.maximum(gm, um)
+        w13.append(torch.cat([gc, uc]))
+        b13.append(torch.cat([_requantized(gb, gm, shared), _requantized(ub, um, shared)]))
+        s13.append(shared)
+        w2.append(dc)
+        b2.append(db)
+        s2.append(dm)
+    return {"w13": torch.stack(w13).contiguous(), "w2": torch.stack(w2).contiguous(),
+            "w13_block_scale": torch.stack(b13).contiguous(),
+            "w2_block_scale": torch.stack(b2).contiguous(),
+            "w13_scale": torch.cat(s13).contiguous(), "w2_scale": torch.cat(s2).contiguous()}
+
+
 def _requantized(codes, scale, target):
     """e4m3 codes of codes * scale at the scale `target` (>= scale): the
-    same codes where the scales are equal."""
+    same codes where the scales are equal (FP8 weights, and NVFP4's e4m3
+    block scales under their matrix scale)."""
     if torch.equal(scale, target):
         return codes
     return (codes.float() * (scale / target)).to(torch.float8_e4m3fn)
