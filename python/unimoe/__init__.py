@@ -11,6 +11,7 @@ except ImportError as e:
 from ._lib import Error, has_cuda, version
 from .config import BackendOptions, ExpertsConfig, MoEConfig, RoutingConfig
 from .ep import EPLayer, nccl_support, nccl_unique_id
+from .functional import clear_fused_experts_cache, fused_experts
 from .hf import (from_hf_config, load_fp8_block_experts, load_fp8_tensor_experts,
                  load_gpt_oss_mxfp4, load_hf_experts, load_nvfp4_experts)
 from .layer import MoELayer, moe_forward, scratch_bytes
@@ -19,8 +20,8 @@ __version__ = version()
 
 __all__ = [
     "BackendOptions", "EPLayer", "Error", "ExpertsConfig", "MoEConfig", "MoELayer",
-    "RoutingConfig", "from_hf_config", "has_cuda", "load_fp8_block_experts",
-    "load_fp8_tensor_experts", "load_gpt_oss_mxfp4", "load_hf_experts", "load_nvfp4_experts",
-    "moe_forward", "nccl_support", "nccl_unique_id", "scratch_bytes",
+    "RoutingConfig", "clear_fused_experts_cache", "from_hf_config", "fused_experts", "has_cuda",
+    "load_fp8_block_experts", "load_fp8_tensor_experts", "load_gpt_oss_mxfp4", "load_hf_experts",
+    "load_nvfp4_experts", "moe_forward", "nccl_support", "nccl_unique_id", "scratch_bytes",
     "__version__",
 ]
