@@ -125,3 +125,23 @@ def test_refusals():
     with pytest.raises(unimoe.Error) as e:
         unimoe.fused_experts(x[0], w13.bfloat16(), w2.bfloat16(), weights, ids)
     assert e.value.field == "x"
+
+
+def test_the_custom_op_compiles_whole():
+    # unimoe::fused_experts passes torch.library.opcheck (its schema, fake
+    # implementation and dispatch) and a function calling it compiles with
+    # fullgraph=True, giving the eager bits.
+    g = torch.Generator().manual_seed(10)
+    w13 = bf16_values(E, 2 * I, H, scale=0.05, generator=g).bfloat16()
+    w2 = bf16_values(E, H, I, scale=0.05, generator=g).bfloat16()
+    x, weights, ids = inputs(T)
+    ids = ids.to(torch.int32)
+    args = (x, w13, w2, weights, ids, "SwiGLU", None, 0, None, None, None, None, None, None,
+            None, None, None, None, None)
+    torch.library.opcheck(torch.ops.unimoe.fused_experts.default, args)
+
+    def moe(x, weights, ids):
+        return unimoe.fused_experts(x, w13, w2, weights, ids).float() * 2
+
+    compiled = torch.compile(moe, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(x, weights, ids), moe(x, weights, ids))

@@ -13,6 +13,8 @@ refused with RuntimeError. clear_fused_experts_cache() drops the layers and
 their references to the weights.
 """
 
+from typing import Optional
+
 import torch
 
 from ._lib import Error
@@ -69,7 +71,25 @@ def fused_experts(x, w13, w2, topk_weights, topk_ids, *, activation="SwiGLU",
     activation: "SwiGLU" (or "silu"), "GeGLU" ("gelu"), "ReLU2",
     "SwiGLUOai" (with biases b13, b2 and swiglu_alpha, swiglu_limit). The
     computation runs on x's device: the GPU layer on a CUDA device, the CPU
-    reference on the CPU."""
+    reference on the CPU. It is the custom op unimoe::fused_experts, so
+    torch.compile(fullgraph=True) takes a model that calls it."""
+    return _fused_experts_op(x, w13, w2, topk_weights, topk_ids, str(activation), num_experts,
+                             local_expert_offset, b13, b2, w13_scale, w2_scale, x_scale,
+                             act_scale, w13_block_scale, w2_block_scale, swiglu_alpha,
+                             swiglu_limit, max_tokens)
+
+
+@torch.library.custom_op("unimoe::fused_experts", mutates_args=())
+def _fused_experts_op(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
+                      topk_weights: torch.Tensor, topk_ids: torch.Tensor, activation: str,
+                      num_experts: Optional[int], local_expert_offset: int,
+                      b13: Optional[torch.Tensor], b2: Optional[torch.Tensor],
+                      w13_scale: Optional[torch.Tensor], w2_scale: Optional[torch.Tensor],
+                      x_scale: Optional[torch.Tensor], act_scale: Optional[torch.Tensor],
+                      w13_block_scale: Optional[torch.Tensor],
+                      w2_block_scale: Optional[torch.Tensor], swiglu_alpha: Optional[float],
+                      swiglu_limit: Optional[float], max_tokens: Optional[int]) -> torch.Tensor:
+    """fused_experts with every argument positional."""
     if x.dim() != 2:
         raise Error(f"x: {tuple(x.shape)}; expected [T, H]", "x")
     if topk_ids.dtype == torch.int64:
@@ -114,3 +134,8 @@ def fused_experts(x, w13, w2, topk_weights, topk_ids, *, activation="SwiGLU",
         entry = (layer, given)
         _cache[key] = entry
     return entry[0](x, topk_ids=topk_ids, topk_weights=topk_weights)
+
+
+@_fused_experts_op.register_fake
+def _fused_experts_fake(x, w13, w2, topk_weights, topk_ids, *args):
+    return x.new_empty((x.shape[0], x.shape[-1]), dtype=torch.bfloat16)
