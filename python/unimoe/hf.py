@@ -190,28 +190,7 @@ def load_fp8_block_experts(tensors, prefix="", experts=None):
     [E, H/128, I/128] in fp32. H and I must be multiples of 128, as the
     layer needs: otherwise the gate's last block row would hold rows of
     the up projection once they are stacked."""
-    if experts is None:
-        experts = _expert_indices(tensors, prefix)
-    experts = list(experts)
-    if not experts:
-        raise Error(f"tensors: no expert of {prefix!r} to load", "tensors")
-
-    def get(name, dtypes, shape, what):
-        key = prefix + name
-        if key not in tensors:
-            raise Error(f"tensors: no {key}", "tensors")
-        t = tensors[key]
-        if t.dtype not in dtypes or tuple(t.shape) != shape:
-            raise Error(f"tensors: {key} is {t.dtype} {tuple(t.shape)}; expected {what}",
-                        "tensors")
-        return t
-
-    first = experts[0]
-    gate, up, down = _fp8_names(tensors, prefix, first)
-    w = tensors[prefix + f"{first}.{gate}.weight"]
-    if w.dim() != 2:
-        raise Error(f"tensors: {prefix}{first}.{gate}.weight is {tuple(w.shape)}; expected "
-                    "[I, H]", "tensors")
+    experts, (gate, up, down), w = _first_expert(tensors, prefix, experts, "[I, H]")
     inter, hidden = w.shape
     for name, v in (("H", hidden), ("I", inter)):
         if v % 128:
@@ -225,9 +204,11 @@ def load_fp8_block_experts(tensors, prefix="", experts=None):
         gate_up = []
         for proj, rows, cols in ((gate, inter, hidden), (up, inter, hidden),
                                  (down, hidden, inter)):
-            c = get(f"{e}.{proj}.weight", codes, (rows, cols), f"float8_e4m3fn [{rows}, {cols}]")
-            sc = get(f"{e}.{proj}.weight_scale_inv", scales, (rows // 128, cols // 128),
-                     f"fp32 [{rows // 128}, {cols // 128}]")
+            key = f"{prefix}{e}.{proj}"
+            c = _checked(tensors, key + ".weight", codes, (rows, cols),
+                         f"float8_e4m3fn [{rows}, {cols}]")
+            sc = _checked(tensors, key + ".weight_scale_inv", scales, (rows // 128, cols // 128),
+                          f"fp32 [{rows // 128}, {cols // 128}]")
             gate_up.append((c, sc.float()))
         (gc, gs), (uc, us), (dc, ds) = gate_up
         w13.append(torch.cat([gc, uc]))
@@ -260,16 +241,7 @@ def load_fp8_tensor_experts(tensors, prefix="", experts=None):
     computes them per call). Returns new tensors: w13 [E, 2I, H], w2
     [E, H, I] (float8_e4m3fn), w13_scale, w2_scale [E] (fp32), and x_scale,
     act_scale [1] (fp32) where the checkpoint has them."""
-    if experts is None:
-        experts = _expert_indices(tensors, prefix)
-    experts = list(experts)
-    if not experts:
-        raise Error(f"tensors: no expert of {prefix!r} to load", "tensors")
-    gate, up, down = _fp8_names(tensors, prefix, experts[0])
-    w = tensors[prefix + f"{experts[0]}.{gate}.weight"]
-    if w.dim() != 2:
-        raise Error(f"tensors: {prefix}{experts[0]}.{gate}.weight is {tuple(w.shape)}; "
-                    "expected [I, H]", "tensors")
+    experts, (gate, up, down), w = _first_expert(tensors, prefix, experts, "[I, H]")
     inter, hidden = w.shape
 
     def scalar(key, required):
@@ -337,30 +309,12 @@ def load_nvfp4_experts(tensors, prefix="", experts=None):
     projection are unchanged). Returns new tensors: w13 [E, 2I, H/2] and w2
     [E, H, I/2] (uint8), w13_block_scale [E, 2I, H/16] and w2_block_scale
     [E, H, I/16] (float8_e4m3fn), w13_scale and w2_scale [E] (fp32)."""
-    if experts is None:
-        experts = _expert_indices(tensors, prefix)
-    experts = list(experts)
-    if not experts:
-        raise Error(f"tensors: no expert of {prefix!r} to load", "tensors")
-    gate, up, down = _fp8_names(tensors, prefix, experts[0])
-    w = tensors[prefix + f"{experts[0]}.{gate}.weight"]
-    if w.dim() != 2:
-        raise Error(f"tensors: {prefix}{experts[0]}.{gate}.weight is {tuple(w.shape)}; "
-                    "expected [I, H/2]", "tensors")
+    experts, (gate, up, down), w = _first_expert(tensors, prefix, experts, "[I, H/2]")
     inter, hidden = w.shape[0], 2 * w.shape[1]
     for name, v in (("H", hidden), ("I", inter)):
         if v % 16:
             raise Error(f"tensors: {name} = {v} is not a multiple of 16 (one e4m3 scale per 16 "
                         "values)", "tensors")
-
-    def get(key, dtypes, shape, what):
-        if key not in tensors:
-            raise Error(f"tensors: no {key}", "tensors")
-        t = tensors[key]
-        if t.dtype not in dtypes or tuple(t.shape) != shape:
-            raise Error(f"tensors: {key} is {t.dtype} {tuple(t.shape)}; expected {what}",
-                        "tensors")
-        return t
 
     w13, w2, b13, b2, s13, s2 = [], [], [], [], [], []
     for e in experts:
@@ -368,10 +322,11 @@ def load_nvfp4_experts(tensors, prefix="", experts=None):
         for proj, rows, cols in ((gate, inter, hidden), (up, inter, hidden),
                                  (down, hidden, inter)):
             key = f"{prefix}{e}.{proj}"
-            c = get(key + ".weight", (torch.uint8,), (rows, cols // 2),
-                    f"uint8 [{rows}, {cols // 2}]")
-            b = get(key + ".weight_scale", (torch.float8_e4m3fn, torch.uint8), (rows, cols // 16),
-                    f"float8_e4m3fn [{rows}, {cols // 16}]").view(torch.float8_e4m3fn)
+            c = _checked(tensors, key + ".weight", (torch.uint8,), (rows, cols // 2),
+                         f"uint8 [{rows}, {cols // 2}]")
+            b = _checked(tensors, key + ".weight_scale", (torch.float8_e4m3fn, torch.uint8),
+                         (rows, cols // 16),
+                         f"float8_e4m3fn [{rows}, {cols // 16}]").view(torch.float8_e4m3fn)
             m = tensors.get(key + ".weight_scale_2")
             if m is None:
                 raise Error(f"tensors: no {key}.weight_scale_2", "tensors")
@@ -400,6 +355,33 @@ def _requantized(codes, scale, target):
     if torch.equal(scale, target):
         return codes
     return (codes.float() * (scale / target)).to(torch.float8_e4m3fn)
+
+
+def _checked(tensors, key, dtypes, shape, what):
+    """tensors[key], which must exist with one of `dtypes` and `shape`."""
+    if key not in tensors:
+        raise Error(f"tensors: no {key}", "tensors")
+    t = tensors[key]
+    if t.dtype not in dtypes or tuple(t.shape) != shape:
+        raise Error(f"tensors: {key} is {t.dtype} {tuple(t.shape)}; expected {what}", "tensors")
+    return t
+
+
+def _first_expert(tensors, prefix, experts, shape):
+    """The expert indices to load (every one there when None), the
+    projection names they use, and the first expert's gate weight, which
+    must be 2-D (`shape` says how)."""
+    if experts is None:
+        experts = _expert_indices(tensors, prefix)
+    experts = list(experts)
+    if not experts:
+        raise Error(f"tensors: no expert of {prefix!r} to load", "tensors")
+    names = _fp8_names(tensors, prefix, experts[0])
+    key = prefix + f"{experts[0]}.{names[0]}.weight"
+    w = tensors[key]
+    if w.dim() != 2:
+        raise Error(f"tensors: {key} is {tuple(w.shape)}; expected {shape}", "tensors")
+    return experts, names, w
 
 
 def _fp8_names(tensors, prefix, first):
