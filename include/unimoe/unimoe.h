@@ -289,11 +289,12 @@ class MoELayer {
   // device memory of the current device, 256-byte aligned (cudaMalloc's
   // is), at least scratch_bytes(config, max_tokens) bytes (Error naming
   // `scratch` otherwise). The layer does not own it: keep it until the layer
-  // is destroyed. create() zeroes it, so make layers before any forward
-  // that uses the scratch is in flight. Layers sharing a scratch must run
-  // their forwards (graph replays, autotune) one after another, on one
-  // stream or streams the caller orders; a forward overwrites what the
-  // previous one left there (the buffers' contents are not outputs).
+  // is destroyed. create() zeroes it (and waits for the device), so make
+  // layers before any forward that uses the scratch is in flight. Layers
+  // sharing a scratch must run their forwards (graph replays, autotune)
+  // one after another, on one stream or streams the caller orders; a
+  // forward overwrites what the previous one left there (the buffers'
+  // contents are not outputs).
   static std::unique_ptr<MoELayer> create(const MoEConfig& config, int max_tokens, void* scratch,
                                           std::size_t scratch_size);
 

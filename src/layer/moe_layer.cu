@@ -161,6 +161,9 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens, const DevOve
       // on an H100; the values were right). Forwards never clear it.
       UNIMOE_CUDA_CHECK(cudaMemset(arena_, 0, arena_bytes_));
     }
+    // The memset runs on the legacy stream, which a forward on a
+    // non-blocking stream does not wait for: done before create returns.
+    UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
     WorkspaceCarver real(base);
     carve_arena(real);
     // The backends options.backend allows and that serve the config: those
@@ -198,6 +201,8 @@ std::size_t MoELayerImpl::workspace_bytes() const {
 
 void MoELayerImpl::keep_backend(std::unique_ptr<ExpertsBackend> backend) {
   backend->allocate_workspace(backend_scratch_);
+  // Its buffers' zeroing (legacy stream) is complete before any forward.
+  UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
   if (weights_.w13) backend->prepare_weights(weights_);
   backends_[static_cast<std::size_t>(backend->path())] = std::move(backend);
 }
