@@ -137,7 +137,7 @@ def test_the_custom_op_compiles_whole():
     x, weights, ids = inputs(T)
     ids = ids.to(torch.int32)
     args = (x, w13, w2, weights, ids, "SwiGLU", None, 0, None, None, None, None, None, None,
-            None, None, None, None, None)
+            None, None, False, None, None, None)
     torch.library.opcheck(torch.ops.unimoe.fused_experts.default, args)
 
     def moe(x, weights, ids):
@@ -145,3 +145,21 @@ def test_the_custom_op_compiles_whole():
 
     compiled = torch.compile(moe, fullgraph=True, backend="aot_eager")
     assert torch.equal(compiled(x, weights, ids), moe(x, weights, ids))
+
+
+def test_gpt_oss_mxfp4_interleaved():
+    # 4-bit weights with gpt-oss's interleaved gate/up rows, biases and its
+    # activation: the layer on the same arguments, bit for bit.
+    from test_fp4 import fp4_weights
+    g = torch.Generator().manual_seed(11)
+    w = fp4_weights("MXFP4", 2 * 32, g, bias=True)
+    e, h = w["w13"].shape[0], 2 * w["w13"].shape[-1]
+    x = bf16_values(T, h, generator=g).bfloat16()
+    ids, weights = route("Renormalize", torch.randn(T, e, generator=g), K)
+    out = unimoe.fused_experts(x, w["w13"], w["w2"], weights.float(), ids, activation="SwiGLUOai",
+                               b13=w["b13"], b2=w["b2"], w13_block_scale=w["w13_block_scale"],
+                               w2_block_scale=w["w2_block_scale"], w13_interleaved=True)
+    layer = unimoe.MoELayer(f"policy=TopK E={e} K={K} H={h} I=32 act=SwiGLUOai quant=MXFP4 "
+                            "expert_bias=1", 16, device="cpu")
+    layer.set_weights(w13_interleaved=True, **w)
+    assert torch.equal(out, layer(x, topk_ids=ids.to(torch.int32), topk_weights=weights.float()))

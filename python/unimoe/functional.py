@@ -54,8 +54,8 @@ def _quant_of(w13, w13_scale, w13_block_scale):
 def fused_experts(x, w13, w2, topk_weights, topk_ids, *, activation="SwiGLU",
                   num_experts=None, local_expert_offset=0, b13=None, b2=None,
                   w13_scale=None, w2_scale=None, x_scale=None, act_scale=None,
-                  w13_block_scale=None, w2_block_scale=None, swiglu_alpha=None,
-                  swiglu_limit=None, max_tokens=None):
+                  w13_block_scale=None, w2_block_scale=None, w13_interleaved=False,
+                  swiglu_alpha=None, swiglu_limit=None, max_tokens=None):
     """out [T, H] bf16 = sum over k of topk_weights[t, k] * expert
     topk_ids[t, k] (x[t]), for the experts of w13 [E_local, gemm1_cols, H]
     (gate rows, then up rows) and w2 [E_local, H, I] in the layouts of
@@ -69,14 +69,15 @@ def fused_experts(x, w13, w2, topk_weights, topk_ids, *, activation="SwiGLU",
     local_expert_offset + E_local) skipped (an expert-parallel rank's
     slice of num_experts experts; num_experts defaults to E_local).
     activation: "SwiGLU" (or "silu"), "GeGLU" ("gelu"), "ReLU2",
-    "SwiGLUOai" (with biases b13, b2 and swiglu_alpha, swiglu_limit). The
+    "SwiGLUOai" (with biases b13, b2 and swiglu_alpha, swiglu_limit);
+    w13_interleaved: 4-bit w13 rows alternating gate and up (gpt-oss's). The
     computation runs on x's device: the GPU layer on a CUDA device, the CPU
     reference on the CPU. It is the custom op unimoe::fused_experts, so
     torch.compile(fullgraph=True) takes a model that calls it."""
     return _fused_experts_op(x, w13, w2, topk_weights, topk_ids, str(activation), num_experts,
                              local_expert_offset, b13, b2, w13_scale, w2_scale, x_scale,
-                             act_scale, w13_block_scale, w2_block_scale, swiglu_alpha,
-                             swiglu_limit, max_tokens)
+                             act_scale, w13_block_scale, w2_block_scale, bool(w13_interleaved),
+                             swiglu_alpha, swiglu_limit, max_tokens)
 
 
 @torch.library.custom_op("unimoe::fused_experts", mutates_args=())
@@ -87,8 +88,9 @@ def _fused_experts_op(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
                       w13_scale: Optional[torch.Tensor], w2_scale: Optional[torch.Tensor],
                       x_scale: Optional[torch.Tensor], act_scale: Optional[torch.Tensor],
                       w13_block_scale: Optional[torch.Tensor],
-                      w2_block_scale: Optional[torch.Tensor], swiglu_alpha: Optional[float],
-                      swiglu_limit: Optional[float], max_tokens: Optional[int]) -> torch.Tensor:
+                      w2_block_scale: Optional[torch.Tensor], w13_interleaved: bool,
+                      swiglu_alpha: Optional[float], swiglu_limit: Optional[float],
+                      max_tokens: Optional[int]) -> torch.Tensor:
     """fused_experts with every argument positional."""
     if x.dim() != 2:
         raise Error(f"x: {tuple(x.shape)}; expected [T, H]", "x")
@@ -111,7 +113,7 @@ def _fused_experts_op(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
                    x_scale=x_scale, act_scale=act_scale, w13_block_scale=w13_block_scale,
                    w2_block_scale=w2_block_scale)
     given = {n: v for n, v in weights.items() if v is not None}
-    key = (text, str(x.device)) + tuple((n, v.data_ptr(), tuple(v.shape), str(v.dtype))
+    key = (text, str(x.device), w13_interleaved) + tuple((n, v.data_ptr(), tuple(v.shape), str(v.dtype))
                                         for n, v in sorted(given.items()))
     t = x.shape[0]
     entry = _cache.get(key)
@@ -130,7 +132,7 @@ def _fused_experts_op(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
                 "capture (it allocates): call it once before capturing with the largest token "
                 "count, or pass max_tokens")
         layer = MoELayer(text, want, device=x.device)
-        layer.set_weights(**given)
+        layer.set_weights(w13_interleaved=w13_interleaved, **given)
         entry = (layer, given)
         _cache[key] = entry
     return entry[0](x, topk_ids=topk_ids, topk_weights=topk_weights)
