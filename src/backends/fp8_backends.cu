@@ -7,21 +7,21 @@
 //     stream kernel for GEMM2 (b2 in its epilogue, bf16 y);
 //   Fp8CutlassBackend (Cutlass path, prefill): x quantized once per token,
 //     its codes and scales written to the token's permuted rows as they
-//     are made (FP8PerTensor's dynamic tensor scale made first, by an amax
-//     pass over x, where the opt-in knob fp8_tensor_scale_first says so;
-//     else quantized in token order and gathered), CUTLASS's blockwise-scaled grouped GEMM for GEMM1 (fp32
-//     out: rounding it to bf16 moved about one intermediate element in 30
-//     to the neighbouring e4m3 code, 1.4e-2 to 3.9e-2 of relative error on
-//     an H100 against 2.4e-3 on the stream path), the activation and its
+//     are made (for FP8PerTensor's dynamic scale only with the opt-in knob
+//     fp8_tensor_scale_first, which makes the tensor scale first by an
+//     amax pass over x; else quantized in token order and gathered),
+//     CUTLASS's blockwise-scaled grouped GEMM for GEMM1 (fp32 out: rounding
+//     it to bf16 moved about one intermediate element in 30 to the
+//     neighbouring e4m3 code, 1.4e-2 to 3.9e-2 of relative error on an H100
+//     against 2.4e-3 on the stream path), the activation and its
 //     quantization (one kernel, but for FP8PerTensor's dynamic scale: the
-//     activation kernel writes the fp32 activation, and either its CTAs'
-//     maxima, one block making the scale and one pass quantizing
-//     (fp8_tensor_scale_first), or the dynamic quantize kernels run on it),
-//     the same GEMM for
-//     GEMM2 (bf16 out); the finalize adds b2. Development knobs
-//     fp8_quant_scatter=0 and fp8_act_quant_fused=0 keep the earlier forms
-//     (quantize in token order and gather; the activation, then the
-//     quantize kernels).
+//     activation kernel writes the fp32 activation, then either the
+//     dynamic quantize kernels run on it or, with fp8_tensor_scale_first,
+//     the activation kernel's CTA maxima give the scale in one block and
+//     one pass quantizes), the same GEMM for GEMM2 (bf16 out); the
+//     finalize adds b2. Development knobs fp8_quant_scatter=0 and
+//     fp8_act_quant_fused=0 keep the earlier forms (quantize in token
+//     order and gather; the activation, then the quantize kernels).
 // Both GEMMs take one fp32 scale per row and 128-wide K block of their
 // input (group-major: scale(r, g) at scales[g * ld + r]) and one per
 // 128 x 128 block of the weights. FP8Block128 computes those per call

@@ -53,7 +53,7 @@ struct DevOverrides {
   bool next_prefetch = true;     // UNIMOE_NEXT_PREFETCH: FP8 decode GEMM1 fetches GEMM2's weights into L2
   bool fp8_wide_ctas = true;     // UNIMOE_FP8_WIDE_CTAS: FP8 stream CTAs of two column blocks
   bool fp8_act_quant_fused = true;  // UNIMOE_FP8_ACT_QUANT_FUSED: FP8 cutlass activation + quantize
-  bool fp8_quant_scatter = true;    // UNIMOE_FP8_QUANT_SCATTER: FP8 cutlass x quantize + gather
+  bool fp8_quant_scatter = true;    // UNIMOE_FP8_QUANT_SCATTER: FP8 cutlass x into permuted rows
   // UNIMOE_FP8_TENSOR_SCALE_FIRST: FP8PerTensor's dynamic scale made before
   // the one-pass kernels on the cutlass path (off: not yet measured on a GPU).
   bool fp8_tensor_scale_first = false;
