@@ -7,18 +7,18 @@
 //     stream kernel for GEMM2 (b2 in its epilogue, bf16 y);
 //   Fp8CutlassBackend (Cutlass path, prefill): x quantized once per token,
 //     its codes and scales written to the token's permuted rows as they
-//     are made (for FP8PerTensor's dynamic scale only with the opt-in knob
-//     fp8_tensor_scale_first, which makes the tensor scale first by an
-//     amax pass over x; else quantized in token order and gathered),
+//     are made (FP8PerTensor's dynamic scale made first by an amax pass
+//     over x; with the knob fp8_tensor_scale_first=0, quantized in token
+//     order and gathered instead),
 //     CUTLASS's blockwise-scaled grouped GEMM for GEMM1 (fp32 out: rounding
 //     it to bf16 moved about one intermediate element in 30 to the
 //     neighbouring e4m3 code, 1.4e-2 to 3.9e-2 of relative error on an H100
 //     against 2.4e-3 on the stream path), the activation and its
 //     quantization (one kernel, but for FP8PerTensor's dynamic scale: the
-//     activation kernel writes the fp32 activation, then either the
-//     dynamic quantize kernels run on it or, with fp8_tensor_scale_first,
-//     the activation kernel's CTA maxima give the scale in one block and
-//     one pass quantizes), the same GEMM for GEMM2 (bf16 out); the
+//     activation kernel writes the fp32 activation and its CTAs' maxima,
+//     which give the scale in one block, and one pass quantizes; with
+//     fp8_tensor_scale_first=0 the dynamic quantize kernels run on the
+//     fp32 activation), the same GEMM for GEMM2 (bf16 out); the
 //     finalize adds b2. Development knobs fp8_quant_scatter=0 and
 //     fp8_act_quant_fused=0 keep the earlier forms (quantize in token
 //     order and gather; the activation, then the quantize kernels).
@@ -167,7 +167,9 @@ class Fp8Backend : public ExpertsBackend {
   }
 
   // x [T, H] bf16 -> x_codes_ [T, H] and x_scales_ (group-major, x_ld_).
-  void quantize_x(const ExpertsCall& call, KernelStream stream) {
+  // `early`: the GEMM after it may launch once its wait is over
+  // (Fp8RowQuantParams::early_dependents).
+  void quantize_x(const ExpertsCall& call, KernelStream stream, bool early = false) {
     if (per_tensor()) {
       Fp8TensorQuantParams q;
       q.x = call.x;
@@ -179,6 +181,7 @@ class Fp8Backend : public ExpertsBackend {
       q.scratch = x_scratch_;
       q.row_scales = x_scales_;
       q.row_scales_ld = x_ld_;
+      q.early_dependents = early;
       launch_quantize_fp8_tensor(q, stream);
     } else {
       Fp8RowQuantParams q;
@@ -188,13 +191,14 @@ class Fp8Backend : public ExpertsBackend {
       q.codes = x_codes_;
       q.scales = x_scales_;
       q.scales_ld = x_ld_;
+      q.early_dependents = early;
       launch_quantize_fp8_rows(q, stream);
     }
   }
 
   // act_f32_ [rows, I] -> act_codes_ and act_scales_ (group-major, rows_ld_),
   // over the live rows (expert_offsets[E_local]) of a T * K capacity.
-  void quantize_act(const ExpertsCall& call, KernelStream stream) {
+  void quantize_act(const ExpertsCall& call, KernelStream stream, bool early = false) {
     const int capacity = call.num_tokens * config_.routing.top_k;
     const int32_t* live = call.expert_offsets + e_local_;
     if (per_tensor()) {
@@ -209,6 +213,7 @@ class Fp8Backend : public ExpertsBackend {
       q.scratch = act_scratch_;
       q.row_scales = act_scales_;
       q.row_scales_ld = rows_ld_;
+      q.early_dependents = early;
       launch_quantize_fp8_tensor(q, stream);
     } else {
       Fp8RowQuantParams q;
@@ -219,6 +224,7 @@ class Fp8Backend : public ExpertsBackend {
       q.codes = act_codes_;
       q.scales = act_scales_;
       q.scales_ld = rows_ld_;
+      q.early_dependents = early;
       launch_quantize_fp8_rows(q, stream);
     }
   }
@@ -280,7 +286,11 @@ class Fp8StreamBackend final : public Fp8Backend {
   void run_gemm1(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) override {
     require_workspace();
     const KernelStream chain(stream, plan.pdl);
-    quantize_x(call, chain);
+    // Each GEMM launches as its quantize kernel's wait ends and issues its
+    // weight loads while the codes are made (it reads the schedule before
+    // its own wait: the quantize kernel waited for the permute or GEMM1).
+    const bool early = plan.fp8_quant_early && plan.read_before_wait;
+    quantize_x(call, chain, early);
     Fp8StreamGemmParams p = common(call, plan);
     p.a = x_codes_;
     p.a_scales = x_scales_;
@@ -307,7 +317,7 @@ class Fp8StreamBackend final : public Fp8Backend {
       p.next.max_tiles = next_weights_max_tiles(p.next.bytes + p.next.bytes2);
     }
     launch(p, plan, chain);
-    quantize_act(call, chain);
+    quantize_act(call, chain, early);
   }
 
   void run_gemm2(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) override {

@@ -53,13 +53,14 @@ constexpr Knob kKnobs[] = {
     {"stream_overlap", Kind::Switch, &DevOverrides::stream_overlap, nullptr},
     {"next_prefetch", Kind::Switch, &DevOverrides::next_prefetch, nullptr},
     {"fp8_wide_ctas", Kind::Switch, &DevOverrides::fp8_wide_ctas, nullptr},
+    {"fp8_quant_early", Kind::Switch, &DevOverrides::fp8_quant_early, nullptr},
     {"fp8_act_quant_fused", Kind::Switch, &DevOverrides::fp8_act_quant_fused, nullptr},
     {"fp8_quant_scatter", Kind::Switch, &DevOverrides::fp8_quant_scatter, nullptr},
     {"w4_tile_m", Kind::TileM, nullptr, &DevOverrides::w4_tile_m},
     {"gemm2_path", Kind::Gemm2, nullptr, nullptr},
     {"mma_tactic", Kind::Tactic, nullptr, nullptr},
     {"fp8_tactic", Kind::Fp8Tactic, nullptr, nullptr},
-    {"fp8_tensor_scale_first", Kind::OptIn, &DevOverrides::fp8_tensor_scale_first, nullptr},
+    {"fp8_tensor_scale_first", Kind::Switch, &DevOverrides::fp8_tensor_scale_first, nullptr},
     {"tune_wgmma", Kind::OptIn, &DevOverrides::tune_wgmma, nullptr},
 };
 

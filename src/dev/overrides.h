@@ -52,11 +52,12 @@ struct DevOverrides {
   bool stream_overlap = true;    // UNIMOE_STREAM_OVERLAP
   bool next_prefetch = true;     // UNIMOE_NEXT_PREFETCH: FP8 decode GEMM1 fetches GEMM2's weights into L2
   bool fp8_wide_ctas = true;     // UNIMOE_FP8_WIDE_CTAS: FP8 stream CTAs of two column blocks
+  bool fp8_quant_early = true;   // UNIMOE_FP8_QUANT_EARLY: FP8 stream GEMMs launch during their quantize
   bool fp8_act_quant_fused = true;  // UNIMOE_FP8_ACT_QUANT_FUSED: FP8 cutlass activation + quantize
   bool fp8_quant_scatter = true;    // UNIMOE_FP8_QUANT_SCATTER: FP8 cutlass x into permuted rows
   // UNIMOE_FP8_TENSOR_SCALE_FIRST: FP8PerTensor's dynamic scale made before
-  // the one-pass kernels on the cutlass path (off: not yet measured on a GPU).
-  bool fp8_tensor_scale_first = false;
+  // the one-pass kernels on the cutlass path.
+  bool fp8_tensor_scale_first = true;
   int w4_tile_m = 0;             // UNIMOE_W4_TILE_M: 0 = measured rule, 16, 64 or 128
   DevGemm2Path gemm2_path = DevGemm2Path::kRule;  // UNIMOE_GEMM2_PATH: auto, expert, combine, gate
   // UNIMOE_MMA_TACTIC: "" (the rule, written "auto"), or "G1" or "G1:G2", the

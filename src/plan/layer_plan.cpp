@@ -395,6 +395,7 @@ LayerPlan plan_layer(const MoEConfig& config, int num_tokens, bool precomputed,
   plan.stream_one_token = dev.stream_one_token;
   plan.next_prefetch = dev.next_prefetch;
   plan.fp8_wide_ctas = dev.fp8_wide_ctas;
+  plan.fp8_quant_early = dev.fp8_quant_early;
   plan.fp8_act_quant_fused = dev.fp8_act_quant_fused;
   plan.fp8_quant_scatter = dev.fp8_quant_scatter;
   plan.fp8_tensor_scale_first = dev.fp8_tensor_scale_first;

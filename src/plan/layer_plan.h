@@ -83,6 +83,10 @@ struct LayerPlan {
   // The FP8 stream kernel may give a CTA two column blocks where that fits
   // the grid in one wave (stream_gemm_fp8_config.h).
   bool fp8_wide_ctas = true;
+  // The FP8 stream path's quantize kernels (x, the activation) let the GEMM
+  // after them launch once their wait is over, in decode-sized grids
+  // (fp8_quant.cuh, early_dependents).
+  bool fp8_quant_early = true;
   // FP8Block128's cutlass path quantizes the activation in the activation
   // kernel (expert_rows.cuh, launch_gated_activation_fp8).
   bool fp8_act_quant_fused = true;
@@ -91,10 +95,9 @@ struct LayerPlan {
   bool fp8_quant_scatter = true;
   // FP8PerTensor with dynamic scales takes those two one-pass forms too,
   // each tensor scale made first (launch_fp8_tensor_scale; the activation
-  // kernel's CTA maxima): opt-in, since these forms have not yet run on a
-  // GPU; off, it quantizes in token order and gathers, and quantizes the
-  // fp32 activation with the dynamic quantize kernels.
-  bool fp8_tensor_scale_first = false;
+  // kernel's CTA maxima); off, it quantizes in token order and gathers, and
+  // quantizes the fp32 activation with the dynamic quantize kernels.
+  bool fp8_tensor_scale_first = true;
   // How GEMM2 runs (plan_layer fills it; plan/gemm2_gate.h): the expert
   // path (y, then the finalize), the combine path, or both with the gate
   // choosing on the device.

@@ -39,12 +39,10 @@ TEST(DevOverrides, DefaultsFollowTheMeasuredRules) {
   EXPECT_TRUE(d.sorted_pair && d.direct_keys && d.cluster_spread && d.fixed_choice &&
               d.ranked_threshold && d.split_octet_count && d.split_kept_halves &&
               d.permute_trigger && d.scatter_masks && d.pdl && d.stream_one_token &&
-              d.stream_overlap && d.next_prefetch && d.fp8_wide_ctas && d.fp8_act_quant_fused &&
-              d.fp8_quant_scatter);
-  // The knobs that turn something on: the wgmma tuning candidates, and
-  // FP8PerTensor's dynamic one-pass forms until they have run on a GPU.
+              d.stream_overlap && d.next_prefetch && d.fp8_wide_ctas && d.fp8_quant_early &&
+              d.fp8_act_quant_fused && d.fp8_quant_scatter && d.fp8_tensor_scale_first);
+  // The knob that turns something on: the wgmma tuning candidates.
   EXPECT_FALSE(d.tune_wgmma);
-  EXPECT_FALSE(d.fp8_tensor_scale_first);
   EXPECT_EQ(d.wide_choice, WideChoice::kMeasured);
   EXPECT_EQ(d.cluster_max_ctas + d.spread_max_ctas + d.spread_from_tokens + d.spread_min_tokens +
                 d.cluster_min_tokens + d.split_batch_min_tokens + d.split_sort_from_topk +
@@ -64,7 +62,7 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
   d.set("gemm2_path=combine");
   d.set("mma_tactic=wg_m128n256:m128n128");
   d.set("fp8_tactic=fp8_coop_128x128x128:fp8_pingpong_64x128x128");
-  d.set("fp8_tensor_scale_first=1");
+  d.set("fp8_tensor_scale_first=0");
   d.set("tune_wgmma=1");
   EXPECT_FALSE(d.sorted_pair);
   EXPECT_EQ(d.cluster_max_ctas, 16);
@@ -73,12 +71,12 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
   EXPECT_EQ(d.stream_max_splits, 4);
   EXPECT_EQ(d.gemm2_path, DevGemm2Path::kCombine);
   EXPECT_TRUE(d.tune_wgmma);
-  EXPECT_TRUE(d.fp8_tensor_scale_first);
+  EXPECT_FALSE(d.fp8_tensor_scale_first);
   const std::string text = d.to_string();
   EXPECT_EQ(text,
             "sorted_pair=0 spread_from_tokens=33 cluster_max_ctas=16 wide_choice=1 "
             "stream_max_splits=4 gemm2_path=combine mma_tactic=wg_m128n256:m128n128 "
-            "fp8_tactic=fp8_coop_128x128x128:fp8_pingpong_64x128x128 fp8_tensor_scale_first=1 "
+            "fp8_tactic=fp8_coop_128x128x128:fp8_pingpong_64x128x128 fp8_tensor_scale_first=0 "
             "tune_wgmma=1");
   DevOverrides back;
   std::size_t start = 0;
@@ -88,7 +86,7 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
     start = end == std::string::npos ? text.size() : end + 1;
   }
   EXPECT_EQ(back, d);
-  EXPECT_EQ(DevOverrides::names().size(), 33u);
+  EXPECT_EQ(DevOverrides::names().size(), 34u);
 }
 
 TEST(DevOverrides, RefusesBadValuesNamingTheVariable) {

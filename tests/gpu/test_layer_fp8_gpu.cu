@@ -131,9 +131,11 @@ TEST(LayerFp8Gpu, PrecomputedRouting) {
   EXPECT_LT(rig.precomputed_routing_error(t, seed), kTolerance);
 }
 
-// FP8PerTensor with dynamic scales on the cutlass path, with the opt-in
-// one-pass forms (each tensor scale made first, fp8_tensor_scale_first):
-// the same codes and scales as the default forms, so the same output bits,
+// FP8PerTensor with dynamic scales on the cutlass path, with the one-pass
+// forms (each tensor scale made first, fp8_tensor_scale_first, the
+// default): the same codes and scales as the two-pass forms (quantize in
+// token order and gather; the dynamic quantize of the fp32 activation),
+// so the same output bits,
 // within the bound of the reference; eager and replayed from a graph with
 // fresh routing (a hot expert on the second replay).
 TEST(LayerFp8Gpu, DynamicTensorScaleFirstGivesTheDefaultFormsBits) {
@@ -145,9 +147,9 @@ TEST(LayerFp8Gpu, DynamicTensorScaleFirstGivesTheDefaultFormsBits) {
   c.options.backend = "cutlass";
   for (const bool fused : {true, false}) {
     DevOverrides first;
-    first.fp8_tensor_scale_first = true;
     first.fp8_act_quant_fused = fused;
-    const DevOverrides plain;
+    DevOverrides plain;
+    plain.fp8_tensor_scale_first = false;
     const int max_t = 130;
     LayerRig rig(c, max_t, seed, false, &first);
     LayerRig twin(c, max_t, seed, false, &plain);

@@ -53,8 +53,10 @@ __device__ __forceinline__ V warp_inclusive_sum(V value, int lane) {
 // is read before it. Kernels that trigger their
 // dependents early, through pdl_launch_dependents(): the single-CTA (or
 // single-cluster) routing kernels, the permute's scan kernels (E_local / 32
-// CTAs, after their own wait), and the stream GEMMs once their loads are
-// done. Every other dependent launches as its predecessor
+// CTAs, after their own wait), the stream GEMMs once their loads are
+// done, and the FP8 stream path's quantize kernels in grids of at most 64
+// CTAs (decode; after their own wait, fp8_quant.cuh). Every other
+// dependent launches as its predecessor
 // exits, which saves the launch gap.
 // (Triggering at the top of every kernel was measured slower on an H200:
 // mixtral-8x7b T=1 184.5 -> 206.4 us, dsv3-tp8 T=8 182.6
@@ -70,8 +72,9 @@ __device__ __forceinline__ void pdl_begin() {
 
 // Lets the next grid in the stream launch before this one ends; its CTAs
 // then wait in pdl_begin() until this grid has completed, so the order holds.
-// Only for grids of one CTA or cluster, which leave every other SM free for
-// the dependent's CTAs: what is saved is the dependent's launch latency.
+// Only for small grids (one CTA or cluster, or a few dozen CTAs), which
+// leave most SMs free for the dependent's CTAs: what is saved is the
+// dependent's launch latency, and a stream GEMM's first weight loads.
 __device__ __forceinline__ void pdl_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");

@@ -85,8 +85,9 @@ template <typename In>
 __global__ void __launch_bounds__(kRowThreads)
     quantize_fp8_rows_kernel(const In* __restrict__ x, int rows, int cols, int groups,
                              const int32_t* __restrict__ rows_device, uint32_t* __restrict__ codes,
-                             float* __restrict__ scales, int scales_ld) {
+                             float* __restrict__ scales, int scales_ld, bool early) {
   pdl_begin();
+  if (early) pdl_launch_dependents();
   const int64_t task = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / kWarpSize;
   const int row = static_cast<int>(task / groups);
   const int group = static_cast<int>(task % groups);
@@ -170,8 +171,10 @@ __global__ void __launch_bounds__(kSmallThreads)
     quantize_fp8_tensor_small_kernel(const In* __restrict__ x, int rows, int cols,
                                      const int32_t* __restrict__ rows_device,
                                      uint32_t* __restrict__ codes, float* __restrict__ scale_out,
-                                     float* __restrict__ row_scales, int row_scales_ld) {
+                                     float* __restrict__ row_scales, int row_scales_ld,
+                                     bool early) {
   pdl_begin();
+  if (early) pdl_launch_dependents();
   const int live = live_rows(rows_device, rows);
   const int64_t fours = static_cast<int64_t>(live) * (cols / kRowVec);
   Four f[kSmallVecs];
@@ -206,8 +209,9 @@ __global__ void __launch_bounds__(kTensorThreads)
                                const float* __restrict__ static_scale,
                                const float* __restrict__ partials, int num_partials,
                                uint2* __restrict__ codes, float* __restrict__ scale_out,
-                               float* __restrict__ row_scales, int row_scales_ld) {
+                               float* __restrict__ row_scales, int row_scales_ld, bool early) {
   pdl_begin();
+  if (early) pdl_launch_dependents();
   const int live = live_rows(rows_device, rows);
   const int64_t vecs = static_cast<int64_t>(live) * (cols / kTensorVec);
   float scale;
@@ -273,12 +277,13 @@ void launch_quantize_fp8_rows(const Fp8RowQuantParams& p, KernelStream stream) {
   require(blocks <= 0x7fffffff, "quantize_fp8_rows: too many rows");
   const dim3 grid(static_cast<unsigned>(blocks));
   auto* codes = reinterpret_cast<uint32_t*>(p.codes);
+  const bool early = p.early_dependents && blocks <= kFp8QuantEarlyMaxCtas;
   if (p.x)
     launch_pdl(quantize_fp8_rows_kernel<uint16_t>, grid, kRowThreads, 0, stream, p.x, p.rows,
-               p.cols, groups, p.rows_device, codes, p.scales, p.scales_ld);
+               p.cols, groups, p.rows_device, codes, p.scales, p.scales_ld, early);
   else
     launch_pdl(quantize_fp8_rows_kernel<float>, grid, kRowThreads, 0, stream, p.x_f32, p.rows,
-               p.cols, groups, p.rows_device, codes, p.scales, p.scales_ld);
+               p.cols, groups, p.rows_device, codes, p.scales, p.scales_ld, early);
   UNIMOE_LAUNCH_CHECK();
 }
 
@@ -322,7 +327,7 @@ void launch_tensor(const Fp8TensorQuantParams& p, const In* x, KernelStream stre
   if (small) {
     launch_pdl(quantize_fp8_tensor_small_kernel<In>, dim3(1), kSmallThreads, 0, stream, x, p.rows,
                p.cols, p.rows_device, reinterpret_cast<uint32_t*>(p.codes), p.scale, p.row_scales,
-               p.row_scales_ld);
+               p.row_scales_ld, p.early_dependents);
     UNIMOE_LAUNCH_CHECK();
     return;
   }
@@ -333,10 +338,11 @@ void launch_tensor(const Fp8TensorQuantParams& p, const In* x, KernelStream stre
                p.rows, p.cols, p.rows_device, p.scratch);
     UNIMOE_LAUNCH_CHECK();
   }
-  launch_pdl(quantize_fp8_tensor_kernel<In>, dim3(tensor_blocks(p.rows, p.cols, kMaxQuantBlocks)),
-             kTensorThreads, 0, stream, x, p.rows, p.cols, p.rows_device, p.static_scale,
-             static_cast<const float*>(p.scratch), num_partials, reinterpret_cast<uint2*>(p.codes),
-             p.scale, p.row_scales, p.row_scales_ld);
+  const int blocks = tensor_blocks(p.rows, p.cols, kMaxQuantBlocks);
+  launch_pdl(quantize_fp8_tensor_kernel<In>, dim3(blocks), kTensorThreads, 0, stream, x, p.rows,
+             p.cols, p.rows_device, p.static_scale, static_cast<const float*>(p.scratch),
+             num_partials, reinterpret_cast<uint2*>(p.codes), p.scale, p.row_scales,
+             p.row_scales_ld, p.early_dependents && blocks <= kFp8QuantEarlyMaxCtas);
   UNIMOE_LAUNCH_CHECK();
 }
 

@@ -40,7 +40,15 @@ struct Fp8RowQuantParams {
   // with scales_ld >= rows the scale of (r, g) goes to scales[g * scales_ld + r].
   float* scales = nullptr;
   int scales_ld = 0;
+  // Let the next kernel in the stream launch as soon as this one's PDL wait
+  // is over (its CTAs then wait for this grid's end), so that a stream GEMM
+  // after it issues its weight loads while the codes are made. Honoured for
+  // grids of at most kFp8QuantEarlyMaxCtas CTAs (decode), where every CTA of
+  // this grid is resident before the next one's take the free slots.
+  bool early_dependents = false;
 };
+
+constexpr int kFp8QuantEarlyMaxCtas = 64;
 
 // One warp per (row, 128-column group).
 void launch_quantize_fp8_rows(const Fp8RowQuantParams& p, KernelStream stream);
@@ -92,6 +100,9 @@ struct Fp8TensorQuantParams {
   // scale per row and group (the FP8 GEMMs) serves this form too.
   float* row_scales = nullptr;
   int row_scales_ld = 0;                 // >= rows when row_scales is set
+  // As in Fp8RowQuantParams, for the quantize pass's grid (the one-block
+  // kernel of small dynamic calls, or the static-scale pass).
+  bool early_dependents = false;
 };
 
 // FP8PerTensor's dynamic scale alone: partial maxima of x's live rows into
