@@ -69,7 +69,7 @@ constexpr Knob kKnobs[] = {
 constexpr const char* kForeignVariables[] = {
     "UNIMOE_TEST_SEED",    "UNIMOE_JOBS",        "UNIMOE_GTEST_FILTER", "UNIMOE_TEST_TIMEOUT",
     "UNIMOE_SWEEP_TIMEOUT", "UNIMOE_SWEEP_ITERS", "UNIMOE_BUILD_DIR",   "UNIMOE_CUDA",
-    "UNIMOE_DEPS_DIR",     "UNIMOE_CUTLASS_INCLUDE", "UNIMOE_ROUTING_STAMPS",
+    "UNIMOE_DEPS_DIR",     "UNIMOE_CUTLASS_INCLUDE", "UNIMOE_ROUTING_STAMPS", "UNIMOE_LIBRARY",
 };
 
 std::string lower(std::string s) {

@@ -150,6 +150,12 @@ TEST(DevOverrides, FromEnvironmentReadsAndValidates) {
     ScopedEnv scripts("UNIMOE_JOBS", "2");  // the scripts' own variables are left alone
     EXPECT_NO_THROW(DevOverrides::from_environment());
   }
+  {
+    // The Python package's: where it finds libunimoe_c.so, set in the
+    // process whose layers then read the environment.
+    ScopedEnv python("UNIMOE_LIBRARY", "/opt/unimoe/libunimoe_c.so");
+    EXPECT_NO_THROW(DevOverrides::from_environment());
+  }
 }
 
 }  // namespace
