@@ -134,7 +134,13 @@ UNIMOE_C_API int unimoe_nccl_unique_id(void* id, size_t id_bytes);
  * once all have). config_text: the whole model's layer. */
 UNIMOE_C_API int unimoe_ep_create(const char* config_text, int max_tokens, const void* id,
                                   size_t id_bytes, int world_size, int rank, unimoe_ep** out);
-/* Does nothing for a null layer. */
+/* Does nothing for a null layer. Frees the layer's buffers at once; its
+ * communicator too, unless a forward of it was captured in a CUDA graph:
+ * NCCL frees a communicator only once every graph that captured its
+ * operations is destroyed, so that one is destroyed on a thread of its
+ * own, which returns when those graphs are gone (destroying the layer
+ * before its graphs does not block). Such a graph must not be replayed
+ * after the layer is destroyed. */
 UNIMOE_C_API void unimoe_ep_destroy(unimoe_ep* layer);
 /* This rank's experts (EPLayer::set_weights). */
 UNIMOE_C_API int unimoe_ep_set_weights(unimoe_ep* layer, const unimoe_weights* weights);

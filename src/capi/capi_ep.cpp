@@ -2,6 +2,7 @@
 // communicator it makes from the caller's id, and owns.
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "capi/capi_status.h"
 #include "unimoe/ep.h"
@@ -11,17 +12,26 @@
 #endif
 
 // Destroyed in reverse: the view, the layer, the transport, then the
-// communicator.
+// communicator. NCCL frees a communicator only once every CUDA graph that
+// captured an operation of it is destroyed (ncclCommDestroy waits for
+// them), so a layer whose forward was captured hands its communicator to a
+// thread of its own: destroying the layer before the graph (Python frees
+// a function's locals in the order they were bound) then returns instead
+// of waiting for a graph the same thread would destroy next.
 struct unimoe_ep {
 #ifdef UNIMOE_WITH_CUDA
   ncclComm* comm = nullptr;
   std::unique_ptr<unimoe::EPTransport> transport;
   std::unique_ptr<unimoe::EPLayer> layer;
   unimoe_layer local{};
+  bool captured = false;  // a forward ran inside a stream capture
   ~unimoe_ep() {
     layer.reset();
     transport.reset();
-    unimoe::nccl::destroy(comm);
+    if (captured && comm)
+      std::thread([c = comm] { unimoe::nccl::destroy(c); }).detach();
+    else
+      unimoe::nccl::destroy(comm);
   }
 #endif
 };
@@ -130,6 +140,10 @@ int unimoe_ep_forward(unimoe_ep* layer, int num_tokens, const void* x, const voi
 #else
   if (!layer) return no_layer();
   return guarded([&] {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &capture) == cudaSuccess &&
+        capture != cudaStreamCaptureStatusNone)
+      layer->captured = true;
     layer->layer->forward(
         unimoe::capi::forward_args(num_tokens, x, logits, routing_bias, topk_ids, topk_weights, out),
         static_cast<CUstream_st*>(stream));
