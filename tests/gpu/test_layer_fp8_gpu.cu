@@ -180,6 +180,55 @@ TEST(LayerFp8Gpu, DynamicTensorScaleFirstGivesTheDefaultFormsBits) {
   }
 }
 
+// The stream path's quantize kernels letting their GEMM launch once their
+// wait is over (fp8_quant_early, the default) changes when the GEMMs
+// start, not what they compute: every FP8 form gives the bits of the
+// launch at the end (fp8_quant_early=0), within the reference's bound, at
+// decode sizes (the early form runs for quantize grids of at most 64 CTAs:
+// x at T=32 and H=2048 is 32 x 16 groups, 64 CTAs), eager and replayed
+// from a graph with fresh routing (a hot expert on the second replay).
+TEST(LayerFp8Gpu, EarlyLaunchedDecodeGemmsGiveTheBitsOfTheLateLaunch) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  MoEConfig c = find_preset("qwen3-30b-a3b").config;
+  c.options.backend = "stream";
+  for (const Form& form : kForms) {
+    SCOPED_TRACE(form.name);
+    c.experts.quant = form.quant;
+    const DevOverrides early;
+    DevOverrides late;
+    late.fp8_quant_early = false;
+    const int max_t = 32;
+    LayerRig rig(c, max_t, seed, form.static_scales, &early);
+    LayerRig twin(c, max_t, seed, form.static_scales, &late);
+    auto same_bits = [&](int t, const std::vector<float>& logits) {
+      twin.load_inputs(t, seed + t, logits);
+      twin.layer().forward(twin.args(t), nullptr);
+      EXPECT_EQ(rig.output_bits(t), twin.output_bits(t)) << "T=" << t;
+      const std::vector<float> want = rig.reference(t, logits);
+      EXPECT_LT(rig.error_against(t, want), kTolerance + rig.flip_allowance());
+    };
+    for (int t : {1, 3, max_t}) {
+      const std::vector<float> logits = ref::make_logits(c, t, seed + t, "uniform");
+      rig.load_inputs(t, seed + t, logits);
+      rig.layer().forward(rig.args(t), nullptr);
+      same_bits(t, logits);
+    }
+    const int t = 8;
+    rig.load_inputs(t, seed + t, ref::make_logits(c, t, seed, "uniform"));
+    test::CapturedForward graph(rig.layer(), rig.args(t));
+    for (int replay = 0; replay < 3; ++replay) {
+      SCOPED_TRACE("replay " + std::to_string(replay));
+      const std::vector<float> logits = replay == 1 ? hot_expert_logits(c, t, seed + replay, 5)
+                                                    : ref::make_logits(c, t, seed + replay, "uniform");
+      rig.load_inputs(t, seed + t, logits);
+      graph.replay();
+      same_bits(t, logits);
+    }
+  }
+}
+
 class LayerFp8GraphGpu : public ::testing::TestWithParam<const char*> {};
 INSTANTIATE_TEST_SUITE_P(Backends, LayerFp8GraphGpu, ::testing::ValuesIn(kBackends));
 
