@@ -89,6 +89,23 @@ class EPLayer {
                                          EPTransport& transport);
   static constexpr int kMaxWorldSize = 64;
 
+  // Shared scratch, as MoELayer's (unimoe.h): the EP buffers and the local
+  // layer's per-call buffers in one device buffer of the caller's, which
+  // the EP layers of one model on this rank can share (one buffer a rank,
+  // sized for the largest of their scratch_bytes). The same rules hold:
+  // 256-byte aligned memory of the current device (Error naming `scratch`
+  // otherwise), kept until the layers are gone, the layers created before
+  // any forward that uses it is in flight (creating one zeroes part of it),
+  // and their forwards run one after another. buffer_bytes() still gives
+  // the EP buffers' size; the layer then holds none of it.
+  // scratch_bytes: what create() below needs on a rank of a group of
+  // world_size (the same on every rank); throws Error as create would for
+  // a bad config, max_tokens or world_size.
+  static std::size_t scratch_bytes(const MoEConfig& config, int max_tokens, int world_size);
+  static std::unique_ptr<EPLayer> create(const MoEConfig& config, int max_tokens,
+                                         EPTransport& transport, void* scratch,
+                                         std::size_t scratch_size);
+
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   virtual int max_tokens() const = 0;
@@ -96,7 +113,8 @@ class EPLayer {
   // range). Use it for autotune, use_tuning_cache and describe; its calls
   // see world_size * max_tokens tokens, most of them padding.
   virtual MoELayer& local_layer() = 0;
-  // Device memory the EP buffers hold, besides the local layer's.
+  // Device memory the EP buffers hold, besides the local layer's (in the
+  // scratch, for a layer made with one).
   virtual std::size_t buffer_bytes() const = 0;
   // Bytes this rank sends a call (the fixed chunks, dispatch and return).
   virtual std::size_t bytes_sent_per_call() const = 0;

@@ -134,6 +134,18 @@ UNIMOE_C_API int unimoe_nccl_unique_id(void* id, size_t id_bytes);
  * once all have). config_text: the whole model's layer. */
 UNIMOE_C_API int unimoe_ep_create(const char* config_text, int max_tokens, const void* id,
                                   size_t id_bytes, int world_size, int rank, unimoe_ep** out);
+/* EPLayer::scratch_bytes and EPLayer::create with a scratch: the EP buffers
+ * and the local layer's per-call buffers in the caller's device memory
+ * `scratch` (256-byte aligned, at least unimoe_ep_scratch_bytes bytes),
+ * which the EP layers of one model on this rank may share when their
+ * forwards run one after another. The caller keeps it until the layers are
+ * destroyed. */
+UNIMOE_C_API int unimoe_ep_scratch_bytes(const char* config_text, int max_tokens, int world_size,
+                                         size_t* out);
+UNIMOE_C_API int unimoe_ep_create_with_scratch(const char* config_text, int max_tokens,
+                                               const void* id, size_t id_bytes, int world_size,
+                                               int rank, void* scratch, size_t scratch_size,
+                                               unimoe_ep** out);
 /* Does nothing for a null layer. Frees the layer's buffers at once; its
  * communicator too, unless a forward of it was captured in a CUDA graph:
  * NCCL frees a communicator only once every graph that captured its

@@ -38,6 +38,21 @@ def test_arguments_are_checked_first():
     assert e.value.field == "device"
 
 
+def test_ep_scratch_bytes_checks_its_arguments():
+    with pytest.raises(TypeError):
+        unimoe.ep_scratch_bytes(CONFIG, True, 1)
+    with pytest.raises(TypeError):
+        unimoe.ep_scratch_bytes(CONFIG, T, 1.0)
+    if gpu_skip_reason() is not None:
+        with pytest.raises(RuntimeError):
+            unimoe.ep_scratch_bytes(CONFIG, T, 1)
+        return
+    assert unimoe.ep_scratch_bytes(CONFIG, T, 2) > unimoe.ep_scratch_bytes(CONFIG, T, 1) > 0
+    with pytest.raises(unimoe.Error) as e:
+        unimoe.ep_scratch_bytes(CONFIG, T, 0)
+    assert e.value.field == "world_size"
+
+
 def _skip_reason():
     reason = gpu_skip_reason()
     if reason is None and unimoe.nccl_support():
@@ -93,3 +108,36 @@ def test_group_of_one_in_a_cuda_graph():
         want = single(x, logits)
         diff = (out.double() - want.double()).norm() / want.double().norm()
         assert diff.item() < 1e-2
+
+
+@pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+def test_groups_of_one_sharing_a_scratch():
+    """Two EP layers of different shapes on one scratch, run one after the
+    other (A, B, A again), each bit for bit its single layer; a scratch
+    too small is refused naming it."""
+    other = f"policy=Default E=8 K=2 H={H} I={2 * I}"
+    g = torch.Generator().manual_seed(4)
+    nbytes = max(unimoe.ep_scratch_bytes(CONFIG, T, 1), unimoe.ep_scratch_bytes(other, T, 1))
+    scratch = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    layers = []
+    for config in (CONFIG, other):
+        e, i = (E, I) if config == CONFIG else (8, 2 * I)
+        w13 = bf16_values(e, 2 * i, H, scale=0.05, generator=g).bfloat16().cuda()
+        w2 = bf16_values(e, H, i, scale=0.05, generator=g).bfloat16().cuda()
+        ep = unimoe.EPLayer(config, T, unimoe.nccl_unique_id(), 1, 0, scratch=scratch)
+        ep.set_weights(w13, w2)
+        single = unimoe.MoELayer(config, T, device="cuda")
+        single.set_weights(w13, w2)
+        k = K if config == CONFIG else 2
+        ids = torch.stack([torch.randperm(e, generator=g)[:k] for _ in range(T)]).int().cuda()
+        weights = torch.rand(T, k, generator=g).cuda()
+        layers.append((ep, single, ids, weights))
+    x = bf16_values(T, H, generator=g).bfloat16().cuda()
+    for ep, single, ids, weights in layers + layers[:1]:
+        got = ep(x, topk_ids=ids, topk_weights=weights)
+        want = single(x, topk_ids=ids, topk_weights=weights)
+        torch.cuda.synchronize()
+        assert torch.equal(got, want)
+    with pytest.raises(unimoe.Error) as e:
+        unimoe.EPLayer(CONFIG, T, unimoe.nccl_unique_id(), 1, 0, scratch=scratch[:256])
+    assert e.value.field == "scratch"

@@ -10,7 +10,7 @@ except ImportError as e:
 
 from ._lib import Error, has_cuda, version
 from .config import BackendOptions, ExpertsConfig, MoEConfig, RoutingConfig
-from .ep import EPLayer, nccl_support, nccl_unique_id
+from .ep import EPLayer, ep_scratch_bytes, nccl_support, nccl_unique_id
 from .functional import clear_fused_experts_cache, fused_experts
 from .hf import (from_hf_config, load_fp8_block_experts, load_fp8_tensor_experts,
                  load_gpt_oss_mxfp4, load_hf_experts, load_nvfp4_experts)
@@ -20,6 +20,7 @@ __version__ = version()
 
 __all__ = [
     "BackendOptions", "EPLayer", "Error", "ExpertsConfig", "MoEConfig", "MoELayer",
+    "ep_scratch_bytes",
     "RoutingConfig", "clear_fused_experts_cache", "from_hf_config", "fused_experts", "has_cuda",
     "load_fp8_block_experts", "load_fp8_tensor_experts", "load_gpt_oss_mxfp4", "load_hf_experts",
     "load_nvfp4_experts", "moe_forward", "nccl_support", "nccl_unique_id", "scratch_bytes",

@@ -24,7 +24,8 @@ import torch
 
 from . import _lib
 from ._lib import Error
-from .layer import MoELayer
+from .config import as_config
+from .layer import MoELayer, _scratch_query
 
 _ID_BYTES = 128  # NCCL_UNIQUE_ID_BYTES
 
@@ -41,6 +42,20 @@ def nccl_unique_id():
     return buf.raw
 
 
+def ep_scratch_bytes(config, max_tokens, world_size, device=None):
+    """Bytes of the scratch an EPLayer of `config` (the whole model's layer)
+    takes on each rank of a group of world_size serving up to max_tokens
+    tokens a rank (EPLayer::scratch_bytes), on `device` (None: the current
+    CUDA device); size one buffer a rank for the largest of a model's EP
+    layers."""
+    config = as_config(config)
+    for name, v in (("max_tokens", max_tokens), ("world_size", world_size)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise TypeError(f"{name}: {v!r} is not an int")
+    return _scratch_query(device, lambda out: _lib.lib.unimoe_ep_scratch_bytes(
+        config.to_string().encode(), max_tokens, world_size, out))
+
+
 class EPLayer(MoELayer):
     """One rank of an expert-parallel layer: config is the whole model's
     layer (all E experts; the expert range left at its default); rank r
@@ -48,9 +63,14 @@ class EPLayer(MoELayer):
     takes in MoELayer's layouts with E / W experts. max_tokens: the most
     tokens a rank passes to one call, the same on every rank. describe,
     workspace_bytes, autotune and use_tuning_cache act on the rank's local
-    layer. GPU only."""
+    layer. GPU only.
 
-    def __init__(self, config, max_tokens, nccl_id, world_size, rank, device=None):
+    scratch: None (the layer allocates its buffers) or a CUDA tensor on the
+    layer's device, contiguous, of at least
+    unimoe.ep_scratch_bytes(config, max_tokens, world_size) bytes, which the
+    EP layers of one model on this rank may share (as MoELayer's scratch)."""
+
+    def __init__(self, config, max_tokens, nccl_id, world_size, rank, device=None, scratch=None):
         if not isinstance(nccl_id, (bytes, bytearray)) or len(nccl_id) != _ID_BYTES:
             raise Error(f"nccl_id: expected {_ID_BYTES} bytes from nccl_unique_id()", "nccl_id")
         for name, v in (("world_size", world_size), ("rank", rank)):
@@ -62,13 +82,19 @@ class EPLayer(MoELayer):
             raise RuntimeError("unimoe: an EPLayer needs a CUDA device (there is none)")
         self._ep_args = (bytes(nccl_id), world_size, rank)
         self.world_size, self.rank = world_size, rank
-        super().__init__(config, max_tokens, device)
+        super().__init__(config, max_tokens, device, scratch=scratch)
 
     def _make_c(self):
         nccl_id, world, rank = self._ep_args
         ep = ctypes.c_void_p()
-        _lib.check(_lib.lib.unimoe_ep_create(self._text, self.max_tokens, nccl_id, len(nccl_id),
-                                             world, rank, ctypes.byref(ep)))
+        if self._scratch is None:
+            _lib.check(_lib.lib.unimoe_ep_create(self._text, self.max_tokens, nccl_id,
+                                                 len(nccl_id), world, rank, ctypes.byref(ep)))
+        else:
+            nbytes = self._scratch.numel() * self._scratch.element_size()
+            _lib.check(_lib.lib.unimoe_ep_create_with_scratch(
+                self._text, self.max_tokens, nccl_id, len(nccl_id), world, rank,
+                ctypes.c_void_p(self._scratch.data_ptr()), nbytes, ctypes.byref(ep)))
         local = ctypes.c_void_p()
         try:
             _lib.check(_lib.lib.unimoe_ep_local_layer(ep, ctypes.byref(local)))

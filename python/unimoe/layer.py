@@ -95,6 +95,13 @@ def scratch_bytes(config, max_tokens, device=None):
     config = as_config(config)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
         raise TypeError(f"max_tokens: {max_tokens!r} is not an int")
+    return _scratch_query(device, lambda out: _lib.lib.unimoe_layer_scratch_bytes(
+        config.to_string().encode(), max_tokens, out))
+
+
+def _scratch_query(device, call):
+    """The size_t a C scratch query `call(out)` writes, made on `device`
+    (None: the current CUDA device)."""
     if not _lib.has_cuda():
         raise RuntimeError("unimoe: this build has no GPU layer (nvcc was not found when it was "
                            "built); a scratch serves only the GPU layer")
@@ -104,8 +111,7 @@ def scratch_bytes(config, max_tokens, device=None):
         torch.device(device)
     n = ctypes.c_size_t()
     with torch.cuda.device(device):
-        _lib.check(_lib.lib.unimoe_layer_scratch_bytes(config.to_string().encode(), max_tokens,
-                                                       ctypes.byref(n)))
+        _lib.check(call(ctypes.byref(n)))
     return n.value
 
 

@@ -8,6 +8,7 @@
 #include "unimoe/ep.h"
 
 #ifdef UNIMOE_WITH_CUDA
+#include "layer/moe_layer.h"
 #include "layer/nccl_runtime.h"
 #endif
 
@@ -60,6 +61,47 @@ void require(const void* p, const char* field) {
 
 }  // namespace
 
+#ifdef UNIMOE_WITH_CUDA
+namespace {
+
+// unimoe_ep_create and unimoe_ep_create_with_scratch: the layer over a
+// communicator made from `id` (scratch null: the layer's own buffers).
+int create_ep(const char* config_text, int max_tokens, const void* id, size_t id_bytes,
+              int world_size, int rank, void* scratch, size_t scratch_size, bool with_scratch,
+              unimoe_ep** out) {
+  return guarded([&] {
+    require(config_text, "config");
+    require(id, "id");
+    require(out, "out");
+    *out = nullptr;
+    const unimoe::MoEConfig config = unimoe::MoEConfig::parse(config_text);
+    if (world_size < 1 || world_size > unimoe::EPLayer::kMaxWorldSize)
+      throw unimoe::Error("world_size", "is " + std::to_string(world_size) + "; allowed: 1.." +
+                                            std::to_string(unimoe::EPLayer::kMaxWorldSize));
+    if (rank < 0 || rank >= world_size)
+      throw unimoe::Error("rank", "is " + std::to_string(rank) + "; allowed: 0.." + std::to_string(world_size - 1));
+    const std::string why = unimoe::nccl_support();
+    if (!why.empty()) throw std::runtime_error("NCCL: " + why);
+    // Checked before the communicator exists, so that a bad scratch fails
+    // this rank's create without leaving the others in a group it left.
+    if (with_scratch)
+      unimoe::check_scratch({scratch, scratch_size},
+                            unimoe::EPLayer::scratch_bytes(config, max_tokens, world_size),
+                            max_tokens, "unimoe_ep_scratch_bytes");
+    auto ep = std::make_unique<unimoe_ep>();
+    ep->comm = unimoe::nccl::init_rank(std::string(static_cast<const char*>(id), id_bytes), world_size, rank);
+    ep->transport = unimoe::make_nccl_transport(ep->comm);
+    ep->layer = with_scratch
+                    ? unimoe::EPLayer::create(config, max_tokens, *ep->transport, scratch, scratch_size)
+                    : unimoe::EPLayer::create(config, max_tokens, *ep->transport);
+    ep->local.impl = &ep->layer->local_layer();
+    *out = ep.release();
+  });
+}
+
+}  // namespace
+#endif
+
 extern "C" {
 
 int unimoe_nccl_support(const char** out) {
@@ -86,32 +128,40 @@ int unimoe_nccl_unique_id(void* id, size_t id_bytes) {
 #endif
 }
 
+
 int unimoe_ep_create(const char* config_text, int max_tokens, const void* id, size_t id_bytes,
                      int world_size, int rank, unimoe_ep** out) {
 #ifndef UNIMOE_WITH_CUDA
   (void)config_text, (void)max_tokens, (void)id, (void)id_bytes, (void)world_size, (void)rank, (void)out;
   return no_cuda();
 #else
+  return create_ep(config_text, max_tokens, id, id_bytes, world_size, rank, nullptr, 0, false, out);
+#endif
+}
+
+int unimoe_ep_scratch_bytes(const char* config_text, int max_tokens, int world_size, size_t* out) {
+#ifndef UNIMOE_WITH_CUDA
+  (void)config_text, (void)max_tokens, (void)world_size, (void)out;
+  return no_cuda();
+#else
   return guarded([&] {
     require(config_text, "config");
-    require(id, "id");
     require(out, "out");
-    *out = nullptr;
-    const unimoe::MoEConfig config = unimoe::MoEConfig::parse(config_text);
-    if (world_size < 1 || world_size > unimoe::EPLayer::kMaxWorldSize)
-      throw unimoe::Error("world_size", "is " + std::to_string(world_size) + "; allowed: 1.." +
-                                            std::to_string(unimoe::EPLayer::kMaxWorldSize));
-    if (rank < 0 || rank >= world_size)
-      throw unimoe::Error("rank", "is " + std::to_string(rank) + "; allowed: 0.." + std::to_string(world_size - 1));
-    const std::string why = unimoe::nccl_support();
-    if (!why.empty()) throw std::runtime_error("NCCL: " + why);
-    auto ep = std::make_unique<unimoe_ep>();
-    ep->comm = unimoe::nccl::init_rank(std::string(static_cast<const char*>(id), id_bytes), world_size, rank);
-    ep->transport = unimoe::make_nccl_transport(ep->comm);
-    ep->layer = unimoe::EPLayer::create(config, max_tokens, *ep->transport);
-    ep->local.impl = &ep->layer->local_layer();
-    *out = ep.release();
+    *out = unimoe::EPLayer::scratch_bytes(unimoe::MoEConfig::parse(config_text), max_tokens, world_size);
   });
+#endif
+}
+
+int unimoe_ep_create_with_scratch(const char* config_text, int max_tokens, const void* id,
+                                  size_t id_bytes, int world_size, int rank, void* scratch,
+                                  size_t scratch_size, unimoe_ep** out) {
+#ifndef UNIMOE_WITH_CUDA
+  (void)config_text, (void)max_tokens, (void)id, (void)id_bytes, (void)world_size, (void)rank,
+      (void)scratch, (void)scratch_size, (void)out;
+  return no_cuda();
+#else
+  return create_ep(config_text, max_tokens, id, id_bytes, world_size, rank, scratch, scratch_size,
+                   true, out);
 #endif
 }
 

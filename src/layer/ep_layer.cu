@@ -7,6 +7,7 @@
 #include "kernels/ep/ep_exchange.cuh"
 #include "kernels/routing/routing.cuh"
 #include "layer/layer_access.h"
+#include "layer/moe_layer.h"
 #include "layer/workspace_carver.h"
 #include "plan/routing_plan.h"
 
@@ -25,23 +26,86 @@ const char* ep_step_name(EPLayer::Step step) {
 
 namespace {
 
+// The EP buffers of one rank, in one allocation or in the caller's scratch.
+struct EPBuffers {
+  int32_t* slots = nullptr;
+  int32_t* counts = nullptr;
+  int32_t* topk_ids = nullptr;
+  float* topk_weights = nullptr;
+  // send_x carries the dispatch's rows out and, once they are sent, the
+  // partial sums coming back.
+  uint16_t* send_x = nullptr;
+  int32_t* send_ids = nullptr;
+  float* send_weights = nullptr;
+  uint16_t* recv_x = nullptr;
+  int32_t* recv_ids = nullptr;
+  float* recv_weights = nullptr;
+  uint16_t* partial = nullptr;
+};
+
+// Places every buffer from `base` (nullptr: only the size); returns the
+// bytes they take, a multiple of WorkspaceCarver::kAlign.
+std::size_t carve_buffers(const EPGeometry& g, char* base, EPBuffers& b) {
+  WorkspaceCarver c(base);
+  const std::size_t chunk_rows = std::size_t(g.world_size) * g.max_tokens;
+  b.slots = c.take<int32_t>(std::size_t(g.max_tokens) * g.world_size);
+  b.counts = c.take<int32_t>(g.world_size);
+  b.topk_ids = c.take<int32_t>(std::size_t(g.max_tokens) * g.top_k);
+  b.topk_weights = c.take<float>(std::size_t(g.max_tokens) * g.top_k);
+  b.send_x = c.take<uint16_t>(chunk_rows * g.hidden);
+  b.send_ids = c.take<int32_t>(chunk_rows * g.top_k);
+  b.send_weights = c.take<float>(chunk_rows * g.top_k);
+  b.recv_x = c.take<uint16_t>(chunk_rows * g.hidden);
+  b.recv_ids = c.take<int32_t>(chunk_rows * g.top_k);
+  b.recv_weights = c.take<float>(chunk_rows * g.top_k);
+  b.partial = c.take<uint16_t>(chunk_rows * g.hidden);
+  return c.used();  // each slice is rounded up to kAlign
+}
+
 class EPLayerImpl final : public EPLayer {
  public:
-  EPLayerImpl(const MoEConfig& config, int max_tokens, EPTransport& transport, const DevOverrides& dev)
+  // `scratch`: the caller's buffer for the EP buffers and the local layer's
+  // per-call buffers (EPLayer::create with a scratch), or null for
+  // allocations of the layer's own.
+  EPLayerImpl(const MoEConfig& config, int max_tokens, EPTransport& transport, const DevOverrides& dev,
+              const ScratchBuffer* scratch = nullptr)
       : g_(plan_ep(config, max_tokens, transport.rank(), transport.world_size())),
         transport_(transport),
         dev_(dev) {
-    local_ = layer_access::create(g_.local_config, g_.local_tokens(), dev);
     RoutingConfig routing = config.routing;
     probe_routing_device_caps(routing, caps_);
-    carve(nullptr);
-    UNIMOE_CUDA_CHECK(cudaMalloc(&arena_, arena_bytes_));
+    arena_bytes_ = carve_buffers(g_, nullptr, b_);
+    char* base = nullptr;
+    if (scratch) {
+      check_scratch(*scratch, scratch_need(g_), g_.max_tokens, "EPLayer::scratch_bytes");
+      base = static_cast<char*>(scratch->ptr);
+      // The local layer's per-call buffers follow the EP buffers.
+      const ScratchBuffer local{base + arena_bytes_, scratch->bytes - arena_bytes_};
+      local_ = std::make_unique<MoELayerImpl>(g_.local_config, g_.local_tokens(), dev, &local);
+    } else {
+      local_ = layer_access::create(g_.local_config, g_.local_tokens(), dev);
+      UNIMOE_CUDA_CHECK(cudaMalloc(&arena_, arena_bytes_));
+      base = static_cast<char*>(arena_);
+    }
     // Padding rows are never read as tokens, but kernels that scan whole
     // inputs (FP8's row quantization) read them: give them defined values.
-    UNIMOE_CUDA_CHECK(cudaMemset(arena_, 0, arena_bytes_));
-    carve(static_cast<char*>(arena_));
+    // (In a shared scratch, later layers' calls leave their bytes there;
+    // those kernels treat each row alone, so no token's result depends on
+    // them.) The memset runs on the legacy stream, which a forward on a
+    // non-blocking stream does not wait for: done before create returns.
+    UNIMOE_CUDA_CHECK(cudaMemset(base, 0, arena_bytes_));
+    UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    carve_buffers(g_, base, b_);
   }
   ~EPLayerImpl() override { cudaFree(arena_); }
+
+  // EPLayer::scratch_bytes for a rank of this geometry: the EP buffers,
+  // then the local layer's per-call buffers.
+  static std::size_t scratch_need(const EPGeometry& g) {
+    EPBuffers sizes;
+    return carve_buffers(g, nullptr, sizes) +
+           MoELayerImpl::scratch_bytes(g.local_config, g.local_tokens());
+  }
 
   int rank() const override { return g_.rank; }
   int world_size() const override { return g_.world_size; }
@@ -71,31 +135,12 @@ class EPLayerImpl final : public EPLayer {
   }
 
   const EPGeometry& geometry() const { return g_; }
-  const int32_t* counts() const { return counts_; }
-  const int32_t* slots() const { return slots_; }
-  const int32_t* topk_ids() const { return topk_ids_; }
-  const float* topk_weights() const { return topk_weights_; }
+  const int32_t* counts() const { return b_.counts; }
+  const int32_t* slots() const { return b_.slots; }
+  const int32_t* topk_ids() const { return b_.topk_ids; }
+  const float* topk_weights() const { return b_.topk_weights; }
 
  private:
-  // Every buffer, in one allocation (base nullptr: only the size).
-  void carve(char* base) {
-    WorkspaceCarver c(base);
-    const std::size_t chunk_rows = std::size_t(g_.world_size) * g_.max_tokens;
-    slots_ = c.take<int32_t>(std::size_t(g_.max_tokens) * g_.world_size);
-    counts_ = c.take<int32_t>(g_.world_size);
-    topk_ids_ = c.take<int32_t>(std::size_t(g_.max_tokens) * g_.top_k);
-    topk_weights_ = c.take<float>(std::size_t(g_.max_tokens) * g_.top_k);
-    // send_x carries the dispatch's rows out and, once they are sent, the
-    // partial sums coming back.
-    send_x_ = c.take<uint16_t>(chunk_rows * g_.hidden);
-    send_ids_ = c.take<int32_t>(chunk_rows * g_.top_k);
-    send_weights_ = c.take<float>(chunk_rows * g_.top_k);
-    recv_x_ = c.take<uint16_t>(chunk_rows * g_.hidden);
-    recv_ids_ = c.take<int32_t>(chunk_rows * g_.top_k);
-    recv_weights_ = c.take<float>(chunk_rows * g_.top_k);
-    partial_ = c.take<uint16_t>(chunk_rows * g_.hidden);
-    arena_bytes_ = c.used();
-  }
 
   void check_args(const ForwardArgs& a) const {
     if (a.num_tokens < 0 || a.num_tokens > g_.max_tokens)
@@ -119,8 +164,8 @@ class EPLayerImpl final : public EPLayer {
         const float* weights = a.topk_weights;
         if (!ids) {
           route(a, stream);
-          ids = topk_ids_;
-          weights = topk_weights_;
+          ids = b_.topk_ids;
+          weights = b_.topk_weights;
         }
         EPDispatchParams p;
         p.x = static_cast<const uint16_t*>(a.x);
@@ -133,40 +178,40 @@ class EPLayerImpl final : public EPLayer {
         p.experts_per_rank = g_.experts_per_rank;
         p.world_size = w;
         p.max_tokens = cap;
-        p.slots = slots_;
-        p.counts = counts_;
-        p.send_x = send_x_;
-        p.send_ids = send_ids_;
-        p.send_weights = send_weights_;
+        p.slots = b_.slots;
+        p.counts = b_.counts;
+        p.send_x = b_.send_x;
+        p.send_ids = b_.send_ids;
+        p.send_weights = b_.send_weights;
         launch_ep_dispatch(p, stream);
         return;
       }
       case Step::Exchange: {
-        const EPTransport::Array arrays[] = {{send_x_, recv_x_, g_.x_chunk_bytes()},
-                                             {send_ids_, recv_ids_, g_.ids_chunk_bytes()},
-                                             {send_weights_, recv_weights_, g_.weights_chunk_bytes()}};
+        const EPTransport::Array arrays[] = {{b_.send_x, b_.recv_x, g_.x_chunk_bytes()},
+                                             {b_.send_ids, b_.recv_ids, g_.ids_chunk_bytes()},
+                                             {b_.send_weights, b_.recv_weights, g_.weights_chunk_bytes()}};
         transport_.all_to_all(arrays, 3, stream);
         return;
       }
       case Step::Experts: {
         ForwardArgs l;
         l.num_tokens = g_.local_tokens();
-        l.x = recv_x_;
-        l.topk_ids = recv_ids_;
-        l.topk_weights = recv_weights_;
-        l.out = partial_;
+        l.x = b_.recv_x;
+        l.topk_ids = b_.recv_ids;
+        l.topk_weights = b_.recv_weights;
+        l.out = b_.partial;
         local_->forward(l, stream);
         return;
       }
       case Step::Return: {
-        const EPTransport::Array back = {partial_, send_x_, g_.x_chunk_bytes()};
+        const EPTransport::Array back = {b_.partial, b_.send_x, g_.x_chunk_bytes()};
         transport_.all_to_all(&back, 1, stream);
         return;
       }
       case Step::Combine: {
         EPCombineParams p;
-        p.partials = send_x_;
-        p.slots = slots_;
+        p.partials = b_.send_x;
+        p.slots = b_.slots;
         p.num_tokens = a.num_tokens;
         p.hidden = g_.hidden;
         p.world_size = w;
@@ -191,8 +236,8 @@ class EPLayerImpl final : public EPLayer {
     p.bias = a.routing_bias;
     p.num_tokens = a.num_tokens;
     p.config = c.routing;
-    p.topk_ids = topk_ids_;
-    p.topk_weights = topk_weights_;
+    p.topk_ids = b_.topk_ids;
+    p.topk_weights = b_.topk_weights;
     launch_routing(p, plan, KernelStream(stream, false));
   }
 
@@ -201,19 +246,9 @@ class EPLayerImpl final : public EPLayer {
   DevOverrides dev_;
   RoutingDeviceCaps caps_;
   std::unique_ptr<MoELayer> local_;
-  void* arena_ = nullptr;
-  std::size_t arena_bytes_ = 0;
-  int32_t* slots_ = nullptr;
-  int32_t* counts_ = nullptr;
-  int32_t* topk_ids_ = nullptr;
-  float* topk_weights_ = nullptr;
-  uint16_t* send_x_ = nullptr;
-  int32_t* send_ids_ = nullptr;
-  float* send_weights_ = nullptr;
-  uint16_t* recv_x_ = nullptr;
-  int32_t* recv_ids_ = nullptr;
-  float* recv_weights_ = nullptr;
-  uint16_t* partial_ = nullptr;
+  void* arena_ = nullptr;        // the EP buffers' allocation, where no scratch was given
+  std::size_t arena_bytes_ = 0;  // the EP buffers' bytes
+  EPBuffers b_;
 };
 
 const EPLayerImpl& impl(const EPLayer& layer) { return static_cast<const EPLayerImpl&>(layer); }
@@ -222,6 +257,21 @@ const EPLayerImpl& impl(const EPLayer& layer) { return static_cast<const EPLayer
 
 std::unique_ptr<EPLayer> EPLayer::create(const MoEConfig& config, int max_tokens, EPTransport& transport) {
   return std::make_unique<EPLayerImpl>(config, max_tokens, transport, DevOverrides::from_environment());
+}
+
+std::size_t EPLayer::scratch_bytes(const MoEConfig& config, int max_tokens, int world_size) {
+  if (world_size < 1 || world_size > kMaxWorldSize)
+    throw Error("world_size", "is " + std::to_string(world_size) + "; allowed: 1.." +
+                                  std::to_string(kMaxWorldSize));
+  // Every rank's buffers have rank 0's sizes.
+  return EPLayerImpl::scratch_need(plan_ep(config, max_tokens, 0, world_size));
+}
+
+std::unique_ptr<EPLayer> EPLayer::create(const MoEConfig& config, int max_tokens, EPTransport& transport,
+                                         void* scratch, std::size_t scratch_size) {
+  const ScratchBuffer buffer{scratch, scratch_size};
+  return std::make_unique<EPLayerImpl>(config, max_tokens, transport, DevOverrides::from_environment(),
+                                       &buffer);
 }
 
 namespace ep_access {

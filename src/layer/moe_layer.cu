@@ -125,26 +125,7 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens, const DevOve
   char* base = nullptr;
   if (scratch) {
     const std::size_t need = scratch_bytes(config_, max_tokens_);
-    const auto address = reinterpret_cast<std::uintptr_t>(scratch->ptr);
-    if (!scratch->ptr) throw Error("scratch", "is null");
-    if (address % WorkspaceCarver::kAlign != 0)
-      throw Error("scratch", "is not " + std::to_string(WorkspaceCarver::kAlign) +
-                                 "-byte aligned (cudaMalloc'd memory is)");
-    if (scratch->bytes < need)
-      throw Error("scratch", "has " + std::to_string(scratch->bytes) + " bytes; this config at max_tokens " +
-                                 std::to_string(max_tokens_) + " needs " + std::to_string(need) +
-                                 " (MoELayer::scratch_bytes)");
-    cudaPointerAttributes attr{};
-    if (cudaPointerGetAttributes(&attr, scratch->ptr) != cudaSuccess ||
-        (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)) {
-      cudaGetLastError();
-      throw Error("scratch", "is not device memory");
-    }
-    int device = 0;
-    UNIMOE_CUDA_CHECK(cudaGetDevice(&device));
-    if (attr.device != device)
-      throw Error("scratch", "is memory of device " + std::to_string(attr.device) +
-                                 "; the layer is made on device " + std::to_string(device));
+    check_scratch(*scratch, need, max_tokens_, "MoELayer::scratch_bytes");
     base = static_cast<char*>(scratch->ptr);
     // Zeroed once, as the layer's own arena is (below).
     UNIMOE_CUDA_CHECK(cudaMemset(base, 0, need));
@@ -507,6 +488,30 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
 void MoELayerImpl::forward(const ForwardArgs& args, CUstream_st* stream) {
   check_args(args);
   for (Stage s : kStages) run_stage(s, args, stream);
+}
+
+void check_scratch(const ScratchBuffer& scratch, std::size_t need, int max_tokens,
+                   const char* sizer) {
+  const auto address = reinterpret_cast<std::uintptr_t>(scratch.ptr);
+  if (!scratch.ptr) throw Error("scratch", "is null");
+  if (address % WorkspaceCarver::kAlign != 0)
+    throw Error("scratch", "is not " + std::to_string(WorkspaceCarver::kAlign) +
+                               "-byte aligned (cudaMalloc'd memory is)");
+  if (scratch.bytes < need)
+    throw Error("scratch", "has " + std::to_string(scratch.bytes) + " bytes; this config at max_tokens " +
+                               std::to_string(max_tokens) + " needs " + std::to_string(need) + " (" +
+                               sizer + ")");
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, scratch.ptr) != cudaSuccess ||
+      (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)) {
+    cudaGetLastError();
+    throw Error("scratch", "is not device memory");
+  }
+  int device = 0;
+  UNIMOE_CUDA_CHECK(cudaGetDevice(&device));
+  if (attr.device != device)
+    throw Error("scratch", "is memory of device " + std::to_string(attr.device) +
+                               "; the layer is made on device " + std::to_string(device));
 }
 
 std::unique_ptr<MoELayer> MoELayer::create(const MoEConfig& config, int max_tokens) {

@@ -48,6 +48,13 @@ struct ScratchBuffer {
   std::size_t bytes = 0;
 };
 
+// Throws Error (field "scratch") unless `scratch` is device memory of the
+// current device, 256-byte aligned and at least `need` bytes, what the
+// layer's config needs at `max_tokens`; `sizer` names the function that
+// gives `need` (for the message).
+void check_scratch(const ScratchBuffer& scratch, std::size_t need, int max_tokens,
+                   const char* sizer);
+
 class MoELayerImpl final : public MoELayer {
  public:
   // `dev`: the development overrides every plan of the layer applies

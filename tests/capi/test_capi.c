@@ -132,6 +132,7 @@ int main(void) {
   unsigned char id[128];
   memset(id, 0, sizeof id);
   unimoe_ep* ep = NULL;
+  size_t n = 0;
   EXPECT(unimoe_nccl_support(&text) == UNIMOE_OK && text != NULL);
   if (unimoe_has_cuda()) {
     EXPECT(unimoe_ep_create(cfg, 4, id, sizeof id, 0, 0, &ep) == UNIMOE_ERROR_VALUE);
@@ -141,8 +142,19 @@ int main(void) {
     EXPECT(unimoe_ep_create(cfg, 4, NULL, sizeof id, 1, 0, &ep) == UNIMOE_ERROR_VALUE);
     EXPECT(strcmp(unimoe_last_error_field(), "id") == 0);
     EXPECT(unimoe_nccl_unique_id(NULL, sizeof id) != UNIMOE_OK);
+    EXPECT(unimoe_ep_scratch_bytes(cfg, 4, 0, &n) == UNIMOE_ERROR_VALUE);
+    EXPECT(strcmp(unimoe_last_error_field(), "world_size") == 0);
+    EXPECT(unimoe_ep_scratch_bytes(cfg, 4, 1, NULL) == UNIMOE_ERROR_VALUE);
+    EXPECT(strcmp(unimoe_last_error_field(), "out") == 0);
+    EXPECT(unimoe_ep_create_with_scratch(cfg, 4, id, sizeof id, 1, 1, NULL, 0, &ep) ==
+           UNIMOE_ERROR_VALUE);
+    EXPECT(strcmp(unimoe_last_error_field(), "rank") == 0);
+    EXPECT(unimoe_ep_create_with_scratch(cfg, 4, id, sizeof id, 1, 0, NULL, 0, &ep) != UNIMOE_OK);
   } else {
     EXPECT(unimoe_ep_create(cfg, 4, id, sizeof id, 1, 0, &ep) == UNIMOE_ERROR_UNSUPPORTED);
+    EXPECT(unimoe_ep_scratch_bytes(cfg, 4, 1, &n) == UNIMOE_ERROR_UNSUPPORTED);
+    EXPECT(unimoe_ep_create_with_scratch(cfg, 4, id, sizeof id, 1, 0, NULL, 0, &ep) ==
+           UNIMOE_ERROR_UNSUPPORTED);
   }
   EXPECT(ep == NULL);
   EXPECT(unimoe_ep_set_weights(NULL, &w) != UNIMOE_OK);

@@ -13,6 +13,7 @@
 // and the combine adds it to -0).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,15 +46,20 @@ MoEConfig bf16_config(RoutingPolicy policy, int experts, int top_k) {
 
 // The model's layer (a LayerRig over W * cap tokens) and W EP ranks over
 // the loopback transport. Rank r's tokens are rows [r * cap, r * cap + t)
-// of the rig's inputs, and its output goes to the same rows of out_.
+// of the rig's inputs, and its output goes to the same rows of out_. With
+// `scratch` (one buffer a rank, scratch_bytes each) the ranks are made with
+// EPLayer::create's shared-scratch form, the environment's overrides.
 class EPRig {
  public:
-  EPRig(const MoEConfig& c, int world, int cap, uint64_t seed, const DevOverrides& dev = {})
+  EPRig(const MoEConfig& c, int world, int cap, uint64_t seed, const DevOverrides& dev = {},
+        const std::vector<void*>& scratch = {}, std::size_t scratch_bytes = 0)
       : c_(c), world_(world), cap_(cap), single_(c, world * cap, seed, false, &dev),
         transports_(make_loopback_transports(world)),
         out_(std::size_t(world) * cap * c.experts.hidden) {
     for (int r = 0; r < world; ++r) {
-      ranks_.push_back(ep_access::create(c, cap, *transports_[r], dev));
+      ranks_.push_back(scratch.empty()
+                           ? ep_access::create(c, cap, *transports_[r], dev)
+                           : EPLayer::create(c, cap, *transports_[r], scratch[r], scratch_bytes));
       const int per_rank = c.routing.num_experts / world;
       ranks_.back()->set_weights(slice_experts(single_.device_weights(), c, r * per_rank, per_rank));
     }
@@ -318,6 +324,82 @@ TEST(EPLayerGpu, CapturedOnceReplaysWithFreshRouting) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+// The EP layers of one model share one scratch a rank: two layers of
+// different shapes, each rank's pair on that rank's buffer, run one after
+// another eagerly (A, B, then A again with another token count) and in one
+// graph replayed with fresh routing, give the bits of twin groups with
+// buffers of their own; create refuses a scratch that is null or too small.
+TEST(EPLayerGpu, LayersOfAModelShareOneScratchARank) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const MoEConfig ca = bf16_config(RoutingPolicy::Renormalize, 16, 4);
+  MoEConfig cb = bf16_config(RoutingPolicy::Default, 32, 2);
+  cb.experts.hidden = 256;
+  const int world = 2, cap = 24;
+  const std::size_t bytes = std::max(EPLayer::scratch_bytes(ca, cap, world),
+                                     EPLayer::scratch_bytes(cb, cap, world));
+  std::vector<DeviceBuffer<uint8_t>> buffers;
+  std::vector<void*> scratch;
+  for (int r = 0; r < world; ++r) {
+    buffers.emplace_back(bytes);
+    scratch.push_back(buffers.back().get());
+  }
+  EPRig a(ca, world, cap, seed, {}, scratch, bytes), b(cb, world, cap, seed + 1, {}, scratch, bytes);
+  EPRig a_own(ca, world, cap, seed), b_own(cb, world, cap, seed + 1);
+  auto same = [&](EPRig& shared, EPRig& own, int t, uint64_t s, const std::string& what) {
+    const std::vector<uint16_t> got = shared.ep_output();
+    own.load(s, ref::make_logits(own.config(), world * cap, s, "uniform"));
+    own.run(t);
+    EXPECT_EQ(got, own.ep_output()) << what;
+    EXPECT_LT(test::rel_l2(shared.rows(got, t), shared.rows(shared.reference(), t)),
+              test::kLayerTolerance) << what;
+  };
+  auto load = [&](EPRig& rig, uint64_t s) {
+    rig.load(s, ref::make_logits(rig.config(), world * cap, s, "uniform"));
+  };
+  load(a, seed + 10);
+  load(b, seed + 11);
+  a.run(cap);
+  b.run(17);
+  same(a, a_own, cap, seed + 10, "A, before B ran");
+  same(b, b_own, 17, seed + 11, "B, after A");
+  load(a, seed + 12);
+  a.run(5);
+  same(a, a_own, 5, seed + 12, "A again, after B");
+
+  cudaStream_t stream;
+  UNIMOE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph = test::capture(stream, cudaStreamCaptureModeThreadLocal, [&] {
+    a.run(cap, stream);
+    b.run(cap, stream);
+  });
+  cudaGraphExec_t exec;
+  UNIMOE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 2; ++replay) {
+    const uint64_t s = seed + 20 + 2 * replay;
+    load(a, s);
+    load(b, s + 1);
+    UNIMOE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    same(a, a_own, cap, s, "A replayed " + std::to_string(replay));
+    same(b, b_own, cap, s + 1, "B replayed " + std::to_string(replay));
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+
+  auto transports = make_loopback_transports(world);
+  EXPECT_EQ(test::error_of([&] { EPLayer::create(ca, cap, *transports[0], nullptr, bytes); }).field(),
+            "scratch");
+  EXPECT_EQ(test::error_of([&] {
+              EPLayer::create(ca, cap, *transports[0], scratch[0],
+                              EPLayer::scratch_bytes(ca, cap, world) - 256);
+            }).field(),
+            "scratch");
+  EXPECT_EQ(test::error_of([&] { EPLayer::scratch_bytes(ca, cap, 0); }).field(), "world_size");
 }
 
 TEST(EPLayerGpu, RefusesBadGroupsAndCalls) {
