@@ -280,6 +280,11 @@ std::unique_ptr<EPLayer> create(const MoEConfig& config, int max_tokens, EPTrans
                                 const DevOverrides& dev) {
   return std::make_unique<EPLayerImpl>(config, max_tokens, transport, dev);
 }
+std::unique_ptr<EPLayer> create(const MoEConfig& config, int max_tokens, EPTransport& transport,
+                                const DevOverrides& dev, void* scratch, std::size_t scratch_size) {
+  const ScratchBuffer buffer{scratch, scratch_size};
+  return std::make_unique<EPLayerImpl>(config, max_tokens, transport, dev, &buffer);
+}
 const EPGeometry& geometry(const EPLayer& layer) { return impl(layer).geometry(); }
 const int32_t* dispatch_counts(const EPLayer& layer) { return impl(layer).counts(); }
 const int32_t* dispatch_slots(const EPLayer& layer) { return impl(layer).slots(); }

@@ -17,6 +17,9 @@ namespace unimoe::ep_access {
 // (the local layer plans with them).
 std::unique_ptr<EPLayer> create(const MoEConfig& config, int max_tokens, EPTransport& transport,
                                 const DevOverrides& dev);
+// The same in the shared-scratch form of EPLayer::create.
+std::unique_ptr<EPLayer> create(const MoEConfig& config, int max_tokens, EPTransport& transport,
+                                const DevOverrides& dev, void* scratch, std::size_t scratch_size);
 
 // The rank's geometry (chunk sizes, expert range) of a layer create made.
 const EPGeometry& geometry(const EPLayer& layer);

@@ -15,8 +15,11 @@
 
 namespace unimoe::layer_access {
 
-// As MoELayer::create, with `dev` in place of the environment's overrides.
+// As MoELayer::create, with `dev` in place of the environment's overrides;
+// with a scratch, as MoELayer::create's shared-scratch form.
 std::unique_ptr<MoELayer> create(const MoEConfig& config, int max_tokens, const DevOverrides& dev);
+std::unique_ptr<MoELayer> create(const MoEConfig& config, int max_tokens, const DevOverrides& dev,
+                                 void* scratch, std::size_t scratch_size);
 
 // The implementation behind a layer that create or MoELayer::create made.
 MoELayerImpl& impl(MoELayer& layer);

@@ -537,6 +537,12 @@ std::unique_ptr<MoELayer> create(const MoEConfig& config, int max_tokens, const 
   return std::make_unique<MoELayerImpl>(config, max_tokens, dev);
 }
 
+std::unique_ptr<MoELayer> create(const MoEConfig& config, int max_tokens, const DevOverrides& dev,
+                                 void* scratch, std::size_t scratch_size) {
+  const ScratchBuffer buffer{scratch, scratch_size};
+  return std::make_unique<MoELayerImpl>(config, max_tokens, dev, &buffer);
+}
+
 MoELayerImpl& impl(MoELayer& layer) { return static_cast<MoELayerImpl&>(layer); }
 const MoELayerImpl& impl(const MoELayer& layer) { return static_cast<const MoELayerImpl&>(layer); }
 

@@ -68,6 +68,7 @@ TEST(FuzzCases, EveryDimensionIsCovered) {
       }
     }
     expert_bias += c.experts.has_bias;
+    seen["shared_scratch"].insert(layer.shared_scratch ? "shared" : "own");
     if (c.experts.quant == QuantVariant::FP8PerTensor)
       seen["static_scales"].insert(layer.static_scales ? "static" : "dynamic");
     else
@@ -113,6 +114,7 @@ TEST(FuzzCases, EveryDimensionIsCovered) {
   EXPECT_GT(ep, 20);
   EXPECT_EQ(seen["ep_world"], (std::set<std::string>{"2", "3", "4", "8"}));
   EXPECT_EQ(seen["static_scales"], (std::set<std::string>{"static", "dynamic"}));
+  EXPECT_EQ(seen["shared_scratch"], (std::set<std::string>{"shared", "own"}));
   EXPECT_GT(expert_bias, 20);
   EXPECT_GT(nan_tokens, 20);
   for (int i = 0; i < kHostileIdKinds; ++i) EXPECT_GT(hostile_ids[i], 20) << "hostile id kind " << i;

@@ -181,8 +181,16 @@ class FuzzRig {
     host_bias_ = ref::host_bias(c_, seeds_);
     UNIMOE_CUDA_CHECK(cudaMemcpyAsync(bias_->p, host_bias_.data(), experts * 4, cudaMemcpyHostToDevice, stream));
     const DevOverrides dev = fuzz_dev_overrides(layer, DevOverrides::from_environment());
+    if (layer.shared_scratch) {
+      scratch_bytes_ = layer.ep_world == 0
+                           ? MoELayer::scratch_bytes(c_, layer.max_tokens)
+                           : EPLayer::scratch_bytes(c_, layer.max_tokens, layer.ep_world);
+      for (int r = 0; r < ranks_; ++r) scratch_.push_back(std::make_unique<DeviceMem>(scratch_bytes_));
+    }
     if (layer.ep_world == 0) {
-      layer_ptr_ = layer_access::create(c_, layer.max_tokens, dev);
+      layer_ptr_ = layer.shared_scratch
+                       ? layer_access::create(c_, layer.max_tokens, dev, scratch_[0]->p, scratch_bytes_)
+                       : layer_access::create(c_, layer.max_tokens, dev);
       layer_ptr_->set_weights(expert_weights_->weights());
       return;
     }
@@ -190,7 +198,10 @@ class FuzzRig {
     transports_ = make_loopback_transports(layer.ep_world);
     const int per_rank = int(experts) / layer.ep_world;
     for (int r = 0; r < layer.ep_world; ++r) {
-      ep_.push_back(ep_access::create(c_, layer.max_tokens, *transports_[r], dev));
+      ep_.push_back(layer.shared_scratch
+                        ? ep_access::create(c_, layer.max_tokens, *transports_[r], dev, scratch_[r]->p,
+                                            scratch_bytes_)
+                        : ep_access::create(c_, layer.max_tokens, *transports_[r], dev));
       ep_.back()->set_weights(slice_experts(expert_weights_->weights(), c_, r * per_rank, per_rank));
     }
   }
@@ -247,8 +258,14 @@ class FuzzRig {
       for (EPLayer::Step step : kEPSteps)
         for (int r = 0; r < ranks_; ++r) ep_[r]->run_step(step, args(r, out), stream_);
     };
+    // What another layer's calls would leave in a shared scratch.
+    auto spoil_scratch = [&] {
+      for (const auto& s : scratch_) UNIMOE_CUDA_CHECK(cudaMemsetAsync(s->p, 0xff, scratch_bytes_, stream_));
+    };
+    spoil_scratch();
     forward(out_->p);
     cudaGraphExec_t g = capture(stream_, [&] { forward(replay_->p); });
+    spoil_scratch();
     UNIMOE_CUDA_CHECK(cudaGraphLaunch(g, stream_));
     UNIMOE_CUDA_CHECK(cudaStreamSynchronize(stream_));
     cudaGraphExecDestroy(g);
@@ -264,6 +281,7 @@ class FuzzRig {
     coverage["routing"][to_string(call.routing)]++;
     coverage["activation"][to_string(c_.experts.activation)]++;
     coverage["quant"][to_string(c_.experts.quant) + (layer_.static_scales ? " static" : "")]++;
+    coverage["buffers"][layer_.shared_scratch ? "shared scratch" : "own"]++;
     coverage["gemm2"][gemm2_mode_name(plan.gemm2_mode)]++;
     coverage["T"][t == 0 ? "0" : t == 1 ? "1" : t == layer_.max_tokens ? "max" : t % 2 ? "odd" : "even"]++;
     coverage["ep"][ep_.empty() ? "off" : "W=" + std::to_string(ranks_)]++;
@@ -342,6 +360,9 @@ class FuzzRig {
   std::vector<float> host_bias_;
   std::unique_ptr<SyntheticDeviceWeights> expert_weights_;
   std::unique_ptr<DeviceMem> bias_, x_, logits_, ids_, weights_, out_, replay_;
+  // shared_scratch: one buffer a rank, before the layers that use it.
+  std::vector<std::unique_ptr<DeviceMem>> scratch_;
+  std::size_t scratch_bytes_ = 0;
   std::unique_ptr<MoELayer> layer_ptr_;
   std::vector<std::unique_ptr<EPTransport>> transports_;
   std::vector<std::unique_ptr<EPLayer>> ep_;

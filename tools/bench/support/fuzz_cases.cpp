@@ -210,6 +210,8 @@ FuzzLayer fuzz_layer(uint64_t seed, int layer) {
   }
   // FP8PerTensor's static scales, from their own hash too.
   f.static_scales = c.experts.quant == QuantVariant::FP8PerTensor && hash64(f.seed ^ 0x5ca1) % 2 == 0;
+  // The shared scratch, from its own hash too.
+  f.shared_scratch = hash64(f.seed ^ 0x5c2a) % 3 == 0;
   return f;
 }
 
@@ -253,6 +255,7 @@ std::string describe(const FuzzLayer& layer, const FuzzCall& call) {
   return layer.config.to_string() + " max_tokens=" + std::to_string(layer.max_tokens) +
          " gemm2_path=" + layer.gemm2_path + (layer.ep_world > 0 ? " ep=" + std::to_string(layer.ep_world) : "") +
          (layer.static_scales ? " static_scales" : "") +
+         (layer.shared_scratch ? " shared_scratch" : "") +
          " T=" + std::to_string(call.num_tokens) + " logits=" + to_string(call.logits) +
          " routing=" + to_string(call.routing);
 }

@@ -47,6 +47,12 @@ struct FuzzLayer {
   // weights' x_scale and act_scale, tools/bench/support/device_weights.h)
   // instead of dynamic ones, drawn for about half of those layers.
   bool static_scales = false;
+  // The layer's per-call buffers (a rank's, for EP) in a scratch of the
+  // fuzzer's (MoELayer::create / EPLayer::create with a scratch), filled
+  // with 0xff bytes before every forward and replay, as another layer's
+  // calls would leave it: no result may depend on what a call finds there.
+  // Drawn for about a third of the layers.
+  bool shared_scratch = false;
 };
 
 
