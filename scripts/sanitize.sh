@@ -103,7 +103,9 @@
 #                            replay on every backend)
 #   shared scratch           SharedScratchGpu.LayersOfAModelMatchLayersWith
 #                            BuffersOfTheirOwn (five layers of four variants
-#                            on one caller's scratch)
+#                            on one caller's scratch), EPLayerGpu.LayersOfA
+#                            ModelShareOneScratchARank (two EP layers a rank
+#                            on one buffer)
 # racecheck, the slowest tool (it tracks every shared-memory access), takes
 # one small test a family: the split, octet and permute kernels through
 # PermuteGpu.GraphReplayOfRoutingAndPermute, the fused, cluster and split
@@ -152,7 +154,8 @@ readonly kFullFilter="GpuSmoke.*\
 :EPLayerGpu.DispatchSlotsMatchTheReference:EPLayerGpu.EmptyCallsWriteNothing\
 :EPLayerGpu.CapturedOnceReplaysWithFreshRouting\
 :NextPrefetchGpu.SmallShapeEveryVariant:NextPrefetchGpu.ExpertParallelRange\
-:SharedScratchGpu.LayersOfAModelMatchLayersWithBuffersOfTheirOwn"
+:SharedScratchGpu.LayersOfAModelMatchLayersWithBuffersOfTheirOwn\
+:EPLayerGpu.LayersOfAModelShareOneScratchARank"
 readonly kRacecheckFilter="PermuteGpu.GraphReplayOfRoutingAndPermute\
 :FusedRoutingGpu.ClusterWaysAtTheirBound:FusedRoutingGpu.ClusterOfTwoGraphReplayWithNewLogits\
 :GroupedGemm.OddSizesEveryActivation:GroupedGemm.StreamOneTokenTilesAtEveryKSplit\
