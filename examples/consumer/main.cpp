@@ -1,12 +1,17 @@
 // A user's program against the installed unimoe package: parse and validate
 // a config, refuse a bad one, and where a Hopper GPU is present run one
-// forward of a small layer, then two layers sharing one scratch. Exits 0 on
+// forward of a small layer, then two layers sharing one scratch, then an
+// expert-parallel group of one (loopback) on a scratch. Exits 0 on
 // success; without a GPU it says so and still exits 0 once the host side
 // works.
+#include <unimoe/ep.h>
 #include <unimoe/unimoe.h>
+
+#include <cmath>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -107,7 +112,38 @@ int main() {
   std::printf("two layers on one %zu-byte scratch: the same bits\n", scratch_bytes);
   first.reset();
   second.reset();
-  for (void* p : {d_w13, d_w2, d_x, d_logits, d_out, d_scratch}) cudaFree(p);
+
+  // An expert-parallel group of one over the loopback transport, its
+  // buffers in a scratch: it routes with its own kernel, so its output
+  // matches the layer's within the bf16 bound, not bit for bit.
+  const size_t ep_bytes = unimoe::EPLayer::scratch_bytes(cfg, t, 1);
+  void* d_ep_scratch = nullptr;
+  cudaMalloc(&d_ep_scratch, ep_bytes);
+  auto transports = unimoe::make_loopback_transports(1);
+  auto ep = unimoe::EPLayer::create(cfg, t, *transports[0], d_ep_scratch, ep_bytes);
+  ep->set_weights({d_w13, d_w2, nullptr, nullptr});
+  cudaMemset(d_out, 0xff, out.size() * 2);
+  ep->forward(args, nullptr);
+  if (cudaDeviceSynchronize() != cudaSuccess) return fail("the EP forward failed");
+  std::vector<uint16_t> ep_out(out.size());
+  cudaMemcpy(ep_out.data(), d_out, out.size() * 2, cudaMemcpyDeviceToHost);
+  auto as_float = [](uint16_t bits) {
+    const uint32_t word = static_cast<uint32_t>(bits) << 16;
+    float f;
+    std::memcpy(&f, &word, sizeof f);
+    return f;
+  };
+  double diff = 0.0, norm = 0.0;
+  for (size_t k = 0; k < out.size(); ++k) {
+    const double d = as_float(ep_out[k]) - as_float(out[k]);
+    diff += d * d;
+    norm += double(as_float(out[k])) * as_float(out[k]);
+  }
+  if (!(std::sqrt(diff) <= 1e-2 * std::sqrt(norm)))
+    return fail("the EP group of one is off the layer's output");
+  std::printf("an EP group of one on a %zu-byte scratch: within the bound of the layer\n", ep_bytes);
+  ep.reset();
+  for (void* p : {d_w13, d_w2, d_x, d_logits, d_out, d_scratch, d_ep_scratch}) cudaFree(p);
 #endif
   return 0;
 }
