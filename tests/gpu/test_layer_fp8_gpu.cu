@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <utility>
@@ -131,13 +132,48 @@ TEST(LayerFp8Gpu, PrecomputedRouting) {
   EXPECT_LT(rig.precomputed_routing_error(t, seed), kTolerance);
 }
 
+// Two layers of one config, weights and seed, made with the development
+// overrides `a` and `b`, give the same output bits, and `a`'s is within
+// the reference's bound: eager at each T of `eager_ts` (the largest is
+// max_tokens), then replayed from one graph of `graph_t` tokens with fresh
+// routing (a hot expert on the second replay).
+void expect_same_bits(const MoEConfig& c, uint64_t seed, bool static_scales, const DevOverrides& a,
+                      const DevOverrides& b, std::initializer_list<int> eager_ts, int graph_t) {
+  const int max_t = std::max(eager_ts);
+  LayerRig rig(c, max_t, seed, static_scales, &a);
+  LayerRig twin(c, max_t, seed, static_scales, &b);
+  auto same_bits = [&](int t, const std::vector<float>& logits) {
+    twin.load_inputs(t, seed + t, logits);
+    twin.layer().forward(twin.args(t), nullptr);
+    EXPECT_EQ(rig.output_bits(t), twin.output_bits(t)) << "T=" << t;
+    const std::vector<float> want = rig.reference(t, logits);
+    EXPECT_LT(rig.error_against(t, want), kTolerance + rig.flip_allowance());
+  };
+  for (int t : eager_ts) {
+    const std::vector<float> logits = ref::make_logits(c, t, seed + t, "uniform");
+    rig.load_inputs(t, seed + t, logits);
+    rig.layer().forward(rig.args(t), nullptr);
+    same_bits(t, logits);
+  }
+  const int t = graph_t;
+  rig.load_inputs(t, seed + t, ref::make_logits(c, t, seed, "uniform"));
+  test::CapturedForward graph(rig.layer(), rig.args(t));
+  for (int replay = 0; replay < 3; ++replay) {
+    SCOPED_TRACE("replay " + std::to_string(replay));
+    const std::vector<float> logits = replay == 1 ? hot_expert_logits(c, t, seed + replay, 5)
+                                                  : ref::make_logits(c, t, seed + replay, "uniform");
+    rig.load_inputs(t, seed + t, logits);
+    graph.replay();
+    same_bits(t, logits);
+  }
+}
+
 // FP8PerTensor with dynamic scales on the cutlass path, with the one-pass
 // forms (each tensor scale made first, fp8_tensor_scale_first, the
 // default): the same codes and scales as the two-pass forms (quantize in
 // token order and gather; the dynamic quantize of the fp32 activation),
-// so the same output bits,
-// within the bound of the reference; eager and replayed from a graph with
-// fresh routing (a hot expert on the second replay).
+// so the same output bits, within the bound of the reference; eager and
+// replayed from a graph with fresh routing.
 TEST(LayerFp8Gpu, DynamicTensorScaleFirstGivesTheDefaultFormsBits) {
   UNIMOE_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
@@ -146,37 +182,12 @@ TEST(LayerFp8Gpu, DynamicTensorScaleFirstGivesTheDefaultFormsBits) {
   c.experts.quant = QuantVariant::FP8PerTensor;
   c.options.backend = "cutlass";
   for (const bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "fused" : "not fused");
     DevOverrides first;
     first.fp8_act_quant_fused = fused;
     DevOverrides plain;
     plain.fp8_tensor_scale_first = false;
-    const int max_t = 130;
-    LayerRig rig(c, max_t, seed, false, &first);
-    LayerRig twin(c, max_t, seed, false, &plain);
-    auto same_bits = [&](int t, const std::vector<float>& logits) {
-      twin.load_inputs(t, seed + t, logits);
-      twin.layer().forward(twin.args(t), nullptr);
-      EXPECT_EQ(rig.output_bits(t), twin.output_bits(t)) << "T=" << t << " fused=" << fused;
-      const std::vector<float> want = rig.reference(t, logits);
-      EXPECT_LT(rig.error_against(t, want), kTolerance + rig.flip_allowance());
-    };
-    for (int t : {1, 33, max_t}) {
-      const std::vector<float> logits = ref::make_logits(c, t, seed + t, "uniform");
-      rig.load_inputs(t, seed + t, logits);
-      rig.layer().forward(rig.args(t), nullptr);
-      same_bits(t, logits);
-    }
-    const int t = 64;
-    rig.load_inputs(t, seed + t, ref::make_logits(c, t, seed, "uniform"));
-    test::CapturedForward graph(rig.layer(), rig.args(t));
-    for (int replay = 0; replay < 3; ++replay) {
-      SCOPED_TRACE("replay " + std::to_string(replay));
-      const std::vector<float> logits = replay == 1 ? hot_expert_logits(c, t, seed + replay, 5)
-                                                    : ref::make_logits(c, t, seed + replay, "uniform");
-      rig.load_inputs(t, seed + t, logits);
-      graph.replay();
-      same_bits(t, logits);
-    }
+    expect_same_bits(c, seed, false, first, plain, {1, 33, 130}, 64);
   }
 }
 
@@ -186,7 +197,7 @@ TEST(LayerFp8Gpu, DynamicTensorScaleFirstGivesTheDefaultFormsBits) {
 // launch at the end (fp8_quant_early=0), within the reference's bound, at
 // decode sizes (the early form runs for quantize grids of at most 64 CTAs:
 // x at T=32 and H=2048 is 32 x 16 groups, 64 CTAs), eager and replayed
-// from a graph with fresh routing (a hot expert on the second replay).
+// from a graph with fresh routing.
 TEST(LayerFp8Gpu, EarlyLaunchedDecodeGemmsGiveTheBitsOfTheLateLaunch) {
   UNIMOE_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
@@ -196,36 +207,9 @@ TEST(LayerFp8Gpu, EarlyLaunchedDecodeGemmsGiveTheBitsOfTheLateLaunch) {
   for (const Form& form : kForms) {
     SCOPED_TRACE(form.name);
     c.experts.quant = form.quant;
-    const DevOverrides early;
     DevOverrides late;
     late.fp8_quant_early = false;
-    const int max_t = 32;
-    LayerRig rig(c, max_t, seed, form.static_scales, &early);
-    LayerRig twin(c, max_t, seed, form.static_scales, &late);
-    auto same_bits = [&](int t, const std::vector<float>& logits) {
-      twin.load_inputs(t, seed + t, logits);
-      twin.layer().forward(twin.args(t), nullptr);
-      EXPECT_EQ(rig.output_bits(t), twin.output_bits(t)) << "T=" << t;
-      const std::vector<float> want = rig.reference(t, logits);
-      EXPECT_LT(rig.error_against(t, want), kTolerance + rig.flip_allowance());
-    };
-    for (int t : {1, 3, max_t}) {
-      const std::vector<float> logits = ref::make_logits(c, t, seed + t, "uniform");
-      rig.load_inputs(t, seed + t, logits);
-      rig.layer().forward(rig.args(t), nullptr);
-      same_bits(t, logits);
-    }
-    const int t = 8;
-    rig.load_inputs(t, seed + t, ref::make_logits(c, t, seed, "uniform"));
-    test::CapturedForward graph(rig.layer(), rig.args(t));
-    for (int replay = 0; replay < 3; ++replay) {
-      SCOPED_TRACE("replay " + std::to_string(replay));
-      const std::vector<float> logits = replay == 1 ? hot_expert_logits(c, t, seed + replay, 5)
-                                                    : ref::make_logits(c, t, seed + replay, "uniform");
-      rig.load_inputs(t, seed + t, logits);
-      graph.replay();
-      same_bits(t, logits);
-    }
+    expect_same_bits(c, seed, form.static_scales, DevOverrides{}, late, {1, 3, 32}, 8);
   }
 }
 
