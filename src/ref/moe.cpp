@@ -73,6 +73,13 @@ double dot(const float* a, const float* b, int n) {
   return sum;
 }
 
+// The sum of |a_i * b_i|: the magnitude a dot product's rounding scales with.
+double abs_dot(const float* a, const float* b, int n) {
+  double sum = 0;
+  for (int i = 0; i < n; ++i) sum += std::fabs(static_cast<double>(a[i]) * b[i]);
+  return sum;
+}
+
 // Cuts every expert's permuted rows and the `cols` outputs into blocks.
 std::vector<Block> make_blocks(const Permutation& perm, int cols) {
   std::vector<Block> blocks;
@@ -104,7 +111,8 @@ void validate_call(const MoEConfig& config, const float* x, const Routing& routi
 
 std::vector<float> moe_forward(const MoEConfig& config, const WeightSource& weights, const float* x,
                                const Routing& routing, int threads,
-                               const ActivationScales& scales, double* flip_allowance) {
+                               const ActivationScales& scales, double* flip_allowance,
+                               double gemm1_sum_precision) {
   validate_call(config, x, routing, threads);
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   const ExpertsConfig& ex = config.experts;
@@ -138,6 +146,12 @@ std::vector<float> moe_forward(const MoEConfig& config, const WeightSource& weig
 
   // GEMM1 + activation: a [rows, I], row r is expanded row permuted_to_expanded[r].
   std::vector<float> act(static_cast<size_t>(rows) * inter);
+  // Where a device path's GEMM1 sums are coarser than fp32: how far the
+  // activation may move when each sum is off by gemm1_sum_precision times
+  // the sum of its terms' magnitudes (the largest change of the four
+  // corners g +- dg, u +- du).
+  const bool slack_wanted = flip_allowance != nullptr && gemm1_sum_precision > 0.0;
+  std::vector<float> slack(slack_wanted ? act.size() : 0);
   const std::vector<Block> blocks1 = make_blocks(perm, inter);
   parallel_for(static_cast<int>(blocks1.size()), threads, [&](int i) {
     const Block& b = blocks1[i];
@@ -151,8 +165,19 @@ std::vector<float> moe_forward(const MoEConfig& config, const WeightSource& weig
         double g = dot(w_gate, xr, hidden), u = 0;
         if (v.b13 != nullptr) g += v.b13[j];
         if (gated) u = dot(w_up, xr, hidden) + (v.b13 != nullptr ? v.b13[inter + j] : 0.0);
-        act[static_cast<size_t>(r) * inter + j] =
-            static_cast<float>(activate(ex.activation, g, u, ex.swiglu_alpha, ex.swiglu_limit));
+        const double a = activate(ex.activation, g, u, ex.swiglu_alpha, ex.swiglu_limit);
+        act[static_cast<size_t>(r) * inter + j] = static_cast<float>(a);
+        if (slack_wanted) {
+          const double dg = gemm1_sum_precision * abs_dot(w_gate, xr, hidden);
+          const double du = gated ? gemm1_sum_precision * abs_dot(w_up, xr, hidden) : 0.0;
+          double most = 0.0;
+          for (double sg : {-1.0, 1.0})
+            for (double su : {-1.0, 1.0})
+              most = std::max(most, std::fabs(activate(ex.activation, g + sg * dg, u + su * du,
+                                                       ex.swiglu_alpha, ex.swiglu_limit) -
+                                               a));
+          slack[static_cast<size_t>(r) * inter + j] = static_cast<float>(most);
+        }
       }
     }
   });
@@ -166,13 +191,21 @@ std::vector<float> moe_forward(const MoEConfig& config, const WeightSource& weig
       flip_allowance != nullptr
           ? fp8_near_ties(ex.quant, act.data(), rows, inter, scales.act, kFlipMargin)
           : std::vector<float>();
+  // The elements only the coarser sums bring near a boundary.
+  const std::vector<float> slack_ties =
+      slack_wanted ? fp8_near_ties(ex.quant, act.data(), rows, inter, scales.act, kFlipMargin,
+                                   slack.data())
+                   : std::vector<float>();
   quantize_activation(ex.quant, act.data(), rows, inter, scales.act);
   if (flip_allowance != nullptr) {
     // Per token, the flips' changes add up to at most the sum of their
-    // norms; tokens' output rows are disjoint, so their sums add in
-    // quadrature. A term that is not finite (a non-finite routing weight or
-    // weight column) belongs to an output row a check skips.
-    std::vector<double> per_token(num_tokens, 0.0);
+    // norms; the elements only the coarser sums bring near (slack_ties),
+    // many where H is large, add in quadrature instead (each moves the
+    // output along its own column of w2); tokens' output rows are
+    // disjoint, so their sums add in quadrature. A term that is not finite
+    // (a non-finite routing weight or weight column) belongs to an output
+    // row a check skips.
+    std::vector<double> per_token(num_tokens, 0.0), per_token_sq(num_tokens, 0.0);
     for (int e = 0; e < config.local_experts(); ++e) {
       std::vector<double> column_norm;  // w2's column norms, where a tie needs them
       for (int r = perm.expert_offsets[e]; r < perm.expert_offsets[e + 1]; ++r) {
@@ -180,7 +213,9 @@ std::vector<float> moe_forward(const MoEConfig& config, const WeightSource& weig
         const double w = routing.weights[expanded];
         for (int i = 0; i < inter; ++i) {
           const std::size_t j = static_cast<size_t>(r) * inter + i;
-          if (std::isnan(ties[j])) continue;
+          const bool tie = !std::isnan(ties[j]);
+          const bool slack_tie = !tie && slack_wanted && !std::isnan(slack_ties[j]);
+          if (!tie && !slack_tie) continue;
           if (column_norm.empty()) {
             column_norm.assign(inter, 0.0);
             for (int h = 0; h < hidden; ++h)
@@ -190,14 +225,21 @@ std::vector<float> moe_forward(const MoEConfig& config, const WeightSource& weig
               }
             for (double& n : column_norm) n = std::sqrt(n);
           }
-          const double term =
-              std::fabs(w * (static_cast<double>(ties[j]) - act[j])) * column_norm[i];
-          if (std::isfinite(term)) per_token[expanded / top_k] += term;
+          const double other = tie ? ties[j] : slack_ties[j];
+          const double term = std::fabs(w * (other - act[j])) * column_norm[i];
+          if (!std::isfinite(term)) continue;
+          if (tie)
+            per_token[expanded / top_k] += term;
+          else
+            per_token_sq[expanded / top_k] += term * term;
         }
       }
     }
     double sum = 0.0;
-    for (double t : per_token) sum += t * t;
+    for (int t = 0; t < num_tokens; ++t) {
+      const double token = per_token[t] + std::sqrt(per_token_sq[t]);
+      sum += token * token;
+    }
     *flip_allowance = std::sqrt(sum);
   }
 

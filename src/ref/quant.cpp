@@ -331,7 +331,7 @@ std::vector<float> dequantize(const QuantMatrix& m) {
 }
 
 std::vector<float> fp8_near_ties(QuantVariant variant, const float* values, int rows, int cols,
-                                 float static_scale, double margin) {
+                                 float static_scale, double margin, const float* slack) {
   check_shape(rows, cols);
   const std::size_t count = static_cast<std::size_t>(rows) * cols;
   std::vector<float> ties(count, std::numeric_limits<float>::quiet_NaN());
@@ -362,7 +362,9 @@ std::vector<float> fp8_near_ties(QuantVariant variant, const float* values, int 
       if (other < 0 || other > 0x7e) continue;
       const float next = e4m3_to_f32(static_cast<uint8_t>(other));
       const double boundary = 0.5 * (static_cast<double>(got) + next);
-      if (std::fabs(std::fabs(static_cast<double>(q)) - boundary) > margin * std::fabs(q)) continue;
+      const double near = std::max(margin * std::fabs(q),
+                                   slack != nullptr ? slack[i] / static_cast<double>(scale) : 0.0);
+      if (std::fabs(std::fabs(static_cast<double>(q)) - boundary) > near) continue;
       ties[i] = std::copysign(next, q) * scale;
     }
   return ties;

@@ -115,12 +115,14 @@ void quantize_activation(QuantVariant variant, float* values, int rows, int cols
 
 // The FP8 variants' near ties: for each element of values [rows, cols] that
 // quantize_activation (same variant and static_scale) rounds to an e4m3
-// code, where the element divided by its scale lies within `margin`
-// (relative) of the rounding boundary to the neighbouring code, the value it
-// takes when rounded to that neighbour instead (code times scale); NaN for
-// every other element, and for every element of the other variants.
+// code, where the element lies within `margin` (relative) of the rounding
+// boundary to the neighbouring code, or within slack[i] (absolute, in the
+// values' units; slack may be null) of it, the value it takes when rounded
+// to that neighbour instead (code times scale); NaN for every other
+// element, and for every element of the other variants.
 std::vector<float> fp8_near_ties(QuantVariant variant, const float* values, int rows, int cols,
-                                 float static_scale, double margin);
+                                 float static_scale, double margin,
+                                 const float* slack = nullptr);
 
 // ------------------------------------------------------------- forward ----
 // One local expert's weights as the device sees them, already dequantized:
@@ -160,11 +162,26 @@ struct ActivationScales {
 // device's output may allow that much more error than its bound
 // (relative_flip_allowance): at T = 1 and I = 128 one such element can
 // move the output by 2e-2 (docs/quantization.md, "Limits").
+//
+// gemm1_sum_precision > 0 widens "close" for a device path whose GEMM1 sums
+// are coarser than fp32: each sum may then be off by that fraction of the
+// sum of its terms' magnitudes (kFp8WgmmaSumPrecision for the FP8 wgmma
+// paths), which moves the activation by up to what the activation of the
+// sums moved that far moves; an element within that of a boundary may
+// round either way too. Such elements' changes are added in quadrature per
+// token (each moves the output along its own column of w2, and those
+// columns are near orthogonal), to the sum of the kFlipMargin elements'.
 inline constexpr double kFlipMargin = 1e-4;
+// Hopper's FP8 wgmma adds the products of a k-step into an accumulator that
+// keeps about 14 bits, not fp32's 24 (the reason DeepSeek's and CUTLASS's
+// blockwise FP8 GEMMs promote each 128-wide K block to fp32 registers).
+// docs/quantization.md ("Limits") has the fuzzer cases this explains.
+inline constexpr double kFp8WgmmaSumPrecision = 1.0 / 16384;
 std::vector<float> moe_forward(const MoEConfig& config, const WeightSource& weights,
                                const float* x, const Routing& routing, int threads = 0,
                                const ActivationScales& scales = {},
-                               double* flip_allowance = nullptr);
+                               double* flip_allowance = nullptr,
+                               double gemm1_sum_precision = 0.0);
 
 // flip_allowance relative to the L2 norm of want's finite elements (a
 // relative L2 check skips the others); 0 where that norm is 0.

@@ -364,6 +364,39 @@ TEST(MoeForward, FlipAllowanceAddsTokensInQuadrature) {
   EXPECT_EQ(relative_flip_allowance(3.0, {0.0f}), 0.0);
 }
 
+// The coarser GEMM1 sums of the FP8 wgmma paths: one element 19.01, 5e-4
+// (relative) above the boundary 19, beyond kFlipMargin, as the sum of two
+// terms of magnitude 100 and 95.6. Sums off by kFp8WgmmaSumPrecision of
+// their terms' magnitudes (0.012) move g^2 by up to 0.11: the element may
+// round to 18 too, and the allowance counts it; with fp32-class sums it
+// does not. One such element a token: its quadrature sum is its own term.
+TEST(MoeForward, FlipAllowanceWidensForCoarserGemm1Sums) {
+  MoEConfig config = make_config(
+      {Activation::ReLU2, 1, 16, 16, 1, 1, 0, -1, false, 7.0f, QuantVariant::FP8PerTensor});
+  std::vector<float> x(16, 0.0f), w13(16 * 16, 0.0f), w2(16 * 16, 0.0f);
+  x[0] = x[1] = 1.0f;
+  w13[0] = 100.0f;
+  w13[1] = -(100.0f - std::sqrt(19.01f));
+  w2[0] = 1.0f;  // column 0's norm: 1
+  const WeightSource source = [&](int) { return ExpertView{w13.data(), w2.data()}; };
+  Routing routing;
+  routing.num_tokens = 1;
+  routing.top_k = 1;
+  routing.ids = {0};
+  routing.weights = {0.75f};
+  const ActivationScales scales{1.0f, 1.0f};
+  double allowance = -1.0;
+  const std::vector<float> out = moe_forward(config, source, x.data(), routing, 1, scales, &allowance);
+  EXPECT_FLOAT_EQ(out[0], 0.75f * 20.0f);  // 19.01 rounds to 20
+  EXPECT_EQ(allowance, 0.0);
+  moe_forward(config, source, x.data(), routing, 1, scales, &allowance, kFp8WgmmaSumPrecision);
+  EXPECT_NEAR(allowance, 0.75 * 2.0, 1e-6);
+  // 19.3: 0.3 from the boundary, beyond what those sums move: nothing.
+  w13[1] = -(100.0f - std::sqrt(19.3f));
+  moe_forward(config, source, x.data(), routing, 1, scales, &allowance, kFp8WgmmaSumPrecision);
+  EXPECT_EQ(allowance, 0.0);
+}
+
 TEST(MoeForward, ThreadCountDoesNotChangeBits) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));

@@ -3,7 +3,8 @@
 // reference. Per call:
 //   - the checked tokens' output rows equal the reference's (relative L2
 //     within the quant variant's bound, plus the reference's flip allowance
-//     for FP8's near ties; non-finite exactly where the reference is
+//     for FP8's near ties (wider on the FP8 wgmma paths, whose GEMM1 sums
+//     are coarser than fp32); non-finite exactly where the reference is
 //     non-finite);
 //   - every row of the call is finite, except the token a hostile call gave
 //     a NaN weight;
@@ -331,9 +332,13 @@ class FuzzRig {
     ref::ActivationScales scales = expert_weights_->static_scales();
     if (c_.experts.quant == QuantVariant::FP8PerTensor && scales.x == 0.0f)
       scales = layer_access::impl(*layer_ptr_).dynamic_activation_scales(t, precomputed);
+    // The FP8 wgmma paths' GEMM1 sums are coarser than fp32 (ref.h,
+    // kFp8WgmmaSumPrecision): the allowance widens for them.
+    const bool wgmma_fp8 = plan.fp8 && (plan.path == ExpertsPath::Cutlass || plan.path == ExpertsPath::Mma);
     double allowance = 0.0;
     const std::vector<float> want =
-        ref::moe_forward(c_, host_.source(), x.data(), routing, 0, scales, &allowance);
+        ref::moe_forward(c_, host_.source(), x.data(), routing, 0, scales, &allowance,
+                         wgmma_fp8 ? ref::kFp8WgmmaSumPrecision : 0.0);
     // The intermediate's near ties (FP8) may move the output by that much
     // more than the bound: relative to the reference rows' finite norm.
     const double tie_bound = ref::relative_flip_allowance(allowance, want);
