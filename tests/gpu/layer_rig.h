@@ -20,6 +20,7 @@
 #include "ref/ref.h"
 #include "ref/synthetic.h"
 #include "support/device_weights.h"
+#include "support/reference_check.h"
 
 namespace unimoe::test {
 
@@ -121,16 +122,19 @@ class LayerRig {
         given ? *given
               : ref::route(c_.routing, logits.data(), t, c_.routing.has_bias ? bias_host_.data() : nullptr);
     const std::vector<float> x = ref::host_x(c_, t, seeds_);
+    // The allowance for the path this rig's layer takes at T (wider on the
+    // FP8 wgmma paths: support/reference_check.h).
+    const double precision = bench::gemm1_sum_precision(impl().plan_for(t, given != nullptr));
     std::vector<float> out = ref::moe_forward(c_, host_weights_.source(), x.data(), routing, 0,
-                                              weights_.static_scales(), &flip_allowance_);
+                                              weights_.static_scales(), &flip_allowance_, precision);
     flip_allowance_ = ref::relative_flip_allowance(flip_allowance_, out);
     return out;
   }
 
   // Of the last reference(): the output's change, relative to its L2 norm,
-  // that the intermediate's near ties may make (ref::moe_forward's
-  // flip_allowance; FP8 variants): the error a check may allow beyond its
-  // bound.
+  // that the intermediate's near ties may make on this rig's path
+  // (ref::moe_forward's flip_allowance; FP8 variants): the error a check
+  // may allow beyond its bound.
   double flip_allowance() const { return flip_allowance_; }
 
   // Relative L2 error of the device output against `want` (reference()).

@@ -14,8 +14,10 @@
 // are fp32 accumulation order, which moves an intermediate element across
 // an e4m3 rounding boundary only rarely, and y and the output rounded to
 // bf16), plus the reference's flip allowance where an intermediate element
-// lies within 1e-4 (relative) of such a boundary: at one token and I = 128
-// one such element can move the output by 2e-2.
+// lies within 1e-4 (relative) of such a boundary, or on the wgmma paths
+// (cutlass, mma) within what their coarser GEMM1 sums may move it
+// (support/reference_check.h): at one token and I = 128 one such element
+// can move the output by 2e-2.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -58,8 +60,7 @@ void check_point(MoEConfig c, int t, const std::string& kind) {
                     : ref::make_logits(c, t, seed, kind);
   for (const Form& form : kForms) {
     c.experts.quant = form.quant;
-    std::vector<float> want;
-    double worst = 0, allowance = 0;
+    double worst = 0, widest = 0;
     for (const char* backend : kBackends) {
       c.options.backend = backend;
       SCOPED_TRACE(std::string(form.name) + " " + c.to_string() + " T=" + std::to_string(t) + " " +
@@ -67,19 +68,19 @@ void check_point(MoEConfig c, int t, const std::string& kind) {
       LayerRig rig(c, t, seed, form.static_scales);
       rig.load_inputs(t, seed ^ 0xabc, logits);
       rig.layer().forward(rig.args(t), nullptr);
-      if (want.empty()) {
-        want = rig.reference(t, logits);
-        allowance = rig.flip_allowance();
-      }
+      // The same output on every path; the allowance is the path's.
+      const std::vector<float> want = rig.reference(t, logits);
+      const double allowance = rig.flip_allowance();
       const double err = rig.error_against(t, want);
       // The bound, plus what the intermediate's near ties may move the
       // output by (ref::moe_forward's flip_allowance; 0 on most points).
       EXPECT_LT(err, kTolerance + allowance);
       worst = std::max(worst, err);
+      widest = std::max(widest, allowance);
     }
-    std::printf("  %s H=%d I=%d T=%d %s: largest error %.2e (near ties allow %.2e more)\n",
+    std::printf("  %s H=%d I=%d T=%d %s: largest error %.2e (near ties allow up to %.2e more)\n",
                 form.name, c.experts.hidden, c.experts.intermediate, t, kind.c_str(), worst,
-                allowance);
+                widest);
   }
 }
 

@@ -23,6 +23,7 @@
 #include "bench.h"
 #include "json_file.h"
 #include "support/fuzz_cases.h"
+#include "support/reference_check.h"
 
 #if defined(UNIMOE_WITH_CUDA)
 
@@ -332,13 +333,10 @@ class FuzzRig {
     ref::ActivationScales scales = expert_weights_->static_scales();
     if (c_.experts.quant == QuantVariant::FP8PerTensor && scales.x == 0.0f)
       scales = layer_access::impl(*layer_ptr_).dynamic_activation_scales(t, precomputed);
-    // The FP8 wgmma paths' GEMM1 sums are coarser than fp32 (ref.h,
-    // kFp8WgmmaSumPrecision): the allowance widens for them.
-    const bool wgmma_fp8 = plan.fp8 && (plan.path == ExpertsPath::Cutlass || plan.path == ExpertsPath::Mma);
+    // Wider on the FP8 wgmma paths, whose GEMM1 sums are coarser than fp32.
     double allowance = 0.0;
-    const std::vector<float> want =
-        ref::moe_forward(c_, host_.source(), x.data(), routing, 0, scales, &allowance,
-                         wgmma_fp8 ? ref::kFp8WgmmaSumPrecision : 0.0);
+    const std::vector<float> want = ref::moe_forward(c_, host_.source(), x.data(), routing, 0,
+                                                     scales, &allowance, gemm1_sum_precision(plan));
     // The intermediate's near ties (FP8) may move the output by that much
     // more than the bound: relative to the reference rows' finite norm.
     const double tie_bound = ref::relative_flip_allowance(allowance, want);
