@@ -355,6 +355,20 @@ TEST(QuantizeActivation, Fp8NearTiesNameTheOtherCode) {
     EXPECT_TRUE(std::isnan(t));
 }
 
+// A per-element slack (absolute, in the values' units) widens "near" for
+// that element alone: 19.6 (quotient 9.8, 0.3 from the boundary 9.5 with
+// 9, scale 2) is a tie with a slack of 0.61 (0.305 in quotient units) and
+// not with 0.59; the relative margin still holds where the slack is 0.
+TEST(QuantizeActivation, Fp8NearTiesTakeAPerElementSlack) {
+  const std::vector<float> v = {19.6f, 19.6f, 19.00019f};
+  const std::vector<float> slack = {0.61f, 0.59f, 0.0f};
+  const std::vector<float> ties =
+      fp8_near_ties(QuantVariant::FP8PerTensor, v.data(), 1, 3, 2.0f, 1e-4, slack.data());
+  EXPECT_FLOAT_EQ(ties[0], 18.0f);
+  EXPECT_TRUE(std::isnan(ties[1]));
+  EXPECT_FLOAT_EQ(ties[2], 18.0f);
+}
+
 TEST(QuantizeActivation, Fp8PerTensorUsesOneDynamicScale) {
   const uint64_t seed = test::fresh_seed();
   SCOPED_TRACE("UNIMOE_TEST_SEED=" + std::to_string(seed));
