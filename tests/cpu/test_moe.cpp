@@ -300,6 +300,16 @@ TEST(MoeForward, Fp8ActivationScales) {
   for (const Case& c : cases) check_against_naive(c, rng, random_routing(c, rng));
 }
 
+// One token routed to expert 0 with the given weight (K = 1).
+Routing one_token_to_expert_0(float weight) {
+  Routing routing;
+  routing.num_tokens = 1;
+  routing.top_k = 1;
+  routing.ids = {0};
+  routing.weights = {weight};
+  return routing;
+}
+
 // The flip allowance: one token, one expert, ReLU2 (act = g^2) with a
 // static activation scale of 1, so that the one intermediate element is
 // 19.00002, 1e-6 (relative) above the boundary 19 between the e4m3 codes 18
@@ -318,11 +328,7 @@ TEST(MoeForward, FlipAllowanceCountsNearTiesOnly) {
   w2[1 * 16] = -0.25f;
   w2[3 * 16] = 1.0f;  // column 0's norm: sqrt(1.3125)
   const WeightSource source = [&](int) { return ExpertView{w13.data(), w2.data()}; };
-  Routing routing;
-  routing.num_tokens = 1;
-  routing.top_k = 1;
-  routing.ids = {0};
-  routing.weights = {0.75f};
+  const Routing routing = one_token_to_expert_0(0.75f);
   const ActivationScales scales{1.0f, 1.0f};
   double allowance = -1.0;
   const std::vector<float> out = moe_forward(config, source, x.data(), routing, 1, scales, &allowance);
@@ -379,11 +385,7 @@ TEST(MoeForward, FlipAllowanceWidensForCoarserGemm1Sums) {
   w13[1] = -(100.0f - std::sqrt(19.01f));
   w2[0] = 1.0f;  // column 0's norm: 1
   const WeightSource source = [&](int) { return ExpertView{w13.data(), w2.data()}; };
-  Routing routing;
-  routing.num_tokens = 1;
-  routing.top_k = 1;
-  routing.ids = {0};
-  routing.weights = {0.75f};
+  const Routing routing = one_token_to_expert_0(0.75f);
   const ActivationScales scales{1.0f, 1.0f};
   double allowance = -1.0;
   const std::vector<float> out = moe_forward(config, source, x.data(), routing, 1, scales, &allowance);
