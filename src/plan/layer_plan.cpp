@@ -121,10 +121,14 @@ constexpr int kOverlapMaxIntermediate = 4096;
 
 // FP8 experts run on two paths: the FP8 stream kernel up to this many rows
 // per local expert (one 16-row tile each, so each active expert's weights
-// are read about once), CUTLASS's blockwise-scaled grouped GEMM above. Not
-// yet measured: it is the BF16 rule's last stream point doubled, since an
-// FP8 expert's weights are half the bytes and the stream kernel's cost is
-// reading them; `unimoe-bench --autotune` times both paths per bucket.
+// are read about once), CUTLASS's blockwise-scaled grouped GEMM above.
+// Measured on an H100, FP8Block128, each path forced (us, stream against
+// cutlass): at 2 rows an expert dsv3-tp8 T=64 484.6 against 493.6,
+// qwen3-30b-a3b T=32 209.8 against 217.8, qwen3-235b-a22b T=32 771.9
+// against 746.0; at 4, 576.0 against 563.4, 245.8 against 245.9, 909.2
+// against 852.2; at 1 and 0.5 the stream path won by 4-14%
+// (bench/results/h100/layer-fp8.txt, Part 9). `unimoe-bench --autotune`
+// times both paths per bucket.
 constexpr double kFp8StreamRowsPerExpert = 2;
 
 // The FP8 Cutlass path's tile: 64-row pingpong while experts hold few rows
