@@ -5,7 +5,7 @@
 //     GEMM2's; the plan's GEMM tactics pick the mma.sync tiled kernels or
 //     the swap-AB stream kernel;
 //   CutlassBackend runs CUTLASS's Hopper grouped GEMM over contiguous
-//     permuted rows: gather kernel, GEMM1, activation kernel, GEMM2; the
+//     permuted rows: scatter (or gather) kernel, GEMM1, activation kernel, GEMM2; the
 //     finalize adds b2. It owns the gathered rows, GEMM1's output and the
 //     grouped GEMM's workspace.
 // Weights: every backend so far reads the caller's layout as is
@@ -126,16 +126,27 @@ class CutlassBackend final : public ExpertsBackend {
   void run_gemm1(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) override {
     require_workspace();
     const int capacity = call.num_tokens * config_.routing.top_k;
-    GatherRowsParams g;
-    g.x = call.x;
-    g.permuted_to_expanded = call.permuted_to_expanded;
-    g.expert_offsets = call.expert_offsets;
-    g.num_groups = config_.local_experts();
-    g.top_k = config_.routing.top_k;
-    g.hidden = config_.experts.hidden;
-    g.capacity = capacity;
-    g.out = gathered_;
-    launch_gather_rows(g, KernelStream(stream, plan.pdl));
+    if (plan.row_scatter) {
+      ScatterRowsParams s;
+      s.x = call.x;
+      s.expanded_to_permuted = call.expanded_to_permuted;
+      s.num_tokens = call.num_tokens;
+      s.top_k = config_.routing.top_k;
+      s.hidden = config_.experts.hidden;
+      s.out = gathered_;
+      launch_scatter_rows(s, KernelStream(stream, plan.pdl));
+    } else {
+      GatherRowsParams g;
+      g.x = call.x;
+      g.permuted_to_expanded = call.permuted_to_expanded;
+      g.expert_offsets = call.expert_offsets;
+      g.num_groups = config_.local_experts();
+      g.top_k = config_.routing.top_k;
+      g.hidden = config_.experts.hidden;
+      g.capacity = capacity;
+      g.out = gathered_;
+      launch_gather_rows(g, KernelStream(stream, plan.pdl));
+    }
     run_sm90_gemm(call, gathered_, weights_.w13, h_, config_.gemm1_cols(), config_.experts.hidden,
                   plan, stream);
     GatedActivationParams act;

@@ -56,6 +56,7 @@ constexpr Knob kKnobs[] = {
     {"fp8_quant_early", Kind::Switch, &DevOverrides::fp8_quant_early, nullptr},
     {"fp8_act_quant_fused", Kind::Switch, &DevOverrides::fp8_act_quant_fused, nullptr},
     {"fp8_quant_scatter", Kind::Switch, &DevOverrides::fp8_quant_scatter, nullptr},
+    {"row_scatter", Kind::Switch, &DevOverrides::row_scatter, nullptr},
     {"w4_tile_m", Kind::TileM, nullptr, &DevOverrides::w4_tile_m},
     {"gemm2_path", Kind::Gemm2, nullptr, nullptr},
     {"mma_tactic", Kind::Tactic, nullptr, nullptr},

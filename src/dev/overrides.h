@@ -55,6 +55,7 @@ struct DevOverrides {
   bool fp8_quant_early = true;   // UNIMOE_FP8_QUANT_EARLY: FP8 stream GEMMs launch during their quantize
   bool fp8_act_quant_fused = true;  // UNIMOE_FP8_ACT_QUANT_FUSED: FP8 cutlass activation + quantize
   bool fp8_quant_scatter = true;    // UNIMOE_FP8_QUANT_SCATTER: FP8 cutlass x into permuted rows
+  bool row_scatter = true;          // UNIMOE_ROW_SCATTER: BF16 cutlass x rows scattered, not gathered
   // UNIMOE_FP8_TENSOR_SCALE_FIRST: FP8PerTensor's dynamic scale made before
   // the one-pass kernels on the cutlass path.
   bool fp8_tensor_scale_first = true;

@@ -93,6 +93,10 @@ struct LayerPlan {
   // ... and writes x's codes and scales straight to the permuted rows
   // (fp8_quant.cuh, launch_quantize_fp8_rows_scatter), with no gather.
   bool fp8_quant_scatter = true;
+  // BF16's cutlass path writes each token's x row to its permuted rows
+  // (launch_scatter_rows: one read of x a token) instead of gathering them
+  // (launch_gather_rows: one read a permuted row); the same rows.
+  bool row_scatter = true;
   // FP8PerTensor with dynamic scales takes those two one-pass forms too,
   // each tensor scale made first (launch_fp8_tensor_scale; the activation
   // kernel's CTA maxima); off, it quantizes in token order and gathers, and

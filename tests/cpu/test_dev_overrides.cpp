@@ -40,7 +40,8 @@ TEST(DevOverrides, DefaultsFollowTheMeasuredRules) {
               d.ranked_threshold && d.split_octet_count && d.split_kept_halves &&
               d.permute_trigger && d.scatter_masks && d.pdl && d.stream_one_token &&
               d.stream_overlap && d.next_prefetch && d.fp8_wide_ctas && d.fp8_quant_early &&
-              d.fp8_act_quant_fused && d.fp8_quant_scatter && d.fp8_tensor_scale_first);
+              d.fp8_act_quant_fused && d.fp8_quant_scatter && d.fp8_tensor_scale_first &&
+              d.row_scatter);
   // The knob that turns something on: the wgmma tuning candidates.
   EXPECT_FALSE(d.tune_wgmma);
   EXPECT_EQ(d.wide_choice, WideChoice::kMeasured);
@@ -86,7 +87,7 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
     start = end == std::string::npos ? text.size() : end + 1;
   }
   EXPECT_EQ(back, d);
-  EXPECT_EQ(DevOverrides::names().size(), 34u);
+  EXPECT_EQ(DevOverrides::names().size(), 35u);
 }
 
 TEST(DevOverrides, RefusesBadValuesNamingTheVariable) {

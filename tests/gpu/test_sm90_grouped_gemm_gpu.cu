@@ -329,6 +329,59 @@ TEST(ExpertRows, GatherCopiesTokenRowsExactly) {
   EXPECT_EQ(written_past, 0);
 }
 
+// The scatter form writes the gather's rows with the gather's values: each
+// token row to the permuted rows of its on-rank expanded rows (off-rank
+// ones, -1, skipped), no other row (the poison past the live count stays).
+TEST(ExpertRows, ScatterWritesTheGathersRows) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  constexpr int kTokens = 45, kTopK = 4, kHidden = 264, kLocal = 5;
+  const int capacity = kTokens * kTopK;
+  const ref::Permutation perm = random_permutation(kTokens, kTopK, 9, 3, kLocal, rng);
+  const int rows = perm.expert_offsets.back();
+  ASSERT_LT(rows, capacity);  // some rows are off rank
+
+  const std::vector<uint16_t> x = random_bf16(static_cast<std::size_t>(kTokens) * kHidden, 4.0f, rng);
+  DeviceBuffer<uint16_t> x_dev(x), out(static_cast<std::size_t>(capacity) * kHidden);
+  DeviceBuffer<int32_t> e2p(perm.expanded_to_permuted);
+  out.poison();
+
+  ScatterRowsParams p;
+  p.x = x_dev.get();
+  p.expanded_to_permuted = e2p.get();
+  p.num_tokens = kTokens;
+  p.top_k = kTopK;
+  p.hidden = kHidden;
+  p.out = out.get();
+  launch_scatter_rows(p, nullptr);
+  UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+
+  const std::vector<uint16_t> got = out.download();
+  int mismatches = 0, written_past = 0;
+  for (int r = 0; r < capacity; ++r)
+    for (int c = 0; c < kHidden; ++c) {
+      const uint16_t v = got[static_cast<std::size_t>(r) * kHidden + c];
+      if (r < rows) {
+        const int token = perm.permuted_to_expanded[r] / kTopK;
+        mismatches += v != x[static_cast<std::size_t>(token) * kHidden + c];
+      } else {
+        written_past += v != kPoison;
+      }
+    }
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_EQ(written_past, 0);
+
+  // No token: nothing launched, nothing written.
+  out.poison();
+  p.num_tokens = 0;
+  launch_scatter_rows(p, nullptr);
+  UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint16_t> untouched = out.download();
+  EXPECT_TRUE(std::all_of(untouched.begin(), untouched.end(), [](uint16_t v) { return v == kPoison; }));
+}
+
 // bf16 bits as an integer that counts ulps monotonically (+0 and -0 alike).
 int ordered(uint16_t bits) { return (bits & 0x8000) ? -(bits & 0x7fff) : (bits & 0x7fff); }
 

@@ -1,4 +1,4 @@
-// Gather and activation row kernels (contract: expert_rows.cuh). One warp
+// Gather, scatter and activation row kernels (contract: expert_rows.cuh). One warp
 // per row, 8 bf16 values (16 bytes) per lane and step; blocks of
 // kRowsPerBlock rows, the grid sized from the capacity.
 #include <cuda_bf16.h>
@@ -39,6 +39,27 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % kWarpSize;
 #pragma unroll 4
   for (int v = lane; v < vecs_per_row; v += kWarpSize) dst[v] = src[v];
+}
+
+// One warp per token row t (warp_row() counts tokens here): each 16-byte
+// piece of the row is loaded once and stored to the row's K destinations.
+__global__ void __launch_bounds__(kThreads)
+    scatter_rows_kernel(const uint4* __restrict__ x, const int32_t* __restrict__ expanded_to_permuted,
+                        int num_tokens, int top_k, int vecs_per_row, uint4* __restrict__ out) {
+  pdl_begin();
+  const int token = warp_row();
+  if (token >= num_tokens) return;
+  const uint4* src = x + static_cast<int64_t>(token) * vecs_per_row;
+  const int32_t* dst_rows = expanded_to_permuted + static_cast<int64_t>(token) * top_k;
+  const int lane = threadIdx.x % kWarpSize;
+#pragma unroll 2
+  for (int v = lane; v < vecs_per_row; v += kWarpSize) {
+    const uint4 value = src[v];
+    for (int k = 0; k < top_k; ++k) {
+      const int row = dst_rows[k];  // the same address in every lane
+      if (row >= 0) out[static_cast<int64_t>(row) * vecs_per_row + v] = value;
+    }
+  }
 }
 
 // Expert of permuted row r: the last e with offsets[e] <= r. Empty experts
@@ -306,6 +327,20 @@ void launch_gather_rows(const GatherRowsParams& p, KernelStream stream) {
   launch_pdl(gather_rows_kernel, ceil_div(p.capacity, kRowsPerBlock), kThreads, 0, stream,
       reinterpret_cast<const uint4*>(p.x), p.permuted_to_expanded, p.expert_offsets, p.num_groups,
       p.top_k, p.hidden / kVec, reinterpret_cast<uint4*>(p.out));
+  UNIMOE_LAUNCH_CHECK();
+}
+
+void launch_scatter_rows(const ScatterRowsParams& p, KernelStream stream) {
+  require(p.hidden > 0 && p.hidden % kVec == 0,
+          "scatter_rows: hidden must be a positive multiple of 8, is " + std::to_string(p.hidden));
+  require(p.top_k > 0 && p.num_tokens >= 0,
+          "scatter_rows: top_k must be positive, num_tokens non-negative");
+  if (p.num_tokens == 0) return;
+  require(p.x && p.expanded_to_permuted && p.out, "scatter_rows: a null pointer");
+  require(aligned16(p.x) && aligned16(p.out), "scatter_rows: x and out must be 16-byte aligned");
+  launch_pdl(scatter_rows_kernel, ceil_div(p.num_tokens, kRowsPerBlock), kThreads, 0, stream,
+      reinterpret_cast<const uint4*>(p.x), p.expanded_to_permuted, p.num_tokens, p.top_k,
+      p.hidden / kVec, reinterpret_cast<uint4*>(p.out));
   UNIMOE_LAUNCH_CHECK();
 }
 

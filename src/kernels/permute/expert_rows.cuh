@@ -1,9 +1,11 @@
 // Row kernels around a grouped GEMM that has neither gather-on-load nor an
-// activation epilogue (the sm90 CUTLASS path): gather the token rows into
-// permuted order before GEMM1, and apply the activation between GEMM1 and
-// GEMM2. Both read the number of rows, expert_offsets[num_groups], on the
-// device; their grids are sized from the capacity (T * top_k) alone, so they
-// capture once in a CUDA graph. Rows at or beyond that count are untouched.
+// activation epilogue (the sm90 CUTLASS path): gather (or scatter) the token
+// rows into permuted order before GEMM1, and apply the activation between
+// GEMM1 and GEMM2. The gather and the activation read the number of rows,
+// expert_offsets[num_groups], on the device, the scatter each row's
+// destination; their grids are sized from the capacity (T * top_k) or T
+// alone, so they capture once in a CUDA graph. Rows at or beyond that count
+// are untouched.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -28,6 +30,26 @@ struct GatherRowsParams {
 
 // out[r, :] = x[permuted_to_expanded[r] / top_k, :] for r < expert_offsets[num_groups].
 void launch_gather_rows(const GatherRowsParams& p, KernelStream stream);
+
+// The gather's result written the other way round: each token row is read
+// once and written to every permuted row of its K expanded rows, where the
+// gather reads it once for each of them (K reads of a row, mostly from HBM
+// when x exceeds L2). Copies, so the same bits.
+struct ScatterRowsParams {
+  const uint16_t* x = nullptr;                     // [T, H] bf16
+  const int32_t* expanded_to_permuted = nullptr;   // [T * K] device: permuted row, -1 off this rank
+  int num_tokens = 0;                              // T (0: nothing launched)
+  int top_k = 0;                                   // K
+  int hidden = 0;                                  // H, a multiple of 8
+  uint16_t* out = nullptr;                         // [T * K, H] bf16
+};
+
+// out[expanded_to_permuted[t * K + k], :] = x[t, :] for every t < T, k < K
+// whose permuted row is not negative; no other row is written. One warp a
+// token row. The permute makes expanded_to_permuted a bijection from the
+// on-rank expanded rows onto [0, expert_offsets[E_local]), so the rows
+// written are the gather's, with its values.
+void launch_scatter_rows(const ScatterRowsParams& p, KernelStream stream);
 
 struct GatedActivationParams {
   // [capacity, cols] bf16, GEMM1's output: cols = 2I (gate columns [0, I),
