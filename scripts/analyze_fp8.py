@@ -7,7 +7,8 @@
 BLOCK128.json and PERTENSOR.json are `unimoe-bench --quant FP8Block128` and
 `--quant FP8PerTensor` results (e.g. bench/results/h200/layer-fp8-block128.json);
 a comma-separated list reads several runs of one machine as one (one run a
-preset, say). Prints, point by point: time, floor, time over floor, the
+preset, say); PATH#KEY reads the run stored under KEY of a results file
+(bench/results/h200/layer-fp8.json#per_tensor). Prints, point by point: time, floor, time over floor, the
 stage times, FP8PerTensor's time over FP8Block128's, and the FP8 peer:
 the fastest peer the run measured beside the point (`--vllm-peer`: vLLM's
 Triton fused_moe, experts only, its metadata built beforehand), else, with
@@ -19,7 +20,8 @@ summary lines the targets are stated in:
   - dsv3-tp8 at T=1 against 17 us;
   - deepseek-v3 at T=16384: each GEMM stage's rate against the e4m3 rate
     measured in the run;
-  - FP8PerTensor within 5% of FP8Block128 at every point.
+  - FP8PerTensor within 5% of FP8Block128 at every point;
+  - the points of each variant slower than the peer measured beside them.
 """
 import argparse
 import json
@@ -38,8 +40,11 @@ def load(paths):
     """The first run's header and the fastest point of every (preset, T)
     over the comma-separated runs `paths` (one device)."""
     run, best = None, {}
-    for path in paths.split(","):
+    for item in paths.split(","):
+        path, _, key = item.partition("#")
         doc = json.load(open(path))
+        if key:
+            doc = doc[key]
         if run is None:
             run = doc
         elif doc["device"] != run["device"]:
@@ -147,6 +152,16 @@ def main(argv=None):
         print("peers measured in the run: " + ", ".join(sorted(in_run_names)))
     if peers or in_run_names:
         print("points slower than the peer: " + (", ".join(slower_than_peer) or "none"))
+    tensor_slower, tensor_peers = [], set()
+    for (name, t), q in sorted(tensor.items()):
+        here = in_run_peer(q)
+        if here:
+            tensor_peers.add(here[1])
+            if q["time_us"] > here[0]:
+                tensor_slower.append(f"{name} T={t} (+{100 * (q['time_us'] / here[0] - 1):.1f}%)")
+    if tensor_peers:
+        print(f"FP8PerTensor points slower than the peer ({', '.join(sorted(tensor_peers))}): " +
+              (", ".join(tensor_slower) or "none"))
 
 
 if __name__ == "__main__":

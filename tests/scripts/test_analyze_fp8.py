@@ -3,8 +3,9 @@
 each preset and T), takes the peer measured beside a point over a peers
 file, leaves out the anchors' and the metadata-building peer times, states
 the targets' summary lines (geometric mean over the target presets,
-dsv3-tp8 at T=1, FP8PerTensor over FP8Block128) and refuses runs of two
-devices."""
+dsv3-tp8 at T=1, FP8PerTensor over FP8Block128, FP8PerTensor's points
+slower than the peer beside them), reads a run stored under a key of a
+results file (PATH#KEY) and refuses runs of two devices."""
 import os
 import sys
 import tempfile
@@ -63,6 +64,14 @@ def main():
                                                          {"vllm_fused_moe": 35.0})]))
         code, out = run_main(analyze_fp8.main, [slow])
         check("points slower than the peer: dsv3-tp8 T=8 (+42.9%)" in out, out)
+
+        # Runs stored under keys of one results file; FP8PerTensor's peer.
+        stored = write_json(d, "stored.json", dict(run_doc([point("dsv3-tp8", 8, 40.0, 20.0)]),
+                                                   per_tensor=run_doc([point("dsv3-tp8", 8, 42.0, 20.0,
+                                                                             {"vllm_fp8_tensor": 41.0})])))
+        code, out = run_main(analyze_fp8.main, [stored, stored + "#per_tensor"])
+        check("above 1.05: none" in out, out)  # 42 / 40 = 1.05
+        check("FP8PerTensor points slower than the peer (vllm_fp8_tensor): dsv3-tp8 T=8 (+2.4%)" in out, out)
 
         other = write_json(d, "other.json", run_doc([point("dsv3-tp8", 1, 20.0, 10.0)],
                                                     device="NVIDIA H100 80GB HBM3"))
