@@ -70,6 +70,8 @@ const char* to_string(Sm90Fp8GemmTactic t) {
       return "fp8_coop_128x128x128";
     case Sm90Fp8GemmTactic::Pingpong64x128:
       return "fp8_pingpong_64x128x128";
+    case Sm90Fp8GemmTactic::Cooperative128x128Cluster2x1:
+      return "fp8_coop_128x128x128_c2x1";
   }
   return "<invalid fp8 tactic>";
 }

@@ -89,18 +89,22 @@ Sm90GemmTactic parse_sm90_gemm_tactic(const std::string& s);
 
 // One compiled configuration of the FP8 blockwise-scaled grouped GEMM
 // (src/kernels/gemm/sm90_fp8_grouped_gemm_*.cu): kernel schedule and tile
-// (BLK_M x BLK_N x BLK_K), cluster 1x1 for all. BLK_K is 128 for both, one
-// scale block deep.
+// (BLK_M x BLK_N x BLK_K) and cluster. BLK_K is 128 for all, one scale
+// block deep.
 enum class Sm90Fp8GemmTactic : int {
   Cooperative128x128,  // two consumer warp groups share a 128x128x128 tile
   Pingpong64x128,      // two consumer warp groups alternate 64x128x128 tiles
+  // The cooperative tile on clusters of 2 CTAs along M, which share each B
+  // (weight) tile through a TMA multicast: half the B reads from L2.
+  Cooperative128x128Cluster2x1,
 };
 
 // Every compiled FP8 tactic, in enum order.
 inline constexpr Sm90Fp8GemmTactic kSm90Fp8GemmTactics[] = {
-    Sm90Fp8GemmTactic::Cooperative128x128, Sm90Fp8GemmTactic::Pingpong64x128};
+    Sm90Fp8GemmTactic::Cooperative128x128, Sm90Fp8GemmTactic::Pingpong64x128,
+    Sm90Fp8GemmTactic::Cooperative128x128Cluster2x1};
 
-// "fp8_coop_128x128x128", "fp8_pingpong_64x128x128".
+// "fp8_coop_128x128x128", "fp8_pingpong_64x128x128", "fp8_coop_128x128x128_c2x1".
 const char* to_string(Sm90Fp8GemmTactic t);
 // Throws Error (field "fp8_tactic") naming the allowed values.
 Sm90Fp8GemmTactic parse_sm90_fp8_gemm_tactic(const std::string& s);

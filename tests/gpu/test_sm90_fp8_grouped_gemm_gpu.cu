@@ -278,6 +278,7 @@ TEST(Sm90Fp8GroupedGemm, TacticsPrintTheirNames) {
   UNIMOE_REQUIRE_GPU();
   EXPECT_STREQ(to_string(Sm90Fp8GemmTactic::Cooperative128x128), "fp8_coop_128x128x128");
   EXPECT_STREQ(to_string(Sm90Fp8GemmTactic::Pingpong64x128), "fp8_pingpong_64x128x128");
+  EXPECT_STREQ(to_string(Sm90Fp8GemmTactic::Cooperative128x128Cluster2x1), "fp8_coop_128x128x128_c2x1");
 }
 
 // Each bad field is refused with std::invalid_argument naming it, before

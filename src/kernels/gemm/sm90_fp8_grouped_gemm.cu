@@ -26,6 +26,9 @@ const sm90_fp8::TacticEntry& tactic_entry(Sm90Fp8GemmTactic t, bool f32_out) {
       return f32_out ? sm90_fp8::kCooperative128x128F32Entry : sm90_fp8::kCooperative128x128Entry;
     case Sm90Fp8GemmTactic::Pingpong64x128:
       return f32_out ? sm90_fp8::kPingpong64x128F32Entry : sm90_fp8::kPingpong64x128Entry;
+    case Sm90Fp8GemmTactic::Cooperative128x128Cluster2x1:
+      return f32_out ? sm90_fp8::kCooperative128x128Cluster2x1F32Entry
+                     : sm90_fp8::kCooperative128x128Cluster2x1Entry;
   }
   throw std::invalid_argument("sm90 fp8 grouped GEMM: unknown tactic " +
                               std::to_string(static_cast<int>(t)));

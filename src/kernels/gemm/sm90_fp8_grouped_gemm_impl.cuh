@@ -143,13 +143,18 @@ struct GroupScaleLayoutMainloop : Base {
 };
 
 // One tactic's kernel: a CUTLASS grouped GEMM with blockwise-scaled e4m3
-// operands, cluster 1x1, fp32 accumulation, no source matrix C (beta 0) and a
-// D of ElementOut (bf16, or fp32 for an output the next kernel quantizes).
-template <class TileShape, class KernelSchedule, class EpilogueSchedule, class ElementOut>
+// operands, fp32 accumulation, no source matrix C (beta 0) and a D of
+// ElementOut (bf16, or fp32 for an output the next kernel quantizes), on
+// clusters of ClusterShape (1x1, or 2x1: the two CTAs of a cluster take M
+// tiles of one N tile and multicast its B tile; the grouped scheduler hands
+// out tiles a cluster at a time, so a group's odd last M tile leaves the
+// partner an empty tile, which loads and stores nothing).
+template <class TileShape, class KernelSchedule, class EpilogueSchedule, class ElementOut,
+          class ClusterShape_ = cute::Shape<cute::_1, cute::_1, cute::_1>>
 struct Fp8GroupedGemm {
   using ElementD = ElementOut;
   static constexpr int kAlignmentD = kAlignmentOf<ElementD>;
-  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  using ClusterShape = ClusterShape_;
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementAccumulator,
@@ -237,6 +242,12 @@ using Cooperative128x128 =
                    cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise,
                    cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative, ElementOut>;
 template <class ElementOut>
+using Cooperative128x128Cluster2x1 =
+    Fp8GroupedGemm<cute::Shape<cute::_128, cute::_128, cute::_128>,
+                   cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise,
+                   cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative, ElementOut,
+                   cute::Shape<cute::_2, cute::_1, cute::_1>>;
+template <class ElementOut>
 using Pingpong64x128 =
     Fp8GroupedGemm<cute::Shape<cute::_64, cute::_128, cute::_128>,
                    cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise,
@@ -256,5 +267,7 @@ extern const TacticEntry kCooperative128x128Entry;
 extern const TacticEntry kCooperative128x128F32Entry;
 extern const TacticEntry kPingpong64x128Entry;
 extern const TacticEntry kPingpong64x128F32Entry;
+extern const TacticEntry kCooperative128x128Cluster2x1Entry;
+extern const TacticEntry kCooperative128x128Cluster2x1F32Entry;
 
 }  // namespace unimoe::sm90_fp8
