@@ -4,6 +4,10 @@
 #pragma once
 
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <initializer_list>
 
 #include <cmath>
 #include <functional>
@@ -226,5 +230,44 @@ class CapturedForward {
   cudaGraph_t graph_{};
   cudaGraphExec_t exec_{};
 };
+
+// Two layers of one config, weights and seed, made with the development
+// overrides `a` and `b`, give the same output bits, and `a`'s is within
+// `tolerance` (plus the reference's flip allowance) of the reference: eager
+// at each T of `eager_ts` (the largest is max_tokens), then replayed from
+// one graph of `graph_t` tokens with fresh routing (expert `hot` taking
+// every token on the second replay).
+inline void expect_same_bits(const MoEConfig& c, uint64_t seed, bool static_scales,
+                             const DevOverrides& a, const DevOverrides& b,
+                             std::initializer_list<int> eager_ts, int graph_t, double tolerance,
+                             int hot) {
+  const int max_t = std::max(eager_ts);
+  LayerRig rig(c, max_t, seed, static_scales, &a);
+  LayerRig twin(c, max_t, seed, static_scales, &b);
+  auto same_bits = [&](int t, const std::vector<float>& logits) {
+    twin.load_inputs(t, seed + t, logits);
+    twin.layer().forward(twin.args(t), nullptr);
+    EXPECT_EQ(rig.output_bits(t), twin.output_bits(t)) << "T=" << t;
+    const std::vector<float> want = rig.reference(t, logits);
+    EXPECT_LT(rig.error_against(t, want), tolerance + rig.flip_allowance()) << "T=" << t;
+  };
+  for (int t : eager_ts) {
+    const std::vector<float> logits = ref::make_logits(c, t, seed + t, "uniform");
+    rig.load_inputs(t, seed + t, logits);
+    rig.layer().forward(rig.args(t), nullptr);
+    same_bits(t, logits);
+  }
+  const int t = graph_t;
+  rig.load_inputs(t, seed + t, ref::make_logits(c, t, seed, "uniform"));
+  CapturedForward graph(rig.layer(), rig.args(t));
+  for (int replay = 0; replay < 3; ++replay) {
+    SCOPED_TRACE("replay " + std::to_string(replay));
+    const std::vector<float> logits = replay == 1 ? hot_expert_logits(c, t, seed + replay, hot)
+                                                  : ref::make_logits(c, t, seed + replay, "uniform");
+    rig.load_inputs(t, seed + t, logits);
+    graph.replay();
+    same_bits(t, logits);
+  }
+}
 
 }  // namespace unimoe::test

@@ -133,42 +133,6 @@ TEST(LayerFp8Gpu, PrecomputedRouting) {
   EXPECT_LT(rig.precomputed_routing_error(t, seed), kTolerance);
 }
 
-// Two layers of one config, weights and seed, made with the development
-// overrides `a` and `b`, give the same output bits, and `a`'s is within
-// the reference's bound: eager at each T of `eager_ts` (the largest is
-// max_tokens), then replayed from one graph of `graph_t` tokens with fresh
-// routing (a hot expert on the second replay).
-void expect_same_bits(const MoEConfig& c, uint64_t seed, bool static_scales, const DevOverrides& a,
-                      const DevOverrides& b, std::initializer_list<int> eager_ts, int graph_t) {
-  const int max_t = std::max(eager_ts);
-  LayerRig rig(c, max_t, seed, static_scales, &a);
-  LayerRig twin(c, max_t, seed, static_scales, &b);
-  auto same_bits = [&](int t, const std::vector<float>& logits) {
-    twin.load_inputs(t, seed + t, logits);
-    twin.layer().forward(twin.args(t), nullptr);
-    EXPECT_EQ(rig.output_bits(t), twin.output_bits(t)) << "T=" << t;
-    const std::vector<float> want = rig.reference(t, logits);
-    EXPECT_LT(rig.error_against(t, want), kTolerance + rig.flip_allowance());
-  };
-  for (int t : eager_ts) {
-    const std::vector<float> logits = ref::make_logits(c, t, seed + t, "uniform");
-    rig.load_inputs(t, seed + t, logits);
-    rig.layer().forward(rig.args(t), nullptr);
-    same_bits(t, logits);
-  }
-  const int t = graph_t;
-  rig.load_inputs(t, seed + t, ref::make_logits(c, t, seed, "uniform"));
-  test::CapturedForward graph(rig.layer(), rig.args(t));
-  for (int replay = 0; replay < 3; ++replay) {
-    SCOPED_TRACE("replay " + std::to_string(replay));
-    const std::vector<float> logits = replay == 1 ? hot_expert_logits(c, t, seed + replay, 5)
-                                                  : ref::make_logits(c, t, seed + replay, "uniform");
-    rig.load_inputs(t, seed + t, logits);
-    graph.replay();
-    same_bits(t, logits);
-  }
-}
-
 // FP8PerTensor with dynamic scales on the cutlass path, with the one-pass
 // forms (each tensor scale made first, fp8_tensor_scale_first, the
 // default): the same codes and scales as the two-pass forms (quantize in
@@ -188,7 +152,7 @@ TEST(LayerFp8Gpu, DynamicTensorScaleFirstGivesTheDefaultFormsBits) {
     first.fp8_act_quant_fused = fused;
     DevOverrides plain;
     plain.fp8_tensor_scale_first = false;
-    expect_same_bits(c, seed, false, first, plain, {1, 33, 130}, 64);
+    test::expect_same_bits(c, seed, false, first, plain, {1, 33, 130}, 64, kTolerance, 5);
   }
 }
 
@@ -210,7 +174,8 @@ TEST(LayerFp8Gpu, EarlyLaunchedDecodeGemmsGiveTheBitsOfTheLateLaunch) {
     c.experts.quant = form.quant;
     DevOverrides late;
     late.fp8_quant_early = false;
-    expect_same_bits(c, seed, form.static_scales, DevOverrides{}, late, {1, 3, 32}, 8);
+    test::expect_same_bits(c, seed, form.static_scales, DevOverrides{}, late, {1, 3, 32}, 8,
+                           kTolerance, 5);
   }
 }
 

@@ -132,32 +132,7 @@ TEST(LayerGpu, RowScatterGivesTheGathersBits) {
   c.options.backend = "cutlass";
   DevOverrides gather;
   gather.set("row_scatter=0");
-  const int max_t = 300;
-  LayerRig rig(c, max_t, seed);
-  LayerRig twin(c, max_t, seed, false, &gather);
-  auto same_bits = [&](int t, const std::vector<float>& logits) {
-    twin.load_inputs(t, seed + t, logits);
-    twin.layer().forward(twin.args(t), nullptr);
-    EXPECT_EQ(rig.output_bits(t), twin.output_bits(t)) << "T=" << t;
-    EXPECT_LT(rig.error(t, logits), kTolerance) << "T=" << t;
-  };
-  for (int t : {1, 33, max_t}) {
-    const std::vector<float> logits = ref::make_logits(c, t, seed + t, "uniform");
-    rig.load_inputs(t, seed + t, logits);
-    rig.layer().forward(rig.args(t), nullptr);
-    same_bits(t, logits);
-  }
-  const int t = 64;
-  rig.load_inputs(t, seed + t, ref::make_logits(c, t, seed, "uniform"));
-  test::CapturedForward graph(rig.layer(), rig.args(t));
-  for (int replay = 0; replay < 3; ++replay) {
-    SCOPED_TRACE("replay " + std::to_string(replay));
-    const std::vector<float> logits = replay == 1 ? hot_expert_logits(c, t, seed + replay, 20)
-                                                  : ref::make_logits(c, t, seed + replay, "uniform");
-    rig.load_inputs(t, seed + t, logits);
-    graph.replay();
-    same_bits(t, logits);
-  }
+  test::expect_same_bits(c, seed, false, DevOverrides{}, gather, {1, 33, 300}, 64, kTolerance, 20);
 }
 
 class LayerGraphGpu : public ::testing::TestWithParam<const char*> {};

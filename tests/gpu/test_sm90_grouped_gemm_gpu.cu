@@ -283,6 +283,27 @@ std::vector<uint16_t> random_bf16(std::size_t n, float scale, std::mt19937_64& r
   return v;
 }
 
+// out [capacity, hidden] after a gather or a scatter: permuted row r <
+// expert_offsets.back() holds the row of token permuted_to_expanded[r] /
+// top_k of x, every later row still the poison.
+void expect_token_rows(const std::vector<uint16_t>& got, const std::vector<uint16_t>& x,
+                       const ref::Permutation& perm, int top_k, int hidden, int capacity) {
+  const int rows = perm.expert_offsets.back();
+  int mismatches = 0, written_past = 0;
+  for (int r = 0; r < capacity; ++r)
+    for (int c = 0; c < hidden; ++c) {
+      const uint16_t v = got[static_cast<std::size_t>(r) * hidden + c];
+      if (r < rows) {
+        const int token = perm.permuted_to_expanded[r] / top_k;
+        mismatches += v != x[static_cast<std::size_t>(token) * hidden + c];
+      } else {
+        written_past += v != kPoison;
+      }
+    }
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_EQ(written_past, 0);
+}
+
 TEST(ExpertRows, GatherCopiesTokenRowsExactly) {
   UNIMOE_REQUIRE_GPU();
   const uint64_t seed = fresh_seed();
@@ -313,20 +334,7 @@ TEST(ExpertRows, GatherCopiesTokenRowsExactly) {
   launch_gather_rows(p, nullptr);
   UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
 
-  const std::vector<uint16_t> got = out.download();
-  int mismatches = 0, written_past = 0;
-  for (int r = 0; r < capacity; ++r)
-    for (int c = 0; c < kHidden; ++c) {
-      const uint16_t v = got[static_cast<std::size_t>(r) * kHidden + c];
-      if (r < rows) {
-        const int token = perm.permuted_to_expanded[r] / kTopK;
-        mismatches += v != x[static_cast<std::size_t>(token) * kHidden + c];
-      } else {
-        written_past += v != kPoison;
-      }
-    }
-  EXPECT_EQ(mismatches, 0);
-  EXPECT_EQ(written_past, 0);
+  expect_token_rows(out.download(), x, perm, kTopK, kHidden, capacity);
 }
 
 // The scatter form writes the gather's rows with the gather's values: each
@@ -358,20 +366,7 @@ TEST(ExpertRows, ScatterWritesTheGathersRows) {
   launch_scatter_rows(p, nullptr);
   UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
 
-  const std::vector<uint16_t> got = out.download();
-  int mismatches = 0, written_past = 0;
-  for (int r = 0; r < capacity; ++r)
-    for (int c = 0; c < kHidden; ++c) {
-      const uint16_t v = got[static_cast<std::size_t>(r) * kHidden + c];
-      if (r < rows) {
-        const int token = perm.permuted_to_expanded[r] / kTopK;
-        mismatches += v != x[static_cast<std::size_t>(token) * kHidden + c];
-      } else {
-        written_past += v != kPoison;
-      }
-    }
-  EXPECT_EQ(mismatches, 0);
-  EXPECT_EQ(written_past, 0);
+  expect_token_rows(out.download(), x, perm, kTopK, kHidden, capacity);
 
   // No token: nothing launched, nothing written.
   out.poison();
