@@ -283,6 +283,25 @@ std::vector<uint16_t> random_bf16(std::size_t n, float scale, std::mt19937_64& r
   return v;
 }
 
+// The inputs of a row-kernel test: a random routing (random_permutation)
+// and random x rows [tokens, hidden].
+struct RowsCase {
+  ref::Permutation perm;
+  std::vector<uint16_t> x;
+  int capacity = 0;  // tokens * top_k
+  int rows = 0;      // permuted rows on this rank
+};
+
+RowsCase make_rows_case(int tokens, int top_k, int hidden, int experts, int local_offset, int num_local,
+                        std::mt19937_64& rng) {
+  RowsCase r;
+  r.capacity = tokens * top_k;
+  r.perm = random_permutation(tokens, top_k, experts, local_offset, num_local, rng);
+  r.rows = r.perm.expert_offsets.back();
+  r.x = random_bf16(static_cast<std::size_t>(tokens) * hidden, 4.0f, rng);
+  return r;
+}
+
 // out [capacity, hidden] after a gather or a scatter: permuted row r <
 // expert_offsets.back() holds the row of token permuted_to_expanded[r] /
 // top_k of x, every later row still the poison.
@@ -310,12 +329,12 @@ TEST(ExpertRows, GatherCopiesTokenRowsExactly) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   constexpr int kTokens = 37, kTopK = 3, kHidden = 136, kLocal = 5;
-  const int capacity = kTokens * kTopK;
-  const ref::Permutation perm = random_permutation(kTokens, kTopK, 8, 2, kLocal, rng);
-  const int rows = perm.expert_offsets.back();
-  ASSERT_LT(rows, capacity);  // some rows are off rank
+  const RowsCase rc = make_rows_case(kTokens, kTopK, kHidden, 8, 2, kLocal, rng);
+  const ref::Permutation& perm = rc.perm;
+  const std::vector<uint16_t>& x = rc.x;
+  const int capacity = rc.capacity;
+  ASSERT_LT(rc.rows, capacity);  // some rows are off rank
 
-  const std::vector<uint16_t> x = random_bf16(static_cast<std::size_t>(kTokens) * kHidden, 4.0f, rng);
   DeviceBuffer<uint16_t> x_dev(x), out(static_cast<std::size_t>(capacity) * kHidden);
   DeviceBuffer<int32_t> p2e(capacity), offsets(perm.expert_offsets);
   p2e.poison();  // entries past the count are never read
@@ -346,12 +365,12 @@ TEST(ExpertRows, ScatterWritesTheGathersRows) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   constexpr int kTokens = 45, kTopK = 4, kHidden = 264, kLocal = 5;
-  const int capacity = kTokens * kTopK;
-  const ref::Permutation perm = random_permutation(kTokens, kTopK, 9, 3, kLocal, rng);
-  const int rows = perm.expert_offsets.back();
-  ASSERT_LT(rows, capacity);  // some rows are off rank
+  const RowsCase rc = make_rows_case(kTokens, kTopK, kHidden, 9, 3, kLocal, rng);
+  const ref::Permutation& perm = rc.perm;
+  const std::vector<uint16_t>& x = rc.x;
+  const int capacity = rc.capacity;
+  ASSERT_LT(rc.rows, capacity);  // some rows are off rank
 
-  const std::vector<uint16_t> x = random_bf16(static_cast<std::size_t>(kTokens) * kHidden, 4.0f, rng);
   DeviceBuffer<uint16_t> x_dev(x), out(static_cast<std::size_t>(capacity) * kHidden);
   DeviceBuffer<int32_t> e2p(perm.expanded_to_permuted);
   out.poison();

@@ -28,10 +28,10 @@
 #include <cuda_bf16.h>
 
 #include <climits>
-#include <utility>
 #include <cstddef>
 #include <stdexcept>
 #include <string>
+#include "kernels/common/cluster_handoff.cuh"
 #include "kernels/gemm/grouped_gemm_args.cuh"
 #include "kernels/gemm/sm90_wgmma_util.cuh"
 #include "kernels/gemm/tile_operands.cuh"
@@ -63,17 +63,9 @@ __device__ __forceinline__ void store_shared_v4(uint32_t address, uint32_t a, ui
                : "memory");
 }
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void barrier_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(count) : "memory");
-}
-
 __device__ __forceinline__ void barrier_arrive(uint64_t* bar) {
   asm volatile("{\n .reg .b64 state;\n mbarrier.arrive.release.cta.shared::cta.b64 state, [%0];\n}\n" ::"r"(
-                   shared_address(bar))
+                   smem_address(bar))
                : "memory");
 }
 
@@ -83,7 +75,7 @@ __device__ __forceinline__ void barrier_wait(uint64_t* bar, uint32_t parity) {
       "{\n .reg .pred done;\n"
       "wait_%=:\n"
       " mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
-      " @!done bra wait_%=;\n}\n" ::"r"(shared_address(bar)),
+      " @!done bra wait_%=;\n}\n" ::"r"(smem_address(bar)),
       "r"(parity)
       : "memory");
 }
@@ -196,22 +188,11 @@ __device__ __forceinline__ void consume(int k_tiles, int group, uint32_t smem_ba
                                         float (&acc)[kAccum]) {
 #pragma unroll
   for (int i = 0; i < kAccum; ++i) acc[i] = 0.0f;
-  constexpr auto kIndex = std::make_index_sequence<kAccum>{};
   const bool warp_leader = threadIdx.x % 32 == 0;
   for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
     const int s = k_tile % kStages;
     barrier_wait(&full[s], static_cast<uint32_t>((k_tile / kStages) & 1));
-    const uint32_t stage = smem_base + s * kStageBytes;
-    const uint32_t a = stage + group * 64 * kSwizzleRowBytes;
-    const uint32_t b = stage + kTileM * kSwizzleRowBytes;
-    fence_accumulators(acc);
-    cute::warpgroup_arrive();
-#pragma unroll
-    for (int kk = 0; kk < kTileBlockK / 16; ++kk)  // 16 K values: 32 bytes along the swizzled row
-      bf16_wgmma_k16<kTileN>(acc, sw128_descriptor(a + kk * 32), sw128_descriptor(b + kk * 32), kIndex);
-    cute::warpgroup_commit_batch();
-    cute::warpgroup_wait<1>();
-    fence_accumulators(acc);
+    bf16_wgmma_block<kTileN>(smem_base + s * kStageBytes, group, acc);
     // The batch of block k_tile - 1 is complete: its stage goes back.
     if (k_tile > 0 && warp_leader) barrier_arrive(&empty[(k_tile - 1) % kStages]);
   }
@@ -232,10 +213,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t smem_base = align_to_swizzle_atom(smem_raw, &smem);
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      barrier_init(&full[s], kProducerThreads);
-      barrier_init(&empty[s], kConsumerThreads / 32);
+      handoff_init(&full[s], kProducerThreads);  // mbarrier.init, then its fence
+      handoff_init(&empty[s], kConsumerThreads / 32);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
@@ -254,15 +234,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // landed before its last arrivals): it becomes the staging area.
   asm volatile("bar.sync %0, %1;\n" ::"r"(kConsumerBarrier), "r"(kConsumerThreads) : "memory");
   __nv_bfloat16* staged = reinterpret_cast<__nv_bfloat16*>(smem);
-  const int lane = ctid % 32;
-  const int row0 = (ctid / 128) * 64 + ((ctid % 128) / 32) * 16 + (lane >> 2);
-  const int col0 = 2 * (lane & 3);
-#pragma unroll
-  for (int j = 0; j < kTileN / 8; ++j)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      stage_output_pair(view, bias, work.gated, work.n0, staged, kStagedStride, row0 + 8 * h, 8 * j + col0,
-                        g * acc[4 * j + 2 * h], g * acc[4 * j + 2 * h + 1]);
+  stage_wgmma_accumulators<kTileN>(view, work, bias, g, acc, staged, kStagedStride, ctid);
   asm volatile("bar.sync %0, %1;\n" ::"r"(kConsumerBarrier), "r"(kConsumerThreads) : "memory");
   store_staged_tile<kTileM, kConsumerThreads>(view, work.tile, staged, kStagedStride, work.n0, work.out_cols, ctid);
 }

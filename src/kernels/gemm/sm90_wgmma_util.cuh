@@ -116,45 +116,48 @@ __device__ __forceinline__ void bf16_wgmma_k16(float (&d)[TileN / 2], uint64_t a
   Bf16Wgmma<TileN>::Op::fma(a, b, d[I]..., cute::SM90::GMMA::ScaleOut::One);
 }
 
-// The bf16 main loop over every K block of the pipeline: this warp group's
-// 64 rows of A (from row 64 * group of the slot) times the slot's TileN B
-// rows, accumulated in acc; one wgmma batch in flight while the next is
-// issued. Every wgmma is complete on return.
+// One K block of the bf16 main loop: this warp group's 64 rows of A (from
+// row 64 * group of the stage at shared address `stage`) times the stage's
+// TileN B rows, accumulated in acc. Returns once every wgmma batch but this
+// one is complete, so the batch before no longer reads its stage.
+template <int TileN>
+__device__ __forceinline__ void bf16_wgmma_block(uint32_t stage, int group, float (&acc)[TileN / 2]) {
+  constexpr auto kIndex = std::make_index_sequence<TileN / 2>{};
+  const uint32_t a = stage + group * 64 * kSwizzleRowBytes;
+  const uint32_t b = stage + kWgmmaTileM * kSwizzleRowBytes;
+  fence_accumulators(acc);
+  cute::warpgroup_arrive();
+#pragma unroll
+  for (int kk = 0; kk < kTileBlockK / 16; ++kk)  // 16 K values: 32 bytes along the swizzled row
+    bf16_wgmma_k16<TileN>(acc, sw128_descriptor(a + kk * 32), sw128_descriptor(b + kk * 32), kIndex);
+  cute::warpgroup_commit_batch();
+  cute::warpgroup_wait<1>();
+  fence_accumulators(acc);
+}
+
+// The bf16 main loop over every K block of the pipeline (bf16_wgmma_block
+// on each stage), accumulated in acc from zero; one wgmma batch in flight
+// while the next is issued. Every wgmma is complete on return.
 template <int TileN, class Pipe>
 __device__ __forceinline__ void bf16_wgmma_mainloop(const Pipe& pipe, int k_tiles, int group, float (&acc)[TileN / 2]) {
 #pragma unroll
   for (int i = 0; i < TileN / 2; ++i) acc[i] = 0.0f;
-  constexpr auto kIndex = std::make_index_sequence<TileN / 2>{};
-  for (int k_tile = 0; k_tile < k_tiles; ++k_tile) {
-    const uint32_t stage = pipe.acquire(k_tile);
-    const uint32_t a = stage + group * 64 * kSwizzleRowBytes;
-    const uint32_t b = stage + kWgmmaTileM * kSwizzleRowBytes;
-    fence_accumulators(acc);
-    cute::warpgroup_arrive();
-#pragma unroll
-    for (int kk = 0; kk < kTileBlockK / 16; ++kk)  // 16 K values: 32 bytes along the swizzled row
-      bf16_wgmma_k16<TileN>(acc, sw128_descriptor(a + kk * 32), sw128_descriptor(b + kk * 32), kIndex);
-    cute::warpgroup_commit_batch();
-    cute::warpgroup_wait<1>();
-    fence_accumulators(acc);
-  }
+  for (int k_tile = 0; k_tile < k_tiles; ++k_tile) bf16_wgmma_block<TileN>(pipe.acquire(k_tile), group, acc);
   cute::warpgroup_wait<0>();
   fence_accumulators(acc);
 }
 
-// The epilogue of a bf16 output from wgmma accumulators (the mma.sync
-// kernel's, tile_operands.cuh): scale * acc, bias, activation, staged as
-// bf16 at `staged` (kWgmmaTileM rows of `stride`) and stored. Warp w of a
-// group holds rows 16w + g and 16w + g + 8 (g = lane / 4) of the group's
-// 64 and, in each n8 block j, columns 8j + 2(lane % 4) + {0, 1}. Waits for
-// every thread's copies and MMAs before it writes the staging area.
+// scale * acc, with bias and activation, as bf16 into the staged tile
+// (kWgmmaTileM rows of `stride`) by thread `tid` of the two multiplying
+// warp groups: warp w of a group holds rows 16w + g and 16w + g + 8 (g =
+// lane / 4) of the group's 64 and, in each n8 block j, columns 8j +
+// 2(lane % 4) + {0, 1}.
 template <int TileN>
-__device__ __forceinline__ void bf16_wgmma_epilogue(const GroupedGemmArgs& args, const TileWork& work,
-                                                    const float* bias, float scale, const float (&acc)[TileN / 2],
-                                                    __nv_bfloat16* staged, int stride) {
-  cp_async_wait<0>();
-  __syncthreads();
-  const int tid = threadIdx.x, lane = tid % 32;
+__device__ __forceinline__ void stage_wgmma_accumulators(const GroupedGemmArgs& args, const TileWork& work,
+                                                         const float* bias, float scale,
+                                                         const float (&acc)[TileN / 2], __nv_bfloat16* staged,
+                                                         int stride, int tid) {
+  const int lane = tid % 32;
   const int row0 = (tid / 128) * 64 + ((tid % 128) / 32) * 16 + (lane >> 2);
   const int col0 = 2 * (lane & 3);
 #pragma unroll
@@ -163,6 +166,20 @@ __device__ __forceinline__ void bf16_wgmma_epilogue(const GroupedGemmArgs& args,
     for (int h = 0; h < 2; ++h)
       stage_output_pair(args, bias, work.gated, work.n0, staged, stride, row0 + 8 * h, 8 * j + col0,
                         scale * acc[4 * j + 2 * h], scale * acc[4 * j + 2 * h + 1]);
+}
+
+// The epilogue of a bf16 output from wgmma accumulators (the mma.sync
+// kernel's, tile_operands.cuh): the accumulators staged
+// (stage_wgmma_accumulators) and stored. Waits for every thread's copies
+// and MMAs before it writes the staging area.
+template <int TileN>
+__device__ __forceinline__ void bf16_wgmma_epilogue(const GroupedGemmArgs& args, const TileWork& work,
+                                                    const float* bias, float scale, const float (&acc)[TileN / 2],
+                                                    __nv_bfloat16* staged, int stride) {
+  cp_async_wait<0>();
+  __syncthreads();
+  const int tid = threadIdx.x;
+  stage_wgmma_accumulators<TileN>(args, work, bias, scale, acc, staged, stride, tid);
   __syncthreads();
   store_staged_tile<kWgmmaTileM, kWgmmaThreads>(args, work.tile, staged, stride, work.n0, work.out_cols, tid);
 }
