@@ -125,6 +125,7 @@ class W4StreamBackend final : public ExpertsBackend {
     // once this kernel's loads are out, where the plan overlaps them.
     p.early_dependents = plan.overlap_stream_gemms;
     p.tile_m = plan.tile_m;
+    p.pipelined = plan.w4_pipeline;
     launch_w4_stream_gemm(p, KernelStream(stream, plan.pdl));
   }
 
@@ -147,6 +148,7 @@ class W4StreamBackend final : public ExpertsBackend {
     p.prefetch_before_wait = plan.read_before_wait;
     p.early_dependents = plan.read_before_wait;
     p.tile_m = plan.tile_m;
+    p.pipelined = plan.w4_pipeline;
     launch_w4_stream_gemm(p, KernelStream(stream, plan.pdl));
   }
 

@@ -58,6 +58,7 @@ constexpr Knob kKnobs[] = {
     {"fp8_quant_scatter", Kind::Switch, &DevOverrides::fp8_quant_scatter, nullptr},
     {"row_scatter", Kind::Switch, &DevOverrides::row_scatter, nullptr},
     {"w4_tile_m", Kind::TileM, nullptr, &DevOverrides::w4_tile_m},
+    {"w4_pipeline", Kind::OptIn, &DevOverrides::w4_pipeline, nullptr},
     {"gemm2_path", Kind::Gemm2, nullptr, nullptr},
     {"mma_tactic", Kind::Tactic, nullptr, nullptr},
     {"fp8_tactic", Kind::Fp8Tactic, nullptr, nullptr},

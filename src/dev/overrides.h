@@ -60,6 +60,9 @@ struct DevOverrides {
   // the one-pass kernels on the cutlass path.
   bool fp8_tensor_scale_first = true;
   int w4_tile_m = 0;             // UNIMOE_W4_TILE_M: 0 = measured rule, 16, 64 or 128
+  // UNIMOE_W4_PIPELINE: the 16-row 4-bit form refills its register load
+  // ring step by step (not yet measured, so off by default).
+  bool w4_pipeline = false;
   DevGemm2Path gemm2_path = DevGemm2Path::kRule;  // UNIMOE_GEMM2_PATH: auto, expert, combine, gate
   // UNIMOE_MMA_TACTIC: "" (the rule, written "auto"), or "G1" or "G1:G2", the
   // mma path's GEMM1 and GEMM2 tactics (tiled, one tile_m; GEMM2 = G1 when

@@ -403,6 +403,7 @@ LayerPlan plan_layer(const MoEConfig& config, int num_tokens, bool precomputed,
   plan.fp8_act_quant_fused = dev.fp8_act_quant_fused;
   plan.fp8_quant_scatter = dev.fp8_quant_scatter;
   plan.row_scatter = dev.row_scatter;
+  plan.w4_pipeline = dev.w4_pipeline;
   plan.fp8_tensor_scale_first = dev.fp8_tensor_scale_first;
   if (is_w4(config.experts.quant) && plan.path == ExpertsPath::Stream && dev.w4_tile_m != 0)
     plan.tile_m = dev.w4_tile_m;

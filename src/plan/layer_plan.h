@@ -97,6 +97,9 @@ struct LayerPlan {
   // (launch_scatter_rows: one read of x a token) instead of gathering them
   // (launch_gather_rows: one read a permuted row); the same rows.
   bool row_scatter = true;
+  // The 4-bit stream GEMM's 16-row form refills each slot of its register
+  // load ring right after the slot's math (stream_gemm_w4.cu, run_tile).
+  bool w4_pipeline = false;
   // FP8PerTensor with dynamic scales takes those two one-pass forms too,
   // each tensor scale made first (launch_fp8_tensor_scale; the activation
   // kernel's CTA maxima); off, it quantizes in token order and gathers, and

@@ -42,8 +42,9 @@ TEST(DevOverrides, DefaultsFollowTheMeasuredRules) {
               d.stream_overlap && d.next_prefetch && d.fp8_wide_ctas && d.fp8_quant_early &&
               d.fp8_act_quant_fused && d.fp8_quant_scatter && d.fp8_tensor_scale_first &&
               d.row_scatter);
-  // The knob that turns something on: the wgmma tuning candidates.
-  EXPECT_FALSE(d.tune_wgmma);
+  // The knobs that turn something on: the wgmma tuning candidates and the
+  // 4-bit pipelined load ring.
+  EXPECT_FALSE(d.tune_wgmma || d.w4_pipeline);
   EXPECT_EQ(d.wide_choice, WideChoice::kMeasured);
   EXPECT_EQ(d.cluster_max_ctas + d.spread_max_ctas + d.spread_from_tokens + d.spread_min_tokens +
                 d.cluster_min_tokens + d.split_batch_min_tokens + d.split_sort_from_topk +
@@ -87,7 +88,7 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
     start = end == std::string::npos ? text.size() : end + 1;
   }
   EXPECT_EQ(back, d);
-  EXPECT_EQ(DevOverrides::names().size(), 35u);
+  EXPECT_EQ(DevOverrides::names().size(), 36u);
 }
 
 TEST(DevOverrides, RefusesBadValuesNamingTheVariable) {

@@ -25,6 +25,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/test_util.h"
@@ -90,9 +91,11 @@ TEST(LayerW4Gpu, OddSizes) {
 // and a gated activation with biases.
 TEST(LayerW4Gpu, EveryTileForm) {
   UNIMOE_REQUIRE_GPU();
-  for (const int tile_m : {16, 64, 128}) {
+  // The 16-row form with and without its pipelined load ring.
+  for (const auto [tile_m, pipelined] : {std::pair{16, true}, {16, false}, {64, true}, {128, true}}) {
     DevOverrides dev;
     dev.w4_tile_m = tile_m;
+    dev.w4_pipeline = pipelined;
     SCOPED_TRACE(dev.to_string());
     const MoEConfig c = moe_config(RoutingPolicy::Renormalize, 16, 4, 512, 384);
     for (int t : {1, 3, 33, 130}) check_point(c, t, "uniform", &dev);

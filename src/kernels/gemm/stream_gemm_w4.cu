@@ -28,11 +28,12 @@
 //
 // Two forms here, by the schedule's M tile (W4StreamGemmParams::tile_m),
 // and a third, tile_m 128, in sm90_w4_wgmma_gemm.cu:
-// - 16 rows: weights loaded straight into registers, a few steps in
-//   flight. A one-row tile (decode: most tiles) stages its row in shared
-//   memory once, and every warp reads it there; larger tiles read their
-//   rows from global memory (L1/L2) per step, kFrags n8 fragments (8 or 16
-//   rows).
+// - 16 rows: weights loaded straight into a ring of registers, a few steps
+//   in flight (run_tile: each slot refilled right after its math, or, the
+//   earlier form, a round of steps loaded and then multiplied). A one-row
+//   tile (decode: most tiles) stages its row in shared memory once, and
+//   every warp reads it there; larger tiles read their rows from global
+//   memory (L1/L2) per step, kFrags n8 fragments (8 or 16 rows).
 // - 64 rows (the rows form, below): the CTA stages the tile's token rows in
 //   shared memory step by step, and each warp takes all of K.
 //
@@ -269,9 +270,14 @@ __device__ __forceinline__ void finish_tile(const Args& a, const DeviceTile& til
     }
 }
 
-// The register form: kSteps steps of weight loads in flight, then their
-// math. kFrags token fragments; kSmemRow: the tile has one row, staged in x_sm.
-template <int kFrags, int kSteps, bool kSmemRow>
+// The register form: a ring of kSteps steps of weight loads in registers.
+// kPipelined: the slot a step's math has just used is refilled at once with
+// the step kSteps later, so that kSteps - 1 to kSteps steps stay in flight
+// while the warp dequantizes and multiplies; otherwise (the earlier form)
+// the warp loads kSteps steps, waits for them, does their math, and only
+// then loads the next kSteps. kFrags token fragments; kSmemRow: the tile
+// has one row, staged in x_sm.
+template <int kFrags, int kSteps, bool kSmemRow, bool kPipelined>
 __device__ __forceinline__ void run_tile(const Args& a, const DeviceTile& tile, int block,
                                          uint16_t* x_sm, float* partial) {
   const W4StreamGemmParams& p = a.p;
@@ -283,32 +289,56 @@ __device__ __forceinline__ void run_tile(const Args& a, const DeviceTile& tile, 
   const uint16_t* x_row[kFrags] = {};
   float acc[kFrags][4] = {};
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  // Every warp runs the first round (masked when its K range is empty): it
-  // takes part in staging the token row.
-  for (int k0 = r.k_begin; k0 == r.k_begin || k0 < r.k_end; k0 += kSteps * kStepK) {
-    uint4 wl[kSteps], wh[kSteps];
-    uint32_t sl[kSteps], sh[kSteps];
+  uint4 wl[kSteps], wh[kSteps];
+  uint32_t sl[kSteps], sh[kSteps];
+  // Slot u <- the step at K = ks (zeros past the warp's K range).
+  const auto load = [&](int u, int ks) {
+    const bool in = ks + kLaneK * r.t < r.k_end;  // this lane's values start at ks + 32t
+    const size_t byte = static_cast<size_t>(ks) / 2;
+    const int scale = ks / kStepK * scales_per_step + scale_lane;
+    wl[u] = in && r.lo_ok ? w4::load_codes(r.w_lo + byte) : zero;
+    wh[u] = in && r.hi_ok ? w4::load_codes(r.w_hi + byte) : zero;
+    sl[u] = in && r.lo_ok ? w4::load_scales(p.format, r.s_lo + scale) : 0u;
+    sh[u] = in && r.hi_ok ? w4::load_scales(p.format, r.s_hi + scale) : 0u;
+  };
+  // The math of slot u, the step at K = ks.
+  const auto math = [&](int u, int ks) {
+    uint4 xv[kFrags][4];
+    token_values<kFrags, kSmemRow>(x_sm, x_row, ks + kLaneK * r.t, r.k_end, xv);
+    uint32_t dlo[16], dhi[16];
+    w4::dequantize(p.format, wl[u], sl[u], dlo);
+    w4::dequantize(p.format, wh[u], sh[u], dhi);
+    mma_load<kFrags>(acc, dlo, dhi, xv);
+  };
+  if constexpr (kPipelined) {
 #pragma unroll
-    for (int u = 0; u < kSteps; ++u) {
-      const int ks = k0 + u * kStepK;  // the step's K; this lane's values start at ks + 32t
-      const bool in = ks + kLaneK * r.t < r.k_end;
-      const size_t byte = static_cast<size_t>(ks) / 2;
-      const int scale = ks / kStepK * scales_per_step + scale_lane;
-      wl[u] = in && r.lo_ok ? w4::load_codes(r.w_lo + byte) : zero;
-      wh[u] = in && r.hi_ok ? w4::load_codes(r.w_hi + byte) : zero;
-      sl[u] = in && r.lo_ok ? w4::load_scales(a.p.format, r.s_lo + scale) : 0u;
-      sh[u] = in && r.hi_ok ? w4::load_scales(a.p.format, r.s_hi + scale) : 0u;
+    for (int u = 0; u < kSteps; ++u) load(u, r.k_begin + u * kStepK);
+    // Every warp stages (even one whose K range is empty): the token row
+    // is the whole CTA's.
+    token_rows<kFrags, kSmemRow>(p, tile, r.g, x_sm, x_row);
+#pragma unroll 1
+    for (int k0 = r.k_begin; k0 < r.k_end; k0 += kSteps * kStepK) {
+#pragma unroll
+      for (int u = 0; u < kSteps; ++u) {
+        const int ks = k0 + u * kStepK;
+        if (ks >= r.k_end) break;  // warp-uniform
+        math(u, ks);
+        const int next = ks + kSteps * kStepK;
+        if (next < r.k_end) load(u, next);
+      }
     }
-    if (k0 == r.k_begin) token_rows<kFrags, kSmemRow>(p, tile, r.g, x_sm, x_row);
+  } else {
+    // Every warp runs the first round (masked when its K range is empty):
+    // it takes part in staging the token row.
+    for (int k0 = r.k_begin; k0 == r.k_begin || k0 < r.k_end; k0 += kSteps * kStepK) {
 #pragma unroll
-    for (int u = 0; u < kSteps; ++u) {
-      if (k0 + u * kStepK >= r.k_end) break;  // warp-uniform
-      uint4 xv[kFrags][4];
-      token_values<kFrags, kSmemRow>(x_sm, x_row, k0 + u * kStepK + kLaneK * r.t, r.k_end, xv);
-      uint32_t dlo[16], dhi[16];
-      w4::dequantize(a.p.format, wl[u], sl[u], dlo);
-      w4::dequantize(a.p.format, wh[u], sh[u], dhi);
-      mma_load<kFrags>(acc, dlo, dhi, xv);
+      for (int u = 0; u < kSteps; ++u) load(u, k0 + u * kStepK);
+      if (k0 == r.k_begin) token_rows<kFrags, kSmemRow>(p, tile, r.g, x_sm, x_row);
+#pragma unroll
+      for (int u = 0; u < kSteps; ++u) {
+        if (k0 + u * kStepK >= r.k_end) break;  // warp-uniform
+        math(u, k0 + u * kStepK);
+      }
     }
   }
   finish_tile<kFrags>(a, tile, r, acc, partial);
@@ -438,8 +468,9 @@ __device__ __forceinline__ void run_rows_tile(const Args& a, const DeviceTile& t
 }
 
 // One kernel per form (kForm: 1 the 16-row form, kRowsTileM the rows
-// form), so that each gets its own register allocation.
-template <int kForm>
+// form; kPipelined: the 16-row form's load ring), so that each gets its own
+// register allocation.
+template <int kForm, bool kPipelined>
 __global__ void __launch_bounds__(kThreads, 2) w4_stream_gemm_kernel(const Args a) {
   // A one-row tile's token row, or the rows form's token and weight rings.
   extern __shared__ __align__(16) char smem[];
@@ -458,17 +489,18 @@ __global__ void __launch_bounds__(kThreads, 2) w4_stream_gemm_kernel(const Args 
     __shared__ float partial[kWarps * 8 * 32];
     uint16_t* x_sm = reinterpret_cast<uint16_t*>(smem);
     if (tile.rows == 1)
-      run_tile<1, kStepsOneRow, true>(a, tile, block, x_sm, partial);
+      run_tile<1, kStepsOneRow, true, kPipelined>(a, tile, block, x_sm, partial);
     else if (tile.rows <= 8)
-      run_tile<1, kStepsRows, false>(a, tile, block, x_sm, partial);
+      run_tile<1, kStepsRows, false, kPipelined>(a, tile, block, x_sm, partial);
     else
-      run_tile<2, kStepsRows, false>(a, tile, block, x_sm, partial);
+      run_tile<2, kStepsRows, false, kPipelined>(a, tile, block, x_sm, partial);
   }
 }
 
 using W4Kernel = void (*)(Args);
 W4Kernel kernel_for(const Args& a) {
-  return a.rows_form ? w4_stream_gemm_kernel<kRowsTileM> : w4_stream_gemm_kernel<1>;
+  if (a.rows_form) return w4_stream_gemm_kernel<kRowsTileM, false>;
+  return a.p.pipelined ? w4_stream_gemm_kernel<1, true> : w4_stream_gemm_kernel<1, false>;
 }
 
 void require(bool ok, const std::string& field, const std::string& rule) {

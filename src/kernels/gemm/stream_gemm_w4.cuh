@@ -58,6 +58,10 @@ struct W4StreamGemmParams {
   // (only where the schedule is older than the previous kernel: GEMM2).
   bool prefetch_before_wait = false;
   bool early_dependents = false;       // pdl_launch_dependents() once the loads are done
+  // The 16-row form refills each register slot of its weight ring as soon
+  // as the slot's math is done (false: loads a round of steps, then does
+  // their math).
+  bool pipelined = false;
 };
 
 // For tile t (t < *num_tiles), row i < rows and column n < n_out:
