@@ -87,6 +87,13 @@
 #                            Changes (the gate and both paths in one graph),
 #                            .CallWithNoRowOnThisRankWritesZeros (no tiles);
 #                            racecheck and initcheck: the first two
+#   decode folds             DecodeFoldsGpu.ExpertParallelRangeAndACallWith
+#                            NoLocalRow (the FP8 GEMMs quantizing their own
+#                            rows, the folded finalize's counters and its
+#                            zeros, every FP8 form and both 4-bit formats),
+#                            .RepeatedExpertAtOneTokenAgainstTheReference
+#                            (a two-row tile a row at a time); racecheck and
+#                            initcheck: the first
 #   GEMM2's weights in L2    NextPrefetchGpu.SmallShapeEveryVariant and
 #                            .ExpertParallelRange (the FP8 decode GEMM1's bulk
 #                            L2 prefetch, on and off)
@@ -154,6 +161,8 @@ readonly kFullFilter="GpuSmoke.*\
 :EPLayerGpu.DispatchSlotsMatchTheReference:EPLayerGpu.EmptyCallsWriteNothing\
 :EPLayerGpu.CapturedOnceReplaysWithFreshRouting\
 :NextPrefetchGpu.SmallShapeEveryVariant:NextPrefetchGpu.ExpertParallelRange\
+:DecodeFoldsGpu.ExpertParallelRangeAndACallWithNoLocalRow\
+:DecodeFoldsGpu.RepeatedExpertAtOneTokenAgainstTheReference\
 :SharedScratchGpu.LayersOfAModelMatchLayersWithBuffersOfTheirOwn\
 :EPLayerGpu.LayersOfAModelShareOneScratchARank"
 readonly kRacecheckFilter="PermuteGpu.GraphReplayOfRoutingAndPermute\
@@ -168,7 +177,8 @@ readonly kRacecheckFilter="PermuteGpu.GraphReplayOfRoutingAndPermute\
 :LayerW4Gpu.ExpertParallelRangeDropsOffRankRows:LayerW4Gpu.BlockScaleCodesOverTheirRange\
 :LayerW4Gpu.EveryTileForm\
 :Gemm2GateGpu.ExpertParallelRangeAndFewTilesSplittingK:Gemm2GateGpu.PrecomputedRoutingThroughTheGate\
-:EPLayerGpu.DispatchSlotsMatchTheReference:EPLayerGpu.EmptyCallsWriteNothing"
+:EPLayerGpu.DispatchSlotsMatchTheReference:EPLayerGpu.EmptyCallsWriteNothing\
+:DecodeFoldsGpu.ExpertParallelRangeAndACallWithNoLocalRow"
 # initcheck, which tracks every byte of device memory, runs the racecheck
 # filter and the CUTLASS workspace's and the gather's tests (the whole
 # filter took over 140 s on an H100, mostly in the layer tests at H=2048).

@@ -278,7 +278,9 @@ class MoELayer {
   // size one device buffer for the largest of their scratch_bytes, and make
   // each layer with it. The layers then hold only what persists (FP8
   // per-tensor weight scales in block layout, 4-bit weights in the kernels'
-  // layout); workspace_bytes() does not count the scratch.
+  // layout, and for FP8 and 4-bit layers one int per 8 columns of H that
+  // a GEMM2 folding the finalize counts with); workspace_bytes() does not
+  // count the scratch.
   //
   // scratch_bytes: the bytes create() below needs for this config and
   // max_tokens on the current device (the buffers of the layer and of the

@@ -23,7 +23,9 @@
 //     y [T*K, H], both in permuted row order; no allocation, no host sync;
 //   - finalize_b2(): the b2 the finalize adds (weight * b2[expert] per row)
 //     when GEMM2 has no bias epilogue; the finalize applies the routing
-//     weights on every path.
+//     weights on every path;
+//   - folds_finalize(): whether run_gemm2 can take ExpertsCall::fold and
+//     write the layer's output itself (the FP8 and 4-bit stream paths).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,6 +35,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/gemm/grouped_gemm.cuh"
 #include "kernels/permute/permute.cuh"
 #include "plan/layer_plan.h"
 #include "unimoe/unimoe.h"
@@ -52,6 +55,9 @@ struct ExpertsCall {
   int max_tiles = 0;                              // capacity of tiles (sizes the grids)
   uint16_t* act = nullptr;                        // [T*K, I] bf16: GEMM1 output
   uint16_t* y = nullptr;                          // [T*K, H] bf16: GEMM2 output
+  // counters set: run_gemm2 folds the finalize (the layer then launches no
+  // finalize kernel); only for a backend whose folds_finalize() is true.
+  FinalizeFold fold;
 };
 
 class ExpertsBackend {
@@ -83,6 +89,7 @@ class ExpertsBackend {
   virtual void run_gemm1(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) = 0;
   virtual void run_gemm2(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) = 0;
   virtual const float* finalize_b2() const = 0;
+  virtual bool folds_finalize() const { return false; }
   // FP8PerTensor with dynamic scales: the device address of the two scales
   // the last forward computed (x's, then the activation's), which a partial
   // reference check needs (the scale is one amax over every row of the

@@ -290,11 +290,24 @@ class Fp8StreamBackend final : public Fp8Backend {
     // weight loads while the codes are made (it reads the schedule before
     // its own wait: the quantize kernel waited for the permute or GEMM1).
     const bool early = plan.fp8_quant_early && plan.read_before_wait;
-    quantize_x(call, chain, early);
     Fp8StreamGemmParams p = common(call, plan);
-    p.a = x_codes_;
-    p.a_scales = x_scales_;
-    p.a_scales_ld = x_ld_;
+    if (plan.fp8_quant_in_gemm) {
+      // x quantized by GEMM1 itself (one token): the kernel before it is
+      // the permute, which writes the schedule, so it reads the schedule
+      // after its wait.
+      p.a_bf16 = call.x;
+      p.a_row_scale = a_row_scale(weights_.x_scale, /*one_row=*/true);
+      p.a_given_scale = weights_.x_scale;
+      // The dynamic scale where the quantize kernel leaves it
+      // (dynamic_activation_scales reads it).
+      if (p.a_row_scale == fp8_encode::RowScale::kRow) p.a_scale_out = tensor_scales_;
+      p.prefetch_before_wait = false;
+    } else {
+      quantize_x(call, chain, early);
+      p.a = x_codes_;
+      p.a_scales = x_scales_;
+      p.a_scales_ld = x_ld_;
+    }
     p.gather = call.permuted_to_expanded;
     p.top_k = config_.routing.top_k;
     p.b = static_cast<const uint8_t*>(weights_.w13);
@@ -317,15 +330,23 @@ class Fp8StreamBackend final : public Fp8Backend {
       p.next.max_tiles = next_weights_max_tiles(p.next.bytes + p.next.bytes2);
     }
     launch(p, plan, chain);
-    quantize_act(call, chain, early);
+    if (!act_quant_in_gemm2(plan)) quantize_act(call, chain, early);
   }
 
   void run_gemm2(const ExpertsCall& call, const LayerPlan& plan, cudaStream_t stream) override {
     require_workspace();
     Fp8StreamGemmParams p = common(call, plan);
-    p.a = act_codes_;
-    p.a_scales = act_scales_;
-    p.a_scales_ld = rows_ld_;
+    if (act_quant_in_gemm2(plan)) {
+      // The activation quantized by GEMM2 itself; its schedule is as old as
+      // before (GEMM1 waited for the permute before letting it launch).
+      p.a_f32 = act_f32_;
+      p.a_row_scale = a_row_scale(weights_.act_scale, /*one_row=*/false);
+      p.a_given_scale = weights_.act_scale;
+    } else {
+      p.a = act_codes_;
+      p.a_scales = act_scales_;
+      p.a_scales_ld = rows_ld_;
+    }
     p.b = static_cast<const uint8_t*>(weights_.w2);
     p.b_scales = w2_scales_;
     p.bias = weights_.b2;
@@ -334,14 +355,35 @@ class Fp8StreamBackend final : public Fp8Backend {
     p.n_out = hidden_;
     p.epilogue = GemmEpilogue::Identity;
     p.out_bf16 = call.y;
+    p.fold = call.fold;
     launch(p, plan, KernelStream(stream, plan.pdl));
   }
 
   // GEMM2's epilogue adds b2.
   const float* finalize_b2() const override { return nullptr; }
+  // The stream kernel folds the finalize; the mma path's wgmma kernel does not.
+  bool folds_finalize() const override { return path() == ExpertsPath::Stream; }
 
  private:
   void carve_own(WorkspaceCarver&) override {}
+
+  // GEMM2 quantizes the activation itself where the plan says so and the
+  // scales need no other row: not FP8PerTensor's dynamic activation scale.
+  bool act_quant_in_gemm2(const LayerPlan& plan) const {
+    return plan.fp8_quant_in_gemm && (!per_tensor() || weights_.act_scale != nullptr);
+  }
+
+  // How a GEMM that quantizes its own A rows takes their scales: per 128
+  // columns (FP8Block128), the static scale given, or (FP8PerTensor,
+  // dynamic) one over the row, which is the tensor only where it has one
+  // row (x at one token).
+  fp8_encode::RowScale a_row_scale(const float* static_scale, bool one_row) const {
+    if (!per_tensor()) return fp8_encode::RowScale::kGroups;
+    if (static_scale != nullptr) return fp8_encode::RowScale::kGiven;
+    if (!one_row)
+      throw std::logic_error("a dynamic tensor scale over several rows is not made in the GEMM");
+    return fp8_encode::RowScale::kRow;
+  }
 
   // The path's kernel; the plan's tactics must be the ones it runs.
   void launch(const Fp8StreamGemmParams& p, const LayerPlan& plan, KernelStream stream) const {
@@ -349,6 +391,8 @@ class Fp8StreamBackend final : public Fp8Backend {
       launch_fp8_stream_gemm(p, stream);
       return;
     }
+    if (p.fold.counters != nullptr || p.a_bf16 != nullptr || p.a_f32 != nullptr)
+      throw std::logic_error("the FP8 mma path neither folds the finalize nor quantizes its input");
     if (plan.tile_m != kFp8WgmmaTileM || plan.gemm1 != kFp8MmaTactic || plan.gemm2 != kFp8MmaTactic)
       throw std::runtime_error("the FP8 mma path runs " + kFp8MmaTactic.to_string() +
                                " for both GEMMs over 128-row tiles; the plan has " + plan.to_string());

@@ -143,6 +143,7 @@ class W4StreamBackend final : public ExpertsBackend {
     p.n_out = hidden_;
     p.epilogue = GemmEpilogue::Identity;
     p.out = call.y;
+    p.fold = call.fold;
     // The schedule came from the permute, which GEMM1 waited for before
     // any dependent could launch; the finalize launches during the tail.
     p.prefetch_before_wait = plan.read_before_wait;
@@ -154,6 +155,8 @@ class W4StreamBackend final : public ExpertsBackend {
 
   // GEMM2's epilogue adds b2.
   const float* finalize_b2() const override { return nullptr; }
+  // The 16-row form folds the finalize (the launcher refuses the others).
+  bool folds_finalize() const override { return true; }
 
  private:
   void carve(WorkspaceCarver& c, int block, const ExpertWeights& w) {

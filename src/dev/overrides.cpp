@@ -17,7 +17,7 @@ namespace unimoe {
 namespace {
 
 // How one knob's value is read and checked.
-enum class Kind { Switch, OptIn, Count, Ctas, Splits, TileM, Wide, Gemm2, Tactic, Fp8Tactic };
+enum class Kind { Switch, OptIn, Count, UpTo, Ctas, Splits, TileM, Wide, Gemm2, Tactic, Fp8Tactic };
 
 struct Knob {
   const char* name;  // lower case, without the UNIMOE_ prefix
@@ -59,6 +59,8 @@ constexpr Knob kKnobs[] = {
     {"row_scatter", Kind::Switch, &DevOverrides::row_scatter, nullptr},
     {"w4_tile_m", Kind::TileM, nullptr, &DevOverrides::w4_tile_m},
     {"w4_pipeline", Kind::OptIn, &DevOverrides::w4_pipeline, nullptr},
+    {"fp8_quant_in_gemm", Kind::OptIn, &DevOverrides::fp8_quant_in_gemm, nullptr},
+    {"finalize_in_gemm2", Kind::UpTo, nullptr, &DevOverrides::finalize_in_gemm2},
     {"gemm2_path", Kind::Gemm2, nullptr, nullptr},
     {"mma_tactic", Kind::Tactic, nullptr, nullptr},
     {"fp8_tactic", Kind::Fp8Tactic, nullptr, nullptr},
@@ -116,6 +118,9 @@ void apply(DevOverrides& d, const Knob& k, const std::string& value) {
       return;
     case Kind::Count:
       d.*k.number = whole_number(k, value, "0 (the measured rule) or a positive integer");
+      return;
+    case Kind::UpTo:
+      d.*k.number = whole_number(k, value, "0 (off, the default) or the largest token count it serves");
       return;
     case Kind::Ctas: {
       const int n = whole_number(k, value, "0 (the measured rule) or 2..16");

@@ -63,6 +63,14 @@ struct DevOverrides {
   // UNIMOE_W4_PIPELINE: the 16-row 4-bit form refills its register load
   // ring step by step (not yet measured, so off by default).
   bool w4_pipeline = false;
+  // UNIMOE_FP8_QUANT_IN_GEMM: the FP8 stream path at one token quantizes x
+  // in GEMM1 and the activation in GEMM2, without the quantize kernels (not
+  // yet run on a GPU, so off by default).
+  bool fp8_quant_in_gemm = false;
+  // UNIMOE_FINALIZE_IN_GEMM2: the FP8 and 4-bit stream GEMM2 fold the
+  // finalize into the CTAs that complete each column block, for calls of at
+  // most this many tokens (0: never, the default until it is measured).
+  int finalize_in_gemm2 = 0;
   DevGemm2Path gemm2_path = DevGemm2Path::kRule;  // UNIMOE_GEMM2_PATH: auto, expert, combine, gate
   // UNIMOE_MMA_TACTIC: "" (the rule, written "auto"), or "G1" or "G1:G2", the
   // mma path's GEMM1 and GEMM2 tactics (tiled, one tile_m; GEMM2 = G1 when

@@ -162,19 +162,35 @@ MoELayerImpl::MoELayerImpl(const MoEConfig& config, int max_tokens, const DevOve
       if (backend->scratch_bytes() == 0 || p == smallest || p == largest)
         keep_backend(std::move(backend));
     }
+    // The folded finalize's column-block counters persist between calls
+    // (each call leaves them zero), so never in a shared scratch: the
+    // FP8 and 4-bit stream GEMM2 fold it.
+    const QuantVariant quant = config_.experts.quant;
+    if (quant != QuantVariant::BF16) {
+      UNIMOE_CUDA_CHECK(cudaMalloc(&fold_counters_, fold_counters_bytes()));
+      UNIMOE_CUDA_CHECK(cudaMemset(fold_counters_, 0, fold_counters_bytes()));
+      UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
+    }
   } catch (...) {
     // The destructor does not run for a constructor that throws.
     if (arena_) cudaFree(arena_);
+    if (fold_counters_) cudaFree(fold_counters_);
     throw;
   }
 }
 
 MoELayerImpl::~MoELayerImpl() {
   if (arena_) cudaFree(arena_);
+  if (fold_counters_) cudaFree(fold_counters_);
+}
+
+std::size_t MoELayerImpl::fold_counters_bytes() const {
+  // One int per GEMM2 column block: at least 8 columns each.
+  return sizeof(int32_t) * static_cast<std::size_t>(ceil_div(config_.experts.hidden, 8));
 }
 
 std::size_t MoELayerImpl::workspace_bytes() const {
-  std::size_t bytes = arena_ ? arena_bytes_ : 0;
+  std::size_t bytes = (arena_ ? arena_bytes_ : 0) + (fold_counters_ ? fold_counters_bytes() : 0);
   for (const std::unique_ptr<ExpertsBackend>& b : backends_)
     if (b) bytes += b->workspace_bytes();
   return bytes;
@@ -360,6 +376,25 @@ std::string MoELayerImpl::describe(int num_tokens) const {
   return plan.to_string() + " " + plan.routing.to_string();
 }
 
+FinalizeParams MoELayerImpl::finalize_params(const ForwardArgs& a, const float* weights,
+                                             const int32_t* ids, const LayerPlan& plan) {
+  FinalizeParams p;
+  p.y = y_;
+  p.expanded_to_permuted = expanded_to_permuted_;
+  p.topk_weights = weights;
+  p.num_tokens = a.num_tokens;
+  p.top_k = config_.routing.top_k;
+  p.hidden = config_.experts.hidden;
+  p.out = static_cast<uint16_t*>(a.out);
+  p.routing_ready_before_wait = plan.read_before_wait;  // routing ran before GEMM1
+  if (const float* b2 = backend_for(plan.path).finalize_b2()) {
+    p.b2 = b2;
+    p.topk_ids = ids;
+    p.local_offset = config_.experts.local_expert_offset;
+  }
+  return p;
+}
+
 void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t stream) {
   const int t = a.num_tokens, k = config_.routing.top_k;
   const int e_local = config_.local_experts();
@@ -438,6 +473,17 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
     }
     case Stage::Gemm2: {
       if (t == 0) return;
+      if (plan.finalize_in_gemm2) {
+        ExpertsBackend& backend = backend_for(plan.path);
+        if (!backend.folds_finalize() || fold_counters_ == nullptr)
+          throw std::logic_error(std::string("the ") + path_name(plan.path) +
+                                 " path cannot fold the finalize into GEMM2 for this layer");
+        ExpertsCall call = experts_call();
+        call.fold.finalize = finalize_params(a, weights, ids, plan);
+        call.fold.counters = fold_counters_;
+        backend.run_gemm2(call, plan, stream);
+        return;
+      }
       if (plan.gemm2_mode != Gemm2Mode::Expert) {
         CombineGemm2Params c;
         c.act = act_;
@@ -463,22 +509,9 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
       return;
     }
     case Stage::Finalize: {
-      if (t == 0 || plan.gemm2_mode == Gemm2Mode::Combine) return;
-      FinalizeParams p;
+      if (t == 0 || plan.gemm2_mode == Gemm2Mode::Combine || plan.finalize_in_gemm2) return;
+      FinalizeParams p = finalize_params(a, weights, ids, plan);
       if (plan.gemm2_mode == Gemm2Mode::Gate) p.enabled = &gate_record_->finalize;
-      p.y = y_;
-      p.expanded_to_permuted = expanded_to_permuted_;
-      p.topk_weights = weights;
-      p.num_tokens = t;
-      p.top_k = k;
-      p.hidden = config_.experts.hidden;
-      p.out = static_cast<uint16_t*>(a.out);
-      p.routing_ready_before_wait = plan.read_before_wait;  // routing ran before GEMM1
-      if (const float* b2 = backend_for(plan.path).finalize_b2()) {
-        p.b2 = b2;
-        p.topk_ids = ids;
-        p.local_offset = config_.experts.local_expert_offset;
-      }
       launch_finalize(p, chain);
       return;
     }

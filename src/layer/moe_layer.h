@@ -139,6 +139,10 @@ class MoELayerImpl final : public MoELayer {
   // does not hold it (forward never makes one: that would allocate).
   ExpertsBackend& backend_for(ExpertsPath p);
   const TuningChoice* tuned_for(int num_tokens) const;
+  // What the finalize of a call takes (its kernel, or GEMM2's fold).
+  FinalizeParams finalize_params(const ForwardArgs& a, const float* weights, const int32_t* ids,
+                                 const LayerPlan& plan);
+  std::size_t fold_counters_bytes() const;
   // Hands out the per-call buffers (a dry run over a null base sizes them).
   void carve_arena(WorkspaceCarver& c);
   // A layer object that only sizes its buffers (scratch_bytes): no device
@@ -171,6 +175,9 @@ class MoELayerImpl final : public MoELayer {
   uint16_t* act_ = nullptr;
   uint16_t* y_ = nullptr;
   Gemm2GateRecord* gate_record_ = nullptr;
+  // The folded finalize's counters (FinalizeFold): the layer's own
+  // allocation, zero between calls; null for BF16, whose GEMM2 does not fold.
+  int32_t* fold_counters_ = nullptr;
   Gemm2GateModel gate_model_;
   void* permute_scratch_ = nullptr;
   std::map<int, TuningChoice> tuned_;  // token bucket -> winner

@@ -404,6 +404,8 @@ LayerPlan plan_layer(const MoEConfig& config, int num_tokens, bool precomputed,
   plan.fp8_quant_scatter = dev.fp8_quant_scatter;
   plan.row_scatter = dev.row_scatter;
   plan.w4_pipeline = dev.w4_pipeline;
+  plan.fp8_quant_in_gemm =
+      dev.fp8_quant_in_gemm && plan.fp8 && plan.path == ExpertsPath::Stream && num_tokens == 1;
   plan.fp8_tensor_scale_first = dev.fp8_tensor_scale_first;
   if (is_w4(config.experts.quant) && plan.path == ExpertsPath::Stream && dev.w4_tile_m != 0)
     plan.tile_m = dev.w4_tile_m;
@@ -423,6 +425,12 @@ LayerPlan plan_layer(const MoEConfig& config, int num_tokens, bool precomputed,
     plan.tile_m = plan.gemm1.tile_m;
   }
   plan.gemm2_mode = gemm2_mode_for(config, num_tokens, plan.path, dev);
+  // The FP8 stream kernel and the 4-bit 16-row form fold the finalize (not
+  // the 4-bit rows and wgmma forms, nor the FP8 mma path).
+  plan.finalize_in_gemm2 =
+      num_tokens <= dev.finalize_in_gemm2 && plan.path == ExpertsPath::Stream &&
+      plan.gemm2_mode == Gemm2Mode::Expert &&
+      (plan.fp8 || (is_w4(config.experts.quant) && plan.tile_m == kStream.tile_m));
   plan.routing = plan_routing(config, num_tokens, precomputed, caps, dev);
   return plan;
 }

@@ -100,6 +100,16 @@ struct LayerPlan {
   // The 4-bit stream GEMM's 16-row form refills each slot of its register
   // load ring right after the slot's math (stream_gemm_w4.cu, run_tile).
   bool w4_pipeline = false;
+  // The FP8 stream path at one token: GEMM1 quantizes x and GEMM2 the
+  // activation as they read them (stream_gemm_fp8.cuh, a_bf16 / a_f32),
+  // with no quantize kernel between (FP8PerTensor with a dynamic activation
+  // scale, which needs every activation row's maximum, keeps the
+  // activation's quantize kernel).
+  bool fp8_quant_in_gemm = false;
+  // The FP8 and 4-bit stream paths' GEMM2 folds the finalize into the CTAs
+  // that complete each column block (FinalizeFold, kernels/gemm/
+  // grouped_gemm.cuh): no finalize kernel after it.
+  bool finalize_in_gemm2 = false;
   // FP8PerTensor with dynamic scales takes those two one-pass forms too,
   // each tensor scale made first (launch_fp8_tensor_scale; the activation
   // kernel's CTA maxima); off, it quantizes in token order and gathers, and

@@ -42,9 +42,11 @@ TEST(DevOverrides, DefaultsFollowTheMeasuredRules) {
               d.stream_overlap && d.next_prefetch && d.fp8_wide_ctas && d.fp8_quant_early &&
               d.fp8_act_quant_fused && d.fp8_quant_scatter && d.fp8_tensor_scale_first &&
               d.row_scatter);
-  // The knobs that turn something on: the wgmma tuning candidates and the
-  // 4-bit pipelined load ring.
-  EXPECT_FALSE(d.tune_wgmma || d.w4_pipeline);
+  // The knobs that turn something on: the wgmma tuning candidates, the
+  // 4-bit pipelined load ring, the FP8 decode GEMMs quantizing their own
+  // input and GEMM2's folded finalize.
+  EXPECT_FALSE(d.tune_wgmma || d.w4_pipeline || d.fp8_quant_in_gemm);
+  EXPECT_EQ(d.finalize_in_gemm2, 0);
   EXPECT_EQ(d.wide_choice, WideChoice::kMeasured);
   EXPECT_EQ(d.cluster_max_ctas + d.spread_max_ctas + d.spread_from_tokens + d.spread_min_tokens +
                 d.cluster_min_tokens + d.split_batch_min_tokens + d.split_sort_from_topk +
@@ -66,7 +68,11 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
   d.set("fp8_tactic=fp8_coop_128x128x128:fp8_pingpong_64x128x128");
   d.set("fp8_tensor_scale_first=0");
   d.set("tune_wgmma=1");
+  d.set("fp8_quant_in_gemm=1");
+  d.set("finalize_in_gemm2=8");
   EXPECT_FALSE(d.sorted_pair);
+  EXPECT_TRUE(d.fp8_quant_in_gemm);
+  EXPECT_EQ(d.finalize_in_gemm2, 8);
   EXPECT_EQ(d.cluster_max_ctas, 16);
   EXPECT_EQ(d.spread_from_tokens, 33);
   EXPECT_EQ(d.wide_choice, WideChoice::kEverywhere);
@@ -77,8 +83,8 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
   const std::string text = d.to_string();
   EXPECT_EQ(text,
             "sorted_pair=0 spread_from_tokens=33 cluster_max_ctas=16 wide_choice=1 "
-            "stream_max_splits=4 gemm2_path=combine mma_tactic=wg_m128n256:m128n128 "
-            "fp8_tactic=fp8_coop_128x128x128:fp8_pingpong_64x128x128 fp8_tensor_scale_first=0 "
+            "stream_max_splits=4 fp8_quant_in_gemm=1 finalize_in_gemm2=8 gemm2_path=combine "
+            "mma_tactic=wg_m128n256:m128n128 fp8_tactic=fp8_coop_128x128x128:fp8_pingpong_64x128x128 fp8_tensor_scale_first=0 "
             "tune_wgmma=1");
   DevOverrides back;
   std::size_t start = 0;
@@ -88,7 +94,7 @@ TEST(DevOverrides, SetTakesEveryKnobAndToStringTakesItBack) {
     start = end == std::string::npos ? text.size() : end + 1;
   }
   EXPECT_EQ(back, d);
-  EXPECT_EQ(DevOverrides::names().size(), 36u);
+  EXPECT_EQ(DevOverrides::names().size(), 38u);
 }
 
 TEST(DevOverrides, RefusesBadValuesNamingTheVariable) {
@@ -119,6 +125,8 @@ TEST(DevOverrides, RefusesBadValuesNamingTheVariable) {
   refused("fp8_tactic=fp8_coop_128x256x128", "UNIMOE_FP8_TACTIC is 'fp8_coop_128x256x128'; allowed: auto");
   refused("fp8_tactic=fp8_coop_128x128x128:coop_128x128x64", "fp8_pingpong_64x128x128");
   refused("tune_wgmma=2", "UNIMOE_TUNE_WGMMA is '2'; allowed: 0 (off, the default) or 1 (on)");
+  refused("finalize_in_gemm2=-1",
+          "UNIMOE_FINALIZE_IN_GEMM2 is '-1'; allowed: 0 (off, the default) or the largest token count");
   refused("no_such_knob=1", "not name=value with a known name");
   refused("sorted_pair", "not name=value");
 }

@@ -37,6 +37,7 @@ TEST(FuzzCases, EveryDimensionIsCovered) {
   int hostile_ids[kHostileIdKinds] = {};
   int nan_tokens = 0, ep = 0, expert_bias = 0, max_t_calls = 0;
   std::map<Gemm2Mode, int> gemm2_calls;  // calls per GEMM2 mode the layer's override gives
+  int folded_calls = 0, quantizing_calls = 0;  // calls the layer's decode folds change
   for (int l = 0; l < kLayers; ++l) {
     const FuzzLayer layer = fuzz_layer(kSeed, l);
     const MoEConfig& c = layer.config;
@@ -80,6 +81,10 @@ TEST(FuzzCases, EveryDimensionIsCovered) {
       if (call.num_tokens > 0) {
         const ExpertsPath path = plan_for_tokens(c, call.num_tokens).path;
         gemm2_calls[gemm2_mode_for(c, call.num_tokens, path, dev)]++;
+        const LayerPlan plan = plan_layer(c, call.num_tokens, false, RoutingDeviceCaps{}, dev);
+        EXPECT_TRUE(layer.decode_folds || !plan.finalize_in_gemm2);
+        folded_calls += plan.finalize_in_gemm2;
+        quantizing_calls += plan.fp8_quant_in_gemm;
       }
       if (call.num_tokens == 0) seen["T"].insert("0");
       if (call.num_tokens == 1) seen["T"].insert("1");
@@ -100,6 +105,8 @@ TEST(FuzzCases, EveryDimensionIsCovered) {
   EXPECT_EQ(seen["gemm2_path"], (std::set<std::string>{"auto", "combine", "gate"}));
   EXPECT_GT(gemm2_calls[Gemm2Mode::Gate], 50);
   EXPECT_GT(gemm2_calls[Gemm2Mode::Combine], 20);
+  EXPECT_GT(folded_calls, 20);
+  EXPECT_GT(quantizing_calls, 5);
   // A layer's own override yields to one the caller sets (the environment's).
   DevOverrides expert;
   expert.set("gemm2_path=expert");

@@ -279,6 +279,48 @@ TEST(LayerPlan, Fp8TakesTheStreamThenTheCutlassPathOrTheWgmmaKernelWhenForced) {
   EXPECT_EQ(gpu_shape_multiple(QuantVariant::BF16), 1);
 }
 
+// The decode knobs that remove kernels from the chain: fp8_quant_in_gemm
+// only for FP8 on the stream path at one token; finalize_in_gemm2 up to its
+// token count, for FP8 on the stream path and 4-bit weights on the 16-row
+// form, never for BF16 or the other forms; both off by default.
+TEST(LayerPlan, DecodeFoldsOnlyWhereTheirKernelsServe) {
+  const RoutingDeviceCaps caps{};
+  DevOverrides dev;
+  dev.set("fp8_quant_in_gemm=1");
+  dev.set("finalize_in_gemm2=8");
+  MoEConfig fp8 = find_preset("dsv3-tp8").config;
+  for (QuantVariant q : {QuantVariant::FP8Block128, QuantVariant::FP8PerTensor}) {
+    fp8.experts.quant = q;
+    for (int t : {1, 2, 8, 9, 64}) {
+      const LayerPlan p = plan_layer(fp8, t, false, caps, dev);
+      EXPECT_EQ(p.path, ExpertsPath::Stream) << t;
+      EXPECT_EQ(p.fp8_quant_in_gemm, t == 1) << t;
+      EXPECT_EQ(p.finalize_in_gemm2, t <= 8) << t;
+      const LayerPlan plain = plan_layer(fp8, t, false, caps, DevOverrides{});
+      EXPECT_FALSE(plain.fp8_quant_in_gemm || plain.finalize_in_gemm2) << t;
+    }
+    EXPECT_FALSE(plan_layer(fp8, 4096, false, caps, dev).finalize_in_gemm2);  // cutlass path
+    MoEConfig forced = fp8;
+    forced.options.backend = "mma";  // the FP8 wgmma kernel does neither
+    const LayerPlan mma = plan_layer(forced, 1, false, caps, dev);
+    EXPECT_FALSE(mma.fp8_quant_in_gemm || mma.finalize_in_gemm2);
+  }
+  MoEConfig w4 = find_preset("gpt-oss-120b").config;
+  w4.experts.quant = QuantVariant::MXFP4;
+  for (int t : {1, 8}) {
+    const LayerPlan p = plan_layer(w4, t, false, caps, dev);
+    EXPECT_TRUE(p.finalize_in_gemm2) << t;
+    EXPECT_FALSE(p.fp8_quant_in_gemm) << t;
+  }
+  DevOverrides rows = dev;
+  rows.set("w4_tile_m=64");
+  EXPECT_FALSE(plan_layer(w4, 1, false, caps, rows).finalize_in_gemm2);
+  MoEConfig bf16 = find_preset("qwen3-30b-a3b").config;
+  bf16.options.backend = "stream";
+  const LayerPlan b = plan_layer(bf16, 1, false, caps, dev);
+  EXPECT_FALSE(b.fp8_quant_in_gemm || b.finalize_in_gemm2);
+}
+
 TEST(RoutingVariantRule, EachVariantAtItsMeasuredWins) {
   auto variant = [](const std::string& preset, int tokens) {
     return routing_variant_for(find_preset(preset).config.routing, tokens);

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/test_util.h"
@@ -57,6 +58,23 @@ inline std::vector<float> few_experts_logits(const MoEConfig& c, int t, uint64_t
   for (int r = 0; r < t; ++r)
     for (int e = live; e < c.routing.num_experts; ++e) l[std::size_t(r) * c.routing.num_experts + e] -= 50.0f;
   return l;
+}
+
+// Precomputed routing of T tokens: `ids` (T * K of them, as given) with
+// every weight w.
+inline ref::Routing given_routing(int t, int k, std::vector<int32_t> ids, float w) {
+  ref::Routing r;
+  r.num_tokens = t;
+  r.top_k = k;
+  r.ids = std::move(ids);
+  r.ids.resize(std::size_t(t) * k);
+  r.weights.assign(r.ids.size(), w);
+  return r;
+}
+
+// One token of K = 8 whose ids repeat expert 5 (E >= 256): a two-row tile.
+inline ref::Routing repeated_expert_routing() {
+  return given_routing(1, 8, {5, 77, 5, 130, 201, 9, 64, 255}, 1.0f / 8);
 }
 
 // The FP8 forms the layer tests run: the variant and whether
@@ -163,15 +181,25 @@ class LayerRig {
     const std::vector<float> logits = ref::make_logits(c_, t, seed, "uniform");
     ref::Routing routing = ref::route(c_.routing, logits.data(), t, nullptr);
     for (float& w : routing.weights) w *= 0.5f;
+    forward_routed(t, seed, logits, routing);
+    return error(t, logits, &routing);
+  }
+
+  // One forward of routing.num_tokens tokens with `routing` given as
+  // precomputed routing (its ids and weights, which may be anything the
+  // layer accepts), x from `x_seed`, the logits loaded too, out poisoned
+  // first. Returns once the forward is done.
+  void forward_routed(int t, uint64_t x_seed, const std::vector<float>& logits,
+                      const ref::Routing& routing) {
     DeviceBuffer<int32_t> ids(routing.ids);
     DeviceBuffer<float> weights(routing.weights);
-    load_inputs(t, seed, logits);
+    load_inputs(t, x_seed, logits);
     ForwardArgs a = args(t);
     a.logits = nullptr;
     a.topk_ids = ids.get();
     a.topk_weights = weights.get();
     layer_->forward(a, nullptr);
-    return error(t, logits, &routing);
+    UNIMOE_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
   // The output's bf16 bits for T tokens (after the device is idle).

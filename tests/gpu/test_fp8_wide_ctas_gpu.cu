@@ -24,7 +24,6 @@
 namespace unimoe {
 namespace {
 
-using test::DeviceBuffer;
 using test::LayerRig;
 
 using Form = test::Fp8Form;
@@ -56,20 +55,8 @@ TEST(Fp8WideCtasGpu, Dsv3Tp8DecodeWithAndWithoutThem) {
       EXPECT_LT(err, kFp8Tolerance + rig.flip_allowance());
 
       // Expert 5 twice: a two-row tile.
-      const std::vector<int32_t> ids = {5, 77, 5, 130, 201, 9, 64, 255};
-      ref::Routing routing;
-      routing.num_tokens = 1;
-      routing.top_k = c.routing.top_k;
-      routing.ids = ids;
-      routing.weights.assign(ids.size(), 1.0f / ids.size());
-      DeviceBuffer<int32_t> id_buf(routing.ids);
-      DeviceBuffer<float> w_buf(routing.weights);
-      rig.load_inputs(1, seed + 1, logits);
-      ForwardArgs args = rig.args(1);
-      args.logits = nullptr;
-      args.topk_ids = id_buf.get();
-      args.topk_weights = w_buf.get();
-      rig.layer().forward(args, nullptr);
+      const ref::Routing routing = test::repeated_expert_routing();
+      rig.forward_routed(1, seed + 1, logits, routing);
       const double given_err = rig.error(1, logits, &routing);  // sets the flip allowance first
       EXPECT_LT(given_err, kFp8Tolerance + rig.flip_allowance());
     }

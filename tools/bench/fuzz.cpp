@@ -285,6 +285,9 @@ class FuzzRig {
     coverage["quant"][to_string(c_.experts.quant) + (layer_.static_scales ? " static" : "")]++;
     coverage["buffers"][layer_.shared_scratch ? "shared scratch" : "own"]++;
     coverage["gemm2"][gemm2_mode_name(plan.gemm2_mode)]++;
+    coverage["decode_folds"][plan.finalize_in_gemm2 ? (plan.fp8_quant_in_gemm ? "quantize and finalize"
+                                                                              : "finalize")
+                                                    : "none"]++;
     coverage["T"][t == 0 ? "0" : t == 1 ? "1" : t == layer_.max_tokens ? "max" : t % 2 ? "odd" : "even"]++;
     coverage["ep"][ep_.empty() ? "off" : "W=" + std::to_string(ranks_)]++;
 

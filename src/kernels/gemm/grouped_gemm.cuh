@@ -91,6 +91,27 @@ struct FinalizeParams {
   const int32_t* enabled = nullptr;
 };
 
+// The finalize folded into a decode GEMM2 (the FP8 and 4-bit stream
+// kernels; kernels/epilogue/finalize_device.cuh): `counters` null, GEMM2
+// writes y and the finalize kernel runs after it; else each CTA counts
+// itself done in its column block's counter once its rows of y are written,
+// and the CTA that completes a column block (the *num_tiles-th of it) sums
+// the block's columns of every token as the finalize kernel would, the same
+// bits. `finalize` is what the finalize kernel would take (y = GEMM2's
+// output; `enabled` and routing_ready_before_wait are not read). counters:
+// one int per column block of the GEMM2 grid, 0 before the call, and 0
+// again after it (the completing CTA resets its own), so memory the caller
+// zeroed once and keeps.
+struct FinalizeFold {
+  FinalizeParams finalize;
+  int32_t* counters = nullptr;
+};
+// Whether a GEMM2 writing `y` [P, n_out] can fold `fold`: its finalize reads
+// that y, hidden = n_out (a multiple of 8), top_k in 1..32, and its
+// routing pointers, out (and topk_ids where b2 is set) are given; the
+// launchers refuse a fold that is not.
+bool finalize_fold_valid(const FinalizeFold& fold, const uint16_t* y, int n_out);
+
 // Tactics compiled into the library, best first for large T.
 const GemmTactic* gemm_tactics(int* count);
 void launch_gemm1(const Gemm1Params& params, const GemmTactic& tactic, KernelStream stream);

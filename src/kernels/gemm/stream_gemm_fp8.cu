@@ -57,6 +57,15 @@
 // 16 x groups rows are aligned to that count, which divides 128), rows 1, 2
 // for the up rows (up_offset plus such a multiple: at most two blocks).
 //
+// Given A unquantized (a_bf16 or a_f32: x at T = 1, GEMM1's activation),
+// the one-token path copies the raw A row into shared memory after the
+// wait and quantizes it there (kernels/quant/fp8_encode.cuh: the quantize
+// kernels' rule and code), the codes where the staged codes would be and
+// the scales into the A scales; that replaces a quantize kernel in the
+// chain (its launch and its round trip through memory) at the cost of
+// each CTA quantizing the row it reads (7168 values at most, shared memory
+// to shared memory, while the first round of weight loads is in flight).
+//
 // K split, fixed-order reduction and PDL as in the BF16 kernel: with
 // prefetch_before_wait a CTA reads its tile, issues its first weight loads
 // and stages its B scales before pdl_begin(); A, its scales and the gather
@@ -101,16 +110,29 @@ void validate(const Fp8StreamGemmParams& p) {
   require(!is_gated(p.epilogue) || up_ok, "up_offset",
           is(p.up_offset) + "the up rows [up_offset, up_offset + n_out) must be B rows");
   require(p.max_tiles >= 0, "max_tiles", is(p.max_tiles) + "must be >= 0");
-  require(p.a_scales_ld > 0, "a_scales_ld", is(p.a_scales_ld) + "must be > 0");
+  const bool quantize = p.a_bf16 != nullptr || p.a_f32 != nullptr;
+  require(p.a_bf16 == nullptr || p.a_f32 == nullptr, "a_bf16/a_f32", "at most one may be set");
+  require(quantize || p.a_scales_ld > 0, "a_scales_ld", is(p.a_scales_ld) + "must be > 0");
+  const int row_scale = static_cast<int>(p.a_row_scale);
+  require(row_scale >= 0 && row_scale <= static_cast<int>(fp8_encode::RowScale::kRow),
+          "a_row_scale", is(row_scale) + "not a RowScale");
+  require(!quantize || p.a_row_scale != fp8_encode::RowScale::kGiven || p.a_given_scale != nullptr,
+          "a_given_scale", "must be set where a_row_scale is kGiven");
   require(p.gather == nullptr || p.top_k >= 1, "top_k", is(p.top_k) + "must be >= 1");
   require((p.out_f32 != nullptr) != (p.out_bf16 != nullptr), "out_f32/out_bf16",
           "exactly one must be set");
+  require(p.fold.counters == nullptr || finalize_fold_valid(p.fold, p.out_bf16, p.n_out), "fold",
+          "needs out_bf16 = fold.finalize.y, hidden = n_out (a multiple of 8), top_k 1..32 "
+          "and its routing pointers and out");
   const struct {
     const void* ptr;
     const char* name;
     size_t align;
     bool required;
-  } pointers[] = {{p.a, "a", 16, true},          {p.a_scales, "a_scales", 4, true},
+  } pointers[] = {{p.a, "a", 16, !quantize},     {p.a_scales, "a_scales", 4, !quantize},
+                  {p.a_bf16, "a_bf16", 16, false}, {p.a_f32, "a_f32", 16, false},
+                  {p.a_given_scale, "a_given_scale", 4, false},
+                  {p.a_scale_out, "a_scale_out", 4, false},
                   {p.gather, "gather", 4, false}, {p.b, "b", 16, true},
                   {p.b_scales, "b_scales", 4, true}, {p.bias, "bias", 4, false},
                   {p.tiles, "tiles", 4, true},    {p.num_tiles, "num_tiles", 4, true},
@@ -122,16 +144,25 @@ void validate(const Fp8StreamGemmParams& p) {
 }
 
 // The kernel of a one-token shape: 1, 2 or 4 slots, at most kUnitLanes / 4
-// (fp8_stream_config's rule), or 8 for a wide CTA of 16-lane units.
-template <int kUnitLanes>
+// (fp8_stream_config's rule), or 8 for a wide CTA of 16-lane units; the
+// form that quantizes A itself or the one that reads its codes; with the
+// folded finalize or without.
+template <int kUnitLanes, bool kQuantizeA, bool kFold>
 KernelFn kernel_for(int slots) {
   static_assert(kFp8StreamMaxSlots == 4, "slot counts 1, 2, 4; 8 for wide 16-lane CTAs");
   constexpr int kMost = kUnitLanes / 4 < 4 ? kUnitLanes / 4 : 4;
   if constexpr (kUnitLanes == 16)
-    if (slots == 8) return fp8_stream::fp8_stream_gemm_kernel<16, 8>;
-  return slots == 1   ? fp8_stream::fp8_stream_gemm_kernel<kUnitLanes, 1>
-         : slots == 2 ? fp8_stream::fp8_stream_gemm_kernel<kUnitLanes, 2>
-                      : fp8_stream::fp8_stream_gemm_kernel<kUnitLanes, kMost>;
+    if (slots == 8) return fp8_stream::fp8_stream_gemm_kernel<16, 8, kQuantizeA, kFold>;
+  return slots == 1   ? fp8_stream::fp8_stream_gemm_kernel<kUnitLanes, 1, kQuantizeA, kFold>
+         : slots == 2 ? fp8_stream::fp8_stream_gemm_kernel<kUnitLanes, 2, kQuantizeA, kFold>
+                      : fp8_stream::fp8_stream_gemm_kernel<kUnitLanes, kMost, kQuantizeA, kFold>;
+}
+
+template <bool kQuantizeA, bool kFold>
+KernelFn kernel_for(const Fp8StreamConfig& c) {
+  return c.unit_lanes == 8    ? kernel_for<8, kQuantizeA, kFold>(c.slots)
+         : c.unit_lanes == 16 ? kernel_for<16, kQuantizeA, kFold>(c.slots)
+                              : kernel_for<32, kQuantizeA, kFold>(c.slots);
 }
 
 }  // namespace
@@ -149,11 +180,15 @@ void launch_fp8_stream_gemm(const Fp8StreamGemmParams& p, KernelStream stream) {
   const long long blocks = static_cast<long long>(p.max_tiles) * args.c.n_blocks;
   require(blocks <= INT_MAX, "max_tiles", "x column blocks = " + std::to_string(blocks) +
                                               " exceeds the grid limit");
-  const KernelFn kernel = args.c.unit_lanes == 8    ? kernel_for<8>(args.c.slots)
-                          : args.c.unit_lanes == 16 ? kernel_for<16>(args.c.slots)
-                                                    : kernel_for<32>(args.c.slots);
-  // The token row (k bytes), the A scales [k / 128][16], the B scales [3][k / 128].
-  const size_t smem = p.k + sizeof(float) * (kStreamTileM + fp8_stream::kScaleRows) * args.k_blocks;
+  const bool quantize_a = p.a_bf16 != nullptr || p.a_f32 != nullptr;
+  const bool fold = p.fold.counters != nullptr;
+  const KernelFn kernel = quantize_a ? (fold ? kernel_for<true, true>(args.c)
+                                             : kernel_for<true, false>(args.c))
+                                     : (fold ? kernel_for<false, true>(args.c)
+                                             : kernel_for<false, false>(args.c));
+  // The token row (k bytes), the A scales [k / 128][16], the B scales [3][k
+  // / 128], and the raw A row where the kernel quantizes it.
+  const size_t smem = fp8_stream::fp8_stream_smem_bytes(p, &args.raw_offset);
   // Past 48 KB of dynamic and static shared memory together (the K-split
   // partials are static) a kernel must opt in.
   const size_t static_smem = sizeof(float) * fp8_stream::kWarps * 8 * 32;

@@ -9,7 +9,9 @@
 
 #include "kernels/common/common.cuh"
 #include "kernels/epilogue/grouped_gemm_epilogue.cuh"
+#include "kernels/gemm/grouped_gemm.cuh"
 #include "kernels/permute/permute.cuh"
+#include "kernels/quant/fp8_encode.cuh"
 
 namespace unimoe {
 
@@ -53,6 +55,29 @@ struct Fp8StreamGemmParams {
   // Whether the launch may give a CTA two column blocks of one-token work
   // where that fits the grid in one wave (fp8_stream_config's rule).
   bool wide_ctas = true;
+  // Unquantized A instead of a and a_scales (decode: x at T = 1, GEMM1's
+  // fp32 activation): the kernel quantizes each A row it reads into shared
+  // memory, with the codes and scales the quantize kernels of fp8_quant.cuh
+  // would have written (kernels/quant/fp8_encode.cuh), and serves every
+  // tile by the one-token path, a row at a time (a tile of several rows
+  // then reads its weights once a row, the later times mostly from L2: for
+  // calls of one-row tiles). At most one of a_bf16 and a_f32; with either,
+  // a and a_scales are not read. a_row_scale says how the scales are made:
+  // kGroups per row and 128 columns (FP8Block128), kGiven *a_given_scale
+  // for every value (FP8PerTensor, static), kRow one over the row
+  // (FP8PerTensor, dynamic, only where A is a single row).
+  const uint16_t* a_bf16 = nullptr;  // [rows_a, k] bf16, 16-byte aligned rows
+  const float* a_f32 = nullptr;      // [rows_a, k] fp32, 16-byte aligned rows
+  fp8_encode::RowScale a_row_scale = fp8_encode::RowScale::kGroups;
+  const float* a_given_scale = nullptr;  // device float, with kGiven
+  // Optional, with kRow: the scale written here too (by one CTA), where the
+  // quantize kernel would have left it (Fp8TensorQuantParams::scale).
+  float* a_scale_out = nullptr;
+  // GEMM2 at decode (out_bf16 = y): the finalize folded into the CTAs that
+  // complete each column block (grouped_gemm.cuh); counters null: not.
+  // Column block b of a tile is its CTA b: cols_per_cta x parts columns
+  // (stream_gemm_fp8_config.h), at most ceil(n_out / 16) blocks.
+  FinalizeFold fold;
 };
 
 // For tile t of the schedule (t < *num_tiles), row i < rows and column n < n_out:

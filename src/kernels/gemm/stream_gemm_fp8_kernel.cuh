@@ -11,10 +11,12 @@
 #include <cstdint>
 
 #include "kernels/common/common.cuh"
+#include "kernels/epilogue/finalize_device.cuh"
 #include "kernels/gemm/stream_gemm.cuh"
 #include "kernels/gemm/stream_gemm_fp8.cuh"
 #include "kernels/gemm/stream_gemm_fp8_config.h"
 #include "kernels/gemm/warp_mma.cuh"
+#include "kernels/quant/fp8_encode.cuh"
 
 namespace unimoe::fp8_stream {
 
@@ -39,7 +41,25 @@ struct Fp8StreamArgs {
   int k_blocks = 0;      // k / 128
   int b_row_blocks = 0;  // ceil(b_rows / 128)
   bool gated = false;
+  // Where p.a_bf16 or p.a_f32 is set (the kernels whose kQuantizeA is
+  // true), the raw A row is staged at this dynamic shared memory offset
+  // (fp8_stream_smem_bytes).
+  int raw_offset = 0;
 };
+
+// Dynamic shared memory of a launch: the token row's codes (k bytes), the A
+// scales [k / 128][16] and the B scales [kScaleRows][k / 128]; where the
+// kernel quantizes A itself, then the raw row (bf16 or fp32), 16-byte
+// aligned. *raw_offset gets where it starts.
+inline size_t fp8_stream_smem_bytes(const Fp8StreamGemmParams& p, int* raw_offset) {
+  const size_t scales = sizeof(float) * (kStreamTileM + kScaleRows) * (p.k / kBlockK);
+  const size_t offset = (p.k + scales + 15) / 16 * 16;
+  *raw_offset = static_cast<int>(offset);
+  const size_t raw = p.a_bf16 != nullptr ? sizeof(uint16_t) * p.k
+                     : p.a_f32 != nullptr ? sizeof(float) * p.k
+                                          : 0;
+  return raw == 0 ? p.k + scales : offset + raw;
+}
 
 // Weights are read once: bypass L1 (stream_gemm.cu says when the L2 hint pays).
 template <bool kLine128>
@@ -162,15 +182,48 @@ __device__ __forceinline__ void prefetch_next(const Fp8StreamArgs& args, const D
                         threadIdx.x == 32);
 }
 
+// The A row of tile row `row` quantized by the CTA (kQuantizeA): the
+// raw row copied into shared memory, then its codes to x_sm and its scales
+// to a_sm[kb][row] (kernels/quant/fp8_encode.cuh, the quantize kernels'
+// rule). After pdl_begin(); completes the B scales' copies too, and ends
+// with the CTA synchronized.
+__device__ __forceinline__ void quantize_a_row(const Fp8StreamArgs& args, const DeviceTile& tile,
+                                               int row, uint8_t* smem, uint8_t* x_sm,
+                                               float* a_sm) {
+  const Fp8StreamGemmParams& p = args.p;
+  const size_t src_row = source_row(p, tile.row_start + row);
+  uint8_t* raw = smem + args.raw_offset;
+  const int bytes = p.k * (p.a_bf16 != nullptr ? 2 : 4);
+  const uint8_t* src = p.a_bf16 != nullptr
+                           ? reinterpret_cast<const uint8_t*>(p.a_bf16 + src_row * p.k)
+                           : reinterpret_cast<const uint8_t*>(p.a_f32 + src_row * p.k);
+#pragma unroll 1
+  for (int off = kLaneK * threadIdx.x; off < bytes; off += kLaneK * kThreads)
+    cp_async_16(shared_address(raw + off), src + off, kLaneK);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  if (p.a_bf16 != nullptr)
+    fp8_encode::quantize_row_shared<kWarps>(reinterpret_cast<const uint16_t*>(raw), p.k, x_sm,
+                                            a_sm + row, kStreamTileM, p.a_row_scale,
+                                            p.a_given_scale);
+  else
+    fp8_encode::quantize_row_shared<kWarps>(reinterpret_cast<const float*>(raw), p.k, x_sm,
+                                            a_sm + row, kStreamTileM, p.a_row_scale,
+                                            p.a_given_scale);
+  if (p.a_scale_out != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *p.a_scale_out = a_sm[row];
+}
+
 // ---- One-token tiles: 16L-byte row pieces per unit, the diagonal of each product.
 
 // This warp's kSlots x kUnits pairs over all of K, kChunks pieces of each in
 // flight; slot s of unit u is pair q0 + s * kUnits + u. Row `row` of the
 // tile (0 but for a wide CTA's multi-row tiles).
-template <int kSlots, int kChunks, int kUnitLanes>
+template <int kSlots, int kChunks, int kUnitLanes, bool kQuantizeA>
 __device__ __forceinline__ void stream_one_token(const Fp8StreamArgs& args, const DeviceTile& tile,
-                                                 int block, int row, uint8_t* x_sm, float* a_sm,
+                                                 int block, int row, uint8_t* smem, float* a_sm,
                                                  float* b_sm) {
+  uint8_t* x_sm = smem;  // the token row's codes
   constexpr int kUnits = 32 / kUnitLanes;
   constexpr int kPiece = kLaneK * kUnitLanes;  // K of one unit load
   const Fp8StreamGemmParams& p = args.p;
@@ -208,11 +261,15 @@ __device__ __forceinline__ void stream_one_token(const Fp8StreamArgs& args, cons
       if (row == 0) prefetch_next(args, tile, block);
       stage_b_scales(args, tile.expert, vblock, b_sm);
       pdl_begin();
-      const uint8_t* x = p.a + static_cast<size_t>(source_row(p, tile.row_start + row)) * k;
+      if constexpr (kQuantizeA) {
+        quantize_a_row(args, tile, row, smem, x_sm, a_sm);
+      } else {
+        const uint8_t* x = p.a + static_cast<size_t>(source_row(p, tile.row_start + row)) * k;
 #pragma unroll 1
-      for (int off = kLaneK * threadIdx.x; off < p.k; off += kLaneK * kThreads)
-        cp_async_16(shared_address(x_sm + off), x + off, kLaneK);
-      stage_a_scales(args, tile, a_sm);
+        for (int off = kLaneK * threadIdx.x; off < p.k; off += kLaneK * kThreads)
+          cp_async_16(shared_address(x_sm + off), x + off, kLaneK);
+        stage_a_scales(args, tile, a_sm);
+      }
     }
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
@@ -360,8 +417,11 @@ __device__ __forceinline__ void stream_rows(const Fp8StreamArgs& args, const Dev
                    row_hi, acc[f][j], acc[f][2 + j], lo_ok, hi_ok);
 }
 
-// One kernel per one-token shape (unit width, slots; the launcher picks).
-template <int kUnitLanes, int kSlots>
+// One kernel per one-token shape (unit width, slots; the launcher picks),
+// per source of A (its codes and scales, or the raw rows it quantizes:
+// kQuantizeA) and with or without the folded finalize (kFold): kernels of
+// their own, so that the plain ones keep their register allocation.
+template <int kUnitLanes, int kSlots, bool kQuantizeA, bool kFold>
 __global__ void __launch_bounds__(kThreads, 2) fp8_stream_gemm_kernel(const Fp8StreamArgs args) {
   static_assert(kSlots * 32 / kUnitLanes <= 2 * kWarps, "at most 16 pairs a warp");
   extern __shared__ __align__(16) uint8_t smem[];  // token row, A scales, B scales
@@ -371,7 +431,13 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_stream_gemm_kernel(const Fp8S
   // kernel: read it now, wait before reading A.
   if (!p.prefetch_before_wait) pdl_begin();
   const int tile_index = blockIdx.x / args.c.n_blocks;
-  if (tile_index >= *p.num_tiles) return;
+  if (tile_index >= *p.num_tiles) {
+    if (kFold && *p.num_tiles == 0 && blockIdx.x == 0) {
+      pdl_begin();
+      finalize_device::fold_zeros<kThreads>(p.fold);
+    }
+    return;
+  }
   const DeviceTile tile = p.tiles[tile_index];
   const int block = blockIdx.x - tile_index * args.c.n_blocks;
   float* a_sm = reinterpret_cast<float*>(smem + p.k);
@@ -382,19 +448,30 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_stream_gemm_kernel(const Fp8S
   // Both paths cover the same cols_per_cta columns (a CTA-uniform choice).
   // A wide CTA (parts = 2: its kernel is the only one of 8 slots) serves
   // each row of a rare multi-row tile by the one-token path: wide grids are
-  // of a few tiles, one or two tokens.
+  // of a few tiles, one or two tokens. So does a CTA that quantizes A
+  // itself (the one-token path is where it does).
   if (tile.rows == 1) {
-    stream_one_token<kSlots, kChunks, kUnitLanes>(args, tile, block, 0, smem, a_sm, b_sm);
-  } else if constexpr (kWide) {
+    stream_one_token<kSlots, kChunks, kUnitLanes, kQuantizeA>(args, tile, block, 0, smem, a_sm,
+                                                             b_sm);
+  } else if constexpr (kWide || kQuantizeA) {
 #pragma unroll 1
     for (int row = 0; row < tile.rows; ++row) {
       if (row > 0) __syncthreads();  // every warp is done with the previous row's staging
-      stream_one_token<kSlots, kChunks, kUnitLanes>(args, tile, block, row, smem, a_sm, b_sm);
+      stream_one_token<kSlots, kChunks, kUnitLanes, kQuantizeA>(args, tile, block, row, smem, a_sm,
+                                                               b_sm);
     }
   } else if (tile.rows <= 8) {  // one token fragment, more slabs in flight
     stream_rows<1, kUnrollOneFragment>(args, tile, block, a_sm, b_sm, partial);
   } else {
     stream_rows<2, kUnroll>(args, tile, block, a_sm, b_sm, partial);
+  }
+  if constexpr (kFold) {
+    // Read again here rather than kept in a register through the main loop.
+    const int tiles = *p.num_tiles;
+    const int fold_block = static_cast<int>(blockIdx.x) % args.c.n_blocks;
+    const int first = fold_block * args.c.parts * args.c.cols_per_cta;
+    finalize_device::fold_finalize<kThreads>(
+        p.fold, fold_block, first, min(p.n_out, first + args.c.parts * args.c.cols_per_cta), tiles);
   }
 }
 

@@ -56,6 +56,7 @@
 
 #include "core/fp4_layout.h"
 #include "kernels/common/common.cuh"
+#include "kernels/epilogue/finalize_device.cuh"
 #include "kernels/gemm/sm90_w4_wgmma_gemm.cuh"
 #include "kernels/gemm/stream_gemm.cuh"
 #include "kernels/gemm/w4_dequant.cuh"
@@ -468,16 +469,23 @@ __device__ __forceinline__ void run_rows_tile(const Args& a, const DeviceTile& t
 }
 
 // One kernel per form (kForm: 1 the 16-row form, kRowsTileM the rows
-// form; kPipelined: the 16-row form's load ring), so that each gets its own
-// register allocation.
-template <int kForm, bool kPipelined>
+// form; kPipelined: the 16-row form's load ring; kFold: the 16-row form
+// with the folded finalize), so that each gets its own register allocation.
+template <int kForm, bool kPipelined, bool kFold>
 __global__ void __launch_bounds__(kThreads, 2) w4_stream_gemm_kernel(const Args a) {
+  static_assert(!kFold || kForm == 1, "the fold is the 16-row form's");
   // A one-row tile's token row, or the rows form's token and weight rings.
   extern __shared__ __align__(16) char smem[];
   const W4StreamGemmParams& p = a.p;
   if (!p.prefetch_before_wait) pdl_begin();
   const int tile_index = blockIdx.x / a.n_blocks;
-  if (tile_index >= *p.num_tiles) return;
+  if (tile_index >= *p.num_tiles) {
+    if (kFold && *p.num_tiles == 0 && blockIdx.x == 0) {
+      pdl_begin();
+      finalize_device::fold_zeros<kThreads>(p.fold);
+    }
+    return;
+  }
   const DeviceTile tile = p.tiles[tile_index];
   const int block = blockIdx.x - tile_index * a.n_blocks;
   if constexpr (kForm == kRowsTileM) {
@@ -495,12 +503,22 @@ __global__ void __launch_bounds__(kThreads, 2) w4_stream_gemm_kernel(const Args 
     else
       run_tile<2, kStepsRows, false, kPipelined>(a, tile, block, x_sm, partial);
   }
+  if constexpr (kFold) {
+    // Read again here rather than kept in a register through the main loop.
+    const int tiles = *p.num_tiles;
+    const int fold_block = static_cast<int>(blockIdx.x) % a.n_blocks;
+    const int first = fold_block * a.cols_per_cta;
+    finalize_device::fold_finalize<kThreads>(p.fold, fold_block, first,
+                                             min(p.n_out, first + a.cols_per_cta), tiles);
+  }
 }
 
 using W4Kernel = void (*)(Args);
 W4Kernel kernel_for(const Args& a) {
-  if (a.rows_form) return w4_stream_gemm_kernel<kRowsTileM, false>;
-  return a.p.pipelined ? w4_stream_gemm_kernel<1, true> : w4_stream_gemm_kernel<1, false>;
+  if (a.rows_form) return w4_stream_gemm_kernel<kRowsTileM, false, false>;
+  if (a.p.fold.counters != nullptr)
+    return a.p.pipelined ? w4_stream_gemm_kernel<1, true, true> : w4_stream_gemm_kernel<1, false, true>;
+  return a.p.pipelined ? w4_stream_gemm_kernel<1, true, false> : w4_stream_gemm_kernel<1, false, false>;
 }
 
 void require(bool ok, const std::string& field, const std::string& rule) {
@@ -533,6 +551,12 @@ void validate(const W4StreamGemmParams& p) {
   require(p.gather == nullptr || p.top_k >= 1, "top_k", is(p.top_k) + "must be >= 1");
   require((p.format == W4Format::NVFP4) == (p.b_global != nullptr), "b_global",
           "must be set for NVFP4 and only for NVFP4");
+  require(p.fold.counters == nullptr || p.tile_m == kStreamTileM, "fold",
+          "is the 16-row form's (tile_m " + std::to_string(kStreamTileM) + "), not tile_m " +
+              std::to_string(p.tile_m) + "'s");
+  require(p.fold.counters == nullptr || finalize_fold_valid(p.fold, p.out, p.n_out), "fold",
+          "needs out = fold.finalize.y, hidden = n_out (a multiple of 8), top_k 1..32 and its "
+          "routing pointers and out");
   const struct {
     const void* ptr;
     const char* name;

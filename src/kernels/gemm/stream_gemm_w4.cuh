@@ -9,6 +9,7 @@
 
 #include "kernels/common/common.cuh"
 #include "kernels/epilogue/grouped_gemm_epilogue.cuh"
+#include "kernels/gemm/grouped_gemm.cuh"
 #include "kernels/gemm/stream_gemm.cuh"
 #include "kernels/permute/permute.cuh"
 
@@ -62,6 +63,11 @@ struct W4StreamGemmParams {
   // as the slot's math is done (false: loads a round of steps, then does
   // their math).
   bool pipelined = false;
+  // GEMM2 at decode (out = y), the 16-row form only: the finalize folded
+  // into the CTAs that complete each column block (grouped_gemm.cuh);
+  // counters null: not. Column block b of a tile is its CTA b, cols_per_cta
+  // = (8 / splits) x 16 columns (16 gated), at most ceil(n_out / 16) blocks.
+  FinalizeFold fold;
 };
 
 // For tile t (t < *num_tiles), row i < rows and column n < n_out:

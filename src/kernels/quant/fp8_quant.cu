@@ -12,6 +12,7 @@
 #include "core/e4m3.h"
 #include "kernels/common/common.cuh"
 #include "kernels/quant/fp8_amax.cuh"
+#include "kernels/quant/fp8_encode.cuh"
 #include "kernels/quant/fp8_quant.cuh"
 
 namespace unimoe {
@@ -21,13 +22,17 @@ using fp8_amax::block_max;
 using fp8_amax::fp8_scale;
 using fp8_amax::kWarpSize;
 using fp8_amax::warp_max;
+using fp8_encode::abs_max4;
+using fp8_encode::encode4;
+using fp8_encode::Four;
+using fp8_encode::load4;
 constexpr int kColsMultiple = 16;
 
 // Row form: one warp per (row, group), 4 bf16 (8 bytes) a lane.
 constexpr int kRowWarps = 8;
 constexpr int kRowThreads = kRowWarps * kWarpSize;
-constexpr int kRowVec = 4;
-static_assert(kFp8GroupCols == kWarpSize * kRowVec, "a warp covers one 128-column group");
+constexpr int kRowVec = fp8_encode::kVec;
+static_assert(kFp8GroupCols == fp8_encode::kGroupCols, "a warp covers one 128-column group");
 static_assert(kColsMultiple % kRowVec == 0, "a lane's 4 columns never straddle the end of a row");
 
 // Tensor form: 8 bf16 (16 bytes) a thread and step, grid-stride loops.
@@ -40,38 +45,6 @@ static_assert(kColsMultiple % kTensorVec == 0, "a thread's 8 columns never strad
 
 __device__ __forceinline__ int live_rows(const int32_t* rows_device, int rows) {
   return rows_device ? min(*rows_device, rows) : rows;
-}
-
-__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
-
-// Four consecutive values of the input, as floats: element 4 * vec onwards
-// of a bf16 array (8 bytes) or of an fp32 one (16 bytes).
-struct Four {
-  float v[kRowVec];
-};
-__device__ __forceinline__ Four load4(const uint16_t* x, int64_t vec) {
-  const uint2 w = reinterpret_cast<const uint2*>(x)[vec];
-  return {{bf16_lo(w.x), bf16_hi(w.x), bf16_lo(w.y), bf16_hi(w.y)}};
-}
-__device__ __forceinline__ Four load4(const float* x, int64_t vec) {
-  const float4 w = reinterpret_cast<const float4*>(x)[vec];
-  return {{w.x, w.y, w.z, w.w}};
-}
-
-__device__ __forceinline__ float abs_max4(float m, const Four& f) {
-#pragma unroll
-  for (int i = 0; i < kRowVec; ++i) m = fmaxf(m, fabsf(f.v[i]));
-  return m;
-}
-
-// Four codes of consecutive columns, the first in the lowest byte.
-__device__ __forceinline__ uint32_t encode4(const Four& f, float scale) {
-  uint32_t packed = 0;
-#pragma unroll
-  for (int i = 0; i < kRowVec; ++i)
-    packed |= static_cast<uint32_t>(encode_e4m3(__fdiv_rn(f.v[i], scale))) << (8 * i);
-  return packed;
 }
 
 // Where the scale of (row, group) goes: row-major [rows, groups] when ld is

@@ -212,6 +212,8 @@ FuzzLayer fuzz_layer(uint64_t seed, int layer) {
   f.static_scales = c.experts.quant == QuantVariant::FP8PerTensor && hash64(f.seed ^ 0x5ca1) % 2 == 0;
   // The shared scratch, from its own hash too.
   f.shared_scratch = hash64(f.seed ^ 0x5c2a) % 3 == 0;
+  // The decode folds, from their own hash too.
+  f.decode_folds = hash64(f.seed ^ 0xf01d) % 2 == 0;
   return f;
 }
 
@@ -222,6 +224,10 @@ int fuzz_ep_tokens(const FuzzLayer& layer, const FuzzCall& call, int rank) {
 
 DevOverrides fuzz_dev_overrides(const FuzzLayer& layer, DevOverrides dev) {
   if (dev.gemm2_path == DevGemm2Path::kRule) dev.set("gemm2_path=" + layer.gemm2_path);
+  if (layer.decode_folds && !dev.fp8_quant_in_gemm && dev.finalize_in_gemm2 == 0) {
+    dev.set("fp8_quant_in_gemm=1");
+    dev.set("finalize_in_gemm2=16");
+  }
   return dev;
 }
 
@@ -256,6 +262,7 @@ std::string describe(const FuzzLayer& layer, const FuzzCall& call) {
          " gemm2_path=" + layer.gemm2_path + (layer.ep_world > 0 ? " ep=" + std::to_string(layer.ep_world) : "") +
          (layer.static_scales ? " static_scales" : "") +
          (layer.shared_scratch ? " shared_scratch" : "") +
+         (layer.decode_folds ? " decode_folds" : "") +
          " T=" + std::to_string(call.num_tokens) + " logits=" + to_string(call.logits) +
          " routing=" + to_string(call.routing);
 }

@@ -53,6 +53,12 @@ struct FuzzLayer {
   // calls would leave it: no result may depend on what a call finds there.
   // Drawn for about a third of the layers.
   bool shared_scratch = false;
+  // The decode chain's folds (development knobs fp8_quant_in_gemm=1 and
+  // finalize_in_gemm2=16: FP8 stream GEMMs quantizing their own input at
+  // one token, the FP8 and 4-bit stream GEMM2 folding the finalize), drawn
+  // for about half of the layers; they change only those variants' stream
+  // path calls.
+  bool decode_folds = false;
 };
 
 
@@ -89,7 +95,8 @@ struct FuzzCall {
 FuzzLayer fuzz_layer(uint64_t seed, int layer);
 FuzzCall fuzz_call(const FuzzLayer& layer, int call);
 // `dev` with the layer's gemm2_path, unless `dev` sets one (an
-// UNIMOE_GEMM2_PATH in the environment then holds for every layer).
+// UNIMOE_GEMM2_PATH in the environment then holds for every layer), and
+// with its decode folds where drawn, unless `dev` sets either knob.
 DevOverrides fuzz_dev_overrides(const FuzzLayer& layer, DevOverrides dev);
 
 // Tokens rank r of an EP layer passes to call `call`: the call's T for
