@@ -85,7 +85,9 @@
 #                            RoutingThroughTheGate, .CombinePathLeavesTheExpert
 #                            RowsPoisoned, .OneGraphTakesBothPathsAsTheRouting
 #                            Changes (the gate and both paths in one graph),
-#                            .CallWithNoRowOnThisRankWritesZeros (no tiles);
+#                            .CallWithNoRowOnThisRankWritesZeros (no tiles),
+#                            .GatedTailGivesEachForcedPathsBits (the tail's
+#                            combine and finalize);
 #                            racecheck and initcheck: the first two
 #   decode folds             DecodeFoldsGpu.ExpertParallelRangeAndACallWith
 #                            NoLocalRow (the FP8 GEMMs quantizing their own
@@ -157,7 +159,7 @@ readonly kFullFilter="GpuSmoke.*\
 :LayerW4Gpu.EveryTileForm\
 :Gemm2GateGpu.ExpertParallelRangeAndFewTilesSplittingK:Gemm2GateGpu.PrecomputedRoutingThroughTheGate\
 :Gemm2GateGpu.CombinePathLeavesTheExpertRowsPoisoned:Gemm2GateGpu.OneGraphTakesBothPathsAsTheRoutingChanges\
-:Gemm2GateGpu.CallWithNoRowOnThisRankWritesZeros\
+:Gemm2GateGpu.CallWithNoRowOnThisRankWritesZeros:Gemm2GateGpu.GatedTailGivesEachForcedPathsBits\
 :EPLayerGpu.DispatchSlotsMatchTheReference:EPLayerGpu.EmptyCallsWriteNothing\
 :EPLayerGpu.CapturedOnceReplaysWithFreshRouting\
 :NextPrefetchGpu.SmallShapeEveryVariant:NextPrefetchGpu.ExpertParallelRange\

@@ -395,6 +395,27 @@ FinalizeParams MoELayerImpl::finalize_params(const ForwardArgs& a, const float* 
   return p;
 }
 
+CombineGemm2Params MoELayerImpl::combine_params(const ForwardArgs& a, const float* weights,
+                                               const LayerPlan& plan) {
+  CombineGemm2Params c;
+  c.act = act_;
+  c.w2 = static_cast<const uint16_t*>(weights_.w2);
+  c.b2 = weights_.b2;
+  c.tiles = tiles_;
+  c.num_tiles = plan.gemm2_mode == Gemm2Mode::Gate ? &gate_record_->combine_tiles : num_tiles_;
+  c.expanded_to_permuted = expanded_to_permuted_;
+  c.topk_weights = weights;
+  c.num_tokens = a.num_tokens;
+  c.top_k = config_.routing.top_k;
+  c.hidden = config_.experts.hidden;
+  c.intermediate = config_.experts.intermediate;
+  c.out = static_cast<uint16_t*>(a.out);
+  // The combine path alone writes a call's zeros; gated, the gate sends a
+  // call with no tile to the finalize.
+  c.zeros_when_empty = plan.gemm2_mode == Gemm2Mode::Combine;
+  return c;
+}
+
 void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t stream) {
   const int t = a.num_tokens, k = config_.routing.top_k;
   const int e_local = config_.local_experts();
@@ -484,35 +505,29 @@ void MoELayerImpl::run_stage(Stage stage, const ForwardArgs& a, cudaStream_t str
         backend.run_gemm2(call, plan, stream);
         return;
       }
-      if (plan.gemm2_mode != Gemm2Mode::Expert) {
-        CombineGemm2Params c;
-        c.act = act_;
-        c.w2 = static_cast<const uint16_t*>(weights_.w2);
-        c.b2 = weights_.b2;
-        c.tiles = tiles_;
-        c.num_tiles = plan.gemm2_mode == Gemm2Mode::Gate ? &gate_record_->combine_tiles : num_tiles_;
-        c.expanded_to_permuted = expanded_to_permuted_;
-        c.topk_weights = weights;
-        c.num_tokens = t;
-        c.top_k = k;
-        c.hidden = config_.experts.hidden;
-        c.intermediate = config_.experts.intermediate;
-        c.out = static_cast<uint16_t*>(a.out);
-        c.zeros_when_empty = plan.gemm2_mode == Gemm2Mode::Combine;
-        // Gated: the expert path's GEMM2 follows and launches at once.
-        launch_combine_gemm2(c, plan.gemm2_mode == Gemm2Mode::Gate, chain);
+      if (plan.gemm2_mode == Gemm2Mode::Combine) {
+        launch_combine_gemm2(combine_params(a, weights, plan), false, chain);
+        return;
       }
-      if (plan.gemm2_mode == Gemm2Mode::Combine) return;
       ExpertsCall call = experts_call();
+      // Gated: the gate's count, 0 where it chose the combine (then this
+      // GEMM2 returns after its wait and the tail runs the combine).
       if (plan.gemm2_mode == Gemm2Mode::Gate) call.num_tiles = &gate_record_->expert_tiles;
       backend_for(plan.path).run_gemm2(call, plan, stream);
       return;
     }
     case Stage::Finalize: {
       if (t == 0 || plan.gemm2_mode == Gemm2Mode::Combine || plan.finalize_in_gemm2) return;
-      FinalizeParams p = finalize_params(a, weights, ids, plan);
-      if (plan.gemm2_mode == Gemm2Mode::Gate) p.enabled = &gate_record_->finalize;
-      launch_finalize(p, chain);
+      if (plan.gemm2_mode == Gemm2Mode::Gate) {
+        // The gated tail: the combine, or the finalize where the gate chose
+        // the expert path (its flag).
+        CombineGemm2Params c = combine_params(a, weights, plan);
+        c.tail_finalize = &gate_record_->finalize;
+        c.finalize = finalize_params(a, weights, ids, plan);
+        launch_combine_gemm2(c, false, chain);
+        return;
+      }
+      launch_finalize(finalize_params(a, weights, ids, plan), chain);
       return;
     }
   }

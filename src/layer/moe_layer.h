@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 
+#include "kernels/gemm/gemm2_combine.cuh"
 #include "kernels/permute/permute.cuh"
 #include "backends/experts_backend.h"
 #include "dev/overrides.h"
@@ -139,6 +140,10 @@ class MoELayerImpl final : public MoELayer {
   // does not hold it (forward never makes one: that would allocate).
   ExpertsBackend& backend_for(ExpertsPath p);
   const TuningChoice* tuned_for(int num_tokens) const;
+  // What the combine kernel of a call takes (the combine path; the gated
+  // chain's tail adds the finalize's flag and parameters).
+  CombineGemm2Params combine_params(const ForwardArgs& a, const float* weights,
+                                    const LayerPlan& plan);
   // What the finalize of a call takes (its kernel, or GEMM2's fold).
   FinalizeParams finalize_params(const ForwardArgs& a, const float* weights, const int32_t* ids,
                                  const LayerPlan& plan);

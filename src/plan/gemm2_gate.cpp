@@ -8,21 +8,28 @@ namespace {
 // Both paths stream W2 once per pass over an expert's rows: the expert path
 // once per tile of the schedule, the combine path once per 16-row chunk
 // (its passes over a tile of more rows re-read the same W2 slice, mostly
-// from L2). What differs is what each does around that:
+// from L2). In the gated chain both end in the same two kernels after
+// GEMM1 (the expert GEMM2, empty for the combine, then the tail that runs
+// the combine or the finalize), so the finalize's launch is no longer a
+// difference. What differs:
 //   - the expert path writes y (rows x H bf16) and the finalize reads it
-//     back, and the finalize is one more kernel in the chain: its stage time
-//     at T = 1 is 1.9-2.2 us on an H100 (bench/results/h100/layer-fp8.txt,
-//     dsv3-tp8, qwen3-30b-a3b and qwen3-235b-a22b), about all of it launch
-//     and latency;
+//     back;
 //   - the combine path re-reads W2 for every 16-row chunk past a tile's
-//     first, at the L2's rate rather than HBM's.
+//     first, at the L2's rate rather than HBM's;
+//   - the combine kernel's own GEMM is slower than the stream kernel's at
+//     decode: in the H100 sweep of the forced paths
+//     (bench/results/h100/gemm2-gate-sweep.txt, T = 1) the combine path was
+//     0.3-1.3 us slower than the expert path although the expert path ran
+//     the finalize kernel too (1.9-2.2 us of stage time at T = 1,
+//     bench/results/h100/layer-fp8.txt), so about 2 to 3 us slower for the
+//     GEMM: kCombineBaseNs.
 // kHbmBytesPerNs is an H100's copy rate (2.86-2.90 TB/s measured in the
-// FP8 layer runs); the L2 re-read rate is taken as 2.5x that. These
-// are first-principles figures, not yet fitted to a sweep of the two forced
-// paths; docs/gemm2-gate.md says how to fit them.
+// FP8 layer runs); the L2 re-read rate is taken as 2.5x that. These are
+// first-principles figures and H100 differences, not a fit of the gated
+// chain on an H200; docs/gemm2-gate.md says how to fit them.
 constexpr float kHbmBytesPerNs = 2860.0f;
 constexpr float kL2RereadBytesPerNs = 2.5f * kHbmBytesPerNs;
-constexpr float kFinalizeBaseNs = 1900.0f;
+constexpr float kCombineBaseNs = 2000.0f;
 
 }  // namespace
 
@@ -44,7 +51,7 @@ Gemm2GateModel gemm2_gate_model(const MoEConfig& config) {
   const float hidden = static_cast<float>(config.experts.hidden);
   const float w2_bytes = hidden * static_cast<float>(config.experts.intermediate) * 2.0f;
   Gemm2GateModel m;
-  m.expert.base = kFinalizeBaseNs;
+  m.combine.base = kCombineBaseNs;
   m.expert.per_tile = w2_bytes / kHbmBytesPerNs;
   m.expert.per_row = 4.0f * hidden / kHbmBytesPerNs;  // y: 2 bytes written, 2 read per value
   // combine = tiles x (one HBM read) + (chunks - tiles) x (one L2 re-read)

@@ -206,9 +206,8 @@ TEST(Gemm2GateGpu, CombinePathLeavesTheExpertRowsPoisoned) {
 }
 
 // One graph, captured once, replayed under routing that moves the gate's
-// choice. The default model picks the combine path at these sizes whatever
-// the routing; the test's model makes the choice turn on the number of
-// active experts: the combine path when more than 8 are active.
+// choice: the test's model makes the choice turn on the number of active
+// experts, the combine path when more than 8 are active.
 TEST(Gemm2GateGpu, OneGraphTakesBothPathsAsTheRoutingChanges) {
   UNIMOE_REQUIRE_GPU();
   const uint64_t seed = test::fresh_seed();
@@ -243,6 +242,57 @@ TEST(Gemm2GateGpu, OneGraphTakesBothPathsAsTheRoutingChanges) {
     expect_consistent(rec, t, c.routing.top_k);
     EXPECT_EQ(rec.path, static_cast<int>(r.path)) << "active " << rec.active;
     EXPECT_LT(rig.error(t, logits), kTolerance);
+  }
+}
+
+// The gated chain's tail (the combine kernel given the gate's finalize
+// flag) runs the finalize where the gate chose the expert path and the
+// combine where it chose that: the same bits as the expert path forced
+// (GEMM2, then the finalize kernel) and as the combine path forced, on the
+// stream and mma paths, with biases, eager and from one graph.
+TEST(Gemm2GateGpu, GatedTailGivesEachForcedPathsBits) {
+  UNIMOE_REQUIRE_GPU();
+  const uint64_t seed = test::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  MoEConfig c = moe_config(RoutingPolicy::Renormalize, 32, 4, 264, 136);
+  c.experts.activation = Activation::SwiGLUOai;
+  c.experts.has_bias = true;
+  Gemm2GateModel always_expert;  // the combine dearer by 1 ns
+  always_expert.combine.base = 1.0f;
+  Gemm2GateModel always_combine;
+  always_combine.expert.base = 1.0f;
+  for (const char* backend : {"stream", "mma"}) {
+    c.options.backend = backend;
+    for (const bool combine : {false, true}) {
+      SCOPED_TRACE(std::string(backend) + (combine ? " combine" : " expert"));
+      const DevOverrides gate = with_path("gate"), forced = with_path(combine ? "combine" : "expert");
+      const int max_t = 40;
+      LayerRig gated(c, max_t, seed, false, &gate);
+      LayerRig plain(c, max_t, seed, false, &forced);
+      gated.impl().set_gemm2_gate_model(combine ? always_combine : always_expert);
+      auto same = [&](int t, const std::vector<float>& logits, bool replayed) {
+        plain.load_inputs(t, seed + t, logits);
+        plain.layer().forward(plain.args(t), nullptr);
+        EXPECT_EQ(gated.output_bits(t), plain.output_bits(t)) << "T=" << t << " replay " << replayed;
+        EXPECT_EQ(read_record(gated).path,
+                  static_cast<int>(combine ? Gemm2Path::Combine : Gemm2Path::Expert));
+        EXPECT_LT(gated.error(t, logits), kTolerance);
+      };
+      for (int t : {1, 9, max_t}) {
+        const std::vector<float> logits = ref::make_logits(c, t, seed + t, "uniform");
+        gated.load_inputs(t, seed + t, logits);
+        gated.layer().forward(gated.args(t), nullptr);
+        same(t, logits, false);
+      }
+      gated.load_inputs(max_t, seed, ref::make_logits(c, max_t, seed, "uniform"));
+      test::CapturedForward graph(gated.layer(), gated.args(max_t));
+      for (int replay = 0; replay < 2; ++replay) {
+        const std::vector<float> logits = logits_of(c, max_t, seed + 50 + replay, replay ? "hot" : "uniform");
+        gated.load_inputs(max_t, seed + max_t, logits);
+        graph.replay();
+        same(max_t, logits, true);
+      }
+    }
   }
 }
 

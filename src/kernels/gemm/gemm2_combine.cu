@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/common/common.cuh"
+#include "kernels/epilogue/finalize_device.cuh"
 #include "kernels/gemm/stream_gemm_device.cuh"
 
 namespace unimoe {
@@ -91,6 +92,21 @@ __global__ void __launch_bounds__(kThreads, 2) combine_gemm2_kernel(const Combin
   // Every CTA waits, also one with nothing to do: the grid after this one
   // relies on this grid's completion meaning its predecessors completed.
   pdl_begin();
+  if (p.tail_finalize != nullptr && *p.tail_finalize != 0) {
+    // The gated tail, the expert path chosen: the finalize of this CTA's
+    // columns (y is the previous kernel's output).
+    const FinalizeParams& f = p.finalize;
+    const int col0 = static_cast<int>(blockIdx.x) * kCols;
+    const int vectors = min(kCols, f.hidden - col0) / finalize_device::kVector;
+    for (int i = threadIdx.x; i < f.num_tokens * vectors; i += kThreads) {
+      const int token = i / vectors;
+      const int col = col0 + (i - token * vectors) * finalize_device::kVector;
+      const finalize_device::GlobalRows rows{f, static_cast<size_t>(token) * f.top_k};
+      *reinterpret_cast<uint4*>(f.out + static_cast<size_t>(token) * f.hidden + col) =
+          finalize_device::token_columns<false>(f, rows, col);
+    }
+    return;
+  }
   const int num_tiles = *p.num_tiles;
   if (num_tiles == 0) {
     if (!p.zeros_when_empty) return;
@@ -223,6 +239,15 @@ void launch_combine_gemm2(const CombineGemm2Params& p, bool launch_next_early,
   require(p.act != nullptr && p.w2 != nullptr && p.tiles != nullptr && p.num_tiles != nullptr &&
               p.expanded_to_permuted != nullptr && p.topk_weights != nullptr && p.out != nullptr,
           who, "act, w2, the tile schedule, the routing result or out is null");
+  if (p.tail_finalize != nullptr) {
+    FinalizeFold tail;  // the same checks as a folded finalize's
+    tail.finalize = p.finalize;
+    require(p.finalize.y != nullptr && finalize_fold_valid(tail, p.finalize.y, p.hidden) &&
+                p.finalize.out == p.out &&
+                p.finalize.num_tokens == p.num_tokens && p.finalize.top_k == p.top_k,
+            who, "the tail's finalize needs y, out, the routing result, the call's T and K and "
+                 "hidden = H");
+  }
   CombineArgs a;
   a.p = p;
   a.launch_next_early = launch_next_early;

@@ -21,9 +21,13 @@
 // counts and the tile count, evaluates each path's predicted time (a linear
 // model whose coefficients the host computes from the config:
 // plan/gemm2_gate.h), and writes Gemm2GateRecord: the choice and each path's
-// work-item count. Both paths' kernels are launched on every call; the
-// unchosen one reads a count of 0 and returns after its PDL wait (so the
-// chain's order stays transitive) without touching memory.
+// work-item count. A gated call then runs GEMM1, the expert path's GEMM2
+// (the gate's expert_tiles: 0 when it chose the combine, so it returns
+// after its PDL wait without touching memory) and one tail kernel, the
+// combine kernel given the gate's finalize flag: the combine where the gate
+// chose it, the finalize where it did not. So both paths end in the same
+// two kernels after GEMM1, and the expert path's chain is the ungated one's
+// but for the gate.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,6 +36,7 @@
 #include <cstdint>
 
 #include "kernels/common/common.cuh"
+#include "kernels/gemm/grouped_gemm.cuh"
 #include "kernels/permute/permute.cuh"
 #include "plan/gemm2_gate.h"
 
@@ -68,15 +73,23 @@ struct CombineGemm2Params {
   // combine_tiles, 0 also when the gate chose the expert path, and the gate
   // sends a call with no tiles to the expert path, whose finalize writes them.
   bool zeros_when_empty = false;
+  // The gated chain's tail (the kernel after the expert path's GEMM2): set
+  // to the gate's finalize flag (Gemm2GateRecord::finalize). Where it reads
+  // 1 (the gate chose the expert path, or the call has no tile) each CTA
+  // runs the finalize for its 16 columns of every token instead of the
+  // combine, with the finalize kernel's steps (finalize_device.cuh; the same
+  // bits), over `finalize` (what launch_finalize would take). nullptr: the
+  // combine kernel alone.
+  const int32_t* tail_finalize = nullptr;
+  FinalizeParams finalize;
 };
 
 // Shared-memory bytes the combine kernel takes for T * K rows.
 std::size_t combine_smem_bytes(int rows);
 // Throws std::runtime_error naming the bad field (T * K over
 // kCombineMaxRows, H or I not multiples of 8, null pointers).
-// `launch_next_early`: let the next kernel launch as this one starts (the
-// gated chain's expert GEMM2, which then issues its weight loads during
-// this kernel's wait when the gate chose it; it waits for this kernel).
+// `launch_next_early`: let the next kernel launch as this one starts (it
+// waits for this kernel).
 void launch_combine_gemm2(const CombineGemm2Params& params, bool launch_next_early,
                           KernelStream stream);
 
