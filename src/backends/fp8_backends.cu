@@ -296,7 +296,7 @@ class Fp8StreamBackend final : public Fp8Backend {
       // the permute, which writes the schedule, so it reads the schedule
       // after its wait.
       p.a_bf16 = call.x;
-      p.a_row_scale = a_row_scale(weights_.x_scale, /*one_row=*/true);
+      p.a_row_scale = a_row_scale(weights_.x_scale, /*one_row=*/call.num_tokens == 1);
       p.a_given_scale = weights_.x_scale;
       // The dynamic scale where the quantize kernel leaves it
       // (dynamic_activation_scales reads it).

@@ -428,7 +428,7 @@ LayerPlan plan_layer(const MoEConfig& config, int num_tokens, bool precomputed,
   // The FP8 stream kernel and the 4-bit 16-row form fold the finalize (not
   // the 4-bit rows and wgmma forms, nor the FP8 mma path).
   plan.finalize_in_gemm2 =
-      num_tokens <= dev.finalize_in_gemm2 && plan.path == ExpertsPath::Stream &&
+      num_tokens >= 1 && num_tokens <= dev.finalize_in_gemm2 && plan.path == ExpertsPath::Stream &&
       plan.gemm2_mode == Gemm2Mode::Expert &&
       (plan.fp8 || (is_w4(config.experts.quant) && plan.tile_m == kStream.tile_m));
   plan.routing = plan_routing(config, num_tokens, precomputed, caps, dev);

@@ -300,6 +300,7 @@ TEST(LayerPlan, DecodeFoldsOnlyWhereTheirKernelsServe) {
       EXPECT_FALSE(plain.fp8_quant_in_gemm || plain.finalize_in_gemm2) << t;
     }
     EXPECT_FALSE(plan_layer(fp8, 4096, false, caps, dev).finalize_in_gemm2);  // cutlass path
+    EXPECT_FALSE(plan_layer(fp8, 0, false, caps, DevOverrides{}).finalize_in_gemm2);  // no call
     MoEConfig forced = fp8;
     forced.options.backend = "mma";  // the FP8 wgmma kernel does neither
     const LayerPlan mma = plan_layer(forced, 1, false, caps, dev);

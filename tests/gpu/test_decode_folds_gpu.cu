@@ -17,6 +17,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <initializer_list>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,8 @@
 #include "gpu/gpu_test_util.h"
 #include "gpu/layer_rig.h"
 #include "plan/autotune.h"
+#include "plan/layer_plan.h"
+#include "plan/routing_plan.h"
 #include "ref/ref.h"
 #include "ref/synthetic.h"
 #include "support/presets.h"
@@ -44,6 +48,18 @@ DevOverrides knobs(const std::string& a, const std::string& b = "") {
   return d;
 }
 
+// The plan takes the folds the test means to exercise at each T (so that a
+// change of the rule cannot leave the comparisons below comparing the
+// default chain with itself).
+void expect_planned(const MoEConfig& c, const DevOverrides& dev, std::initializer_list<int> ts,
+                    bool quantize) {
+  for (int t : ts) {
+    const LayerPlan p = plan_layer(c, t, false, RoutingDeviceCaps{}, dev);
+    EXPECT_EQ(p.fp8_quant_in_gemm, quantize && t == 1) << "T=" << t;
+    EXPECT_TRUE(p.finalize_in_gemm2 || dev.finalize_in_gemm2 == 0) << "T=" << t;
+  }
+}
+
 MoEConfig stream_config(const char* preset, QuantVariant q) {
   MoEConfig c = find_preset(preset).config;
   c.experts.quant = q;
@@ -59,10 +75,12 @@ TEST(DecodeFoldsGpu, Fp8GemmsQuantizingTheirInputGiveTheQuantizeKernelsBits) {
       SCOPED_TRACE(std::string(preset) + " " + form.name + " seed " + std::to_string(seed));
       const MoEConfig c = stream_config(preset, form.quant);
       const DevOverrides fused = knobs("fp8_quant_in_gemm=1");
+      expect_planned(c, fused, {1}, true);
       test::expect_same_bits(c, seed, form.static_scales, fused, DevOverrides{}, {1}, 1,
                              kFp8Tolerance, 5);
       // Both folds together against neither.
       const DevOverrides both = knobs("fp8_quant_in_gemm=1", "finalize_in_gemm2=1");
+      expect_planned(c, both, {1}, true);
       test::expect_same_bits(c, seed + 1, form.static_scales, both, DevOverrides{}, {1}, 1,
                              kFp8Tolerance, 5);
     }
@@ -74,6 +92,7 @@ TEST(DecodeFoldsGpu, FoldedFinalizeGivesTheFinalizeKernelsBits) {
   for (const Form& form : kForms) {
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(std::string(form.name) + " seed " + std::to_string(seed));
+    expect_planned(stream_config("qwen3-30b-a3b", form.quant), fold, {1, 3, 16}, false);
     test::expect_same_bits(stream_config("qwen3-30b-a3b", form.quant), seed, form.static_scales,
                            fold, DevOverrides{}, {1, 3, 16}, 8, kFp8Tolerance, 5);
     // I = 384, E = 16: two- and three-row tiles at these T; K blocks of 3.
@@ -86,6 +105,7 @@ TEST(DecodeFoldsGpu, FoldedFinalizeGivesTheFinalizeKernelsBits) {
   for (QuantVariant q : kW4Formats) {
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE(to_string(q) + " seed " + std::to_string(seed));
+    expect_planned(stream_config("gpt-oss-120b", q), fold, {1, 4, 16}, false);
     test::expect_same_bits(stream_config("gpt-oss-120b", q), seed, false, fold, DevOverrides{},
                            {1, 4, 16}, 8, kTuningTolerance, 5);
     MoEConfig odd = moe_config(RoutingPolicy::Renormalize, 7, 3, 160, 96);  // K and N tails
@@ -117,6 +137,8 @@ TEST(DecodeFoldsGpu, ExpertParallelRangeAndACallWithNoLocalRow) {
     const double tolerance = q == QuantVariant::MXFP4 || q == QuantVariant::NVFP4 ? kTuningTolerance
                                                                                     : kFp8Tolerance;
     const DevOverrides both = knobs("fp8_quant_in_gemm=1", "finalize_in_gemm2=16");
+    const bool fp8 = q == QuantVariant::FP8Block128 || q == QuantVariant::FP8PerTensor;
+    expect_planned(c, both, {1, 7, 16}, fp8);
     test::expect_same_bits(c, seed, false, both, DevOverrides{}, {1, 7, 16}, 16, tolerance, 20);
 
     LayerRig rig(c, 4, seed, false, &both);

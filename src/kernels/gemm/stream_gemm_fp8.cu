@@ -190,8 +190,9 @@ void launch_fp8_stream_gemm(const Fp8StreamGemmParams& p, KernelStream stream) {
   // / 128], and the raw A row where the kernel quantizes it.
   const size_t smem = fp8_stream::fp8_stream_smem_bytes(p, &args.raw_offset);
   // Past 48 KB of dynamic and static shared memory together (the K-split
-  // partials are static) a kernel must opt in.
-  const size_t static_smem = sizeof(float) * fp8_stream::kWarps * 8 * 32;
+  // partials are static, and up to 256 bytes of flags and maxima: the
+  // folded finalize's, the row quantization's) a kernel must opt in.
+  const size_t static_smem = sizeof(float) * fp8_stream::kWarps * 8 * 32 + 256;
   if (smem + static_smem > 48 * 1024)
     UNIMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(smem)));

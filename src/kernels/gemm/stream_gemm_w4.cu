@@ -616,8 +616,9 @@ void launch_w4_stream_gemm(const W4StreamGemmParams& p, KernelStream stream) {
                   : static_cast<size_t>(p.k) * sizeof(uint16_t);
   const W4Kernel kernel = kernel_for(a);
   // Past 48 KB of dynamic and static shared memory together (the 16-row
-  // form's K-split partials are static) a kernel must opt in.
-  const size_t static_smem = a.rows_form ? 0 : sizeof(float) * kWarps * 8 * 32;
+  // form's K-split partials are static, and the folded finalize's flag:
+  // 256 bytes covers it) a kernel must opt in.
+  const size_t static_smem = a.rows_form ? 0 : sizeof(float) * kWarps * 8 * 32 + 256;
   if (smem + static_smem > 48 * 1024)
     UNIMOE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(smem)));
