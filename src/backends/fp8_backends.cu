@@ -248,6 +248,14 @@ class Fp8Backend : public ExpertsBackend {
                                    // a slot for a copy nothing reads
   float* x_scratch_ = nullptr;     // FP8PerTensor dynamic amax partials
   float* act_scratch_ = nullptr;
+  // FP8PerTensor, GEMM1 at one token quantizing in the GEMMs: its CTAs'
+  // output maxima (Fp8StreamGemmParams::out_maxima).
+  float* act_maxima_ = nullptr;
+  // Its size: GEMM1's grid at one token, at most K tiles of ceil(I / 8)
+  // column blocks.
+  std::size_t maxima_capacity() const {
+    return static_cast<std::size_t>(config_.routing.top_k) * ((inter_ + 7) / 8);
+  }
   float* w13_expanded_ = nullptr;  // FP8PerTensor: [E_local, n1 / 128, H / 128]
   float* w2_expanded_ = nullptr;   //   [E_local, H / 128, I / 128] (own allocation, persistent)
 
@@ -263,6 +271,7 @@ class Fp8Backend : public ExpertsBackend {
       x_scratch_ = c.take<float>(quantize_fp8_tensor_scratch_floats(max_tokens_, hidden_));
       act_scratch_ = c.take<float>(
           quantize_fp8_tensor_scratch_floats(static_cast<int>(max_rows_), inter_));
+      act_maxima_ = c.take<float>(maxima_capacity());
     }
     carve_own(c);
   }
@@ -290,7 +299,7 @@ class Fp8StreamBackend final : public Fp8Backend {
     // weight loads while the codes are made (it reads the schedule before
     // its own wait: the quantize kernel waited for the permute or GEMM1).
     const bool early = plan.fp8_quant_early && plan.read_before_wait;
-    Fp8StreamGemmParams p = common(call, plan);
+    Fp8StreamGemmParams p = gemm1_shape(call, plan);
     if (plan.fp8_quant_in_gemm) {
       // x quantized by GEMM1 itself (one token): the kernel before it is
       // the permute, which writes the schedule, so it reads the schedule
@@ -302,6 +311,12 @@ class Fp8StreamBackend final : public Fp8Backend {
       // (dynamic_activation_scales reads it).
       if (p.a_row_scale == fp8_encode::RowScale::kRow) p.a_scale_out = tensor_scales_;
       p.prefetch_before_wait = false;
+      if (dynamic_act_scale()) {
+        // Each CTA's largest output, from which GEMM2 makes the scale.
+        p.out_maxima = act_maxima_;
+        if (static_cast<std::size_t>(fp8_stream_grid_ctas(p)) > maxima_capacity())
+          throw std::logic_error("GEMM1's grid outgrew the activation maxima's buffer");
+      }
     } else {
       quantize_x(call, chain, early);
       p.a = x_codes_;
@@ -314,9 +329,6 @@ class Fp8StreamBackend final : public Fp8Backend {
     p.b_scales = w13_scales_;
     p.bias = weights_.b13;
     p.b_rows = n1_;
-    p.k = hidden_;
-    p.n_out = inter_;
-    p.epilogue = gemm1_epilogue(config_.experts.activation);
     p.up_offset = is_gated(p.epilogue) ? inter_ : 0;
     p.alpha = config_.experts.swiglu_alpha;
     p.limit = config_.experts.swiglu_limit;
@@ -340,8 +352,16 @@ class Fp8StreamBackend final : public Fp8Backend {
       // The activation quantized by GEMM2 itself; its schedule is as old as
       // before (GEMM1 waited for the permute before letting it launch).
       p.a_f32 = act_f32_;
-      p.a_row_scale = a_row_scale(weights_.act_scale, /*one_row=*/false);
-      p.a_given_scale = weights_.act_scale;
+      if (dynamic_act_scale()) {
+        // FP8PerTensor's dynamic scale from GEMM1's CTA maxima.
+        p.a_row_scale = fp8_encode::RowScale::kMaxima;
+        p.a_given_scale = act_maxima_;
+        p.a_maxima = fp8_stream_grid_ctas(gemm1_shape(call, plan));
+        p.a_scale_out = tensor_scales_ + 1;  // where dynamic_activation_scales reads it
+      } else {
+        p.a_row_scale = a_row_scale(weights_.act_scale, /*one_row=*/false);
+        p.a_given_scale = weights_.act_scale;
+      }
     } else {
       p.a = act_codes_;
       p.a_scales = act_scales_;
@@ -367,10 +387,20 @@ class Fp8StreamBackend final : public Fp8Backend {
  private:
   void carve_own(WorkspaceCarver&) override {}
 
-  // GEMM2 quantizes the activation itself where the plan says so and the
-  // scales need no other row: not FP8PerTensor's dynamic activation scale.
-  bool act_quant_in_gemm2(const LayerPlan& plan) const {
-    return plan.fp8_quant_in_gemm && (!per_tensor() || weights_.act_scale != nullptr);
+  // GEMM2 quantizes the activation itself where the plan says so (for
+  // FP8PerTensor's dynamic scale, from GEMM1's CTA maxima).
+  bool act_quant_in_gemm2(const LayerPlan& plan) const { return plan.fp8_quant_in_gemm; }
+
+  bool dynamic_act_scale() const { return per_tensor() && weights_.act_scale == nullptr; }
+
+  // GEMM1's launch shape (what its grid depends on), the rest of the
+  // parameters common().
+  Fp8StreamGemmParams gemm1_shape(const ExpertsCall& call, const LayerPlan& plan) const {
+    Fp8StreamGemmParams p = common(call, plan);
+    p.k = hidden_;
+    p.n_out = inter_;
+    p.epilogue = gemm1_epilogue(config_.experts.activation);
+    return p;
   }
 
   // How a GEMM that quantizes its own A rows takes their scales: per 128

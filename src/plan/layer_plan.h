@@ -102,9 +102,8 @@ struct LayerPlan {
   bool w4_pipeline = false;
   // The FP8 stream path at one token: GEMM1 quantizes x and GEMM2 the
   // activation as they read them (stream_gemm_fp8.cuh, a_bf16 / a_f32),
-  // with no quantize kernel between (FP8PerTensor with a dynamic activation
-  // scale, which needs every activation row's maximum, keeps the
-  // activation's quantize kernel).
+  // with no quantize kernel between (FP8PerTensor's dynamic activation
+  // scale from GEMM1's CTAs' output maxima, out_maxima).
   bool fp8_quant_in_gemm = false;
   // The FP8 and 4-bit stream paths' GEMM2 folds the finalize into the CTAs
   // that complete each column block (FinalizeFold, kernels/gemm/

@@ -118,6 +118,11 @@ void validate(const Fp8StreamGemmParams& p) {
           "a_row_scale", is(row_scale) + "not a RowScale");
   require(!quantize || p.a_row_scale != fp8_encode::RowScale::kGiven || p.a_given_scale != nullptr,
           "a_given_scale", "must be set where a_row_scale is kGiven");
+  require(!quantize || p.a_row_scale != fp8_encode::RowScale::kMaxima ||
+              (p.a_given_scale != nullptr && p.a_maxima > 0),
+          "a_given_scale/a_maxima", "kMaxima needs the maxima and their count (> 0)");
+  require(p.out_maxima == nullptr || quantize, "out_maxima",
+          "is written by the kernels that quantize their own A (a_bf16 or a_f32)");
   require(p.gather == nullptr || p.top_k >= 1, "top_k", is(p.top_k) + "must be >= 1");
   require((p.out_f32 != nullptr) != (p.out_bf16 != nullptr), "out_f32/out_bf16",
           "exactly one must be set");
@@ -133,6 +138,7 @@ void validate(const Fp8StreamGemmParams& p) {
                   {p.a_bf16, "a_bf16", 16, false}, {p.a_f32, "a_f32", 16, false},
                   {p.a_given_scale, "a_given_scale", 4, false},
                   {p.a_scale_out, "a_scale_out", 4, false},
+                  {p.out_maxima, "out_maxima", 4, false},
                   {p.gather, "gather", 4, false}, {p.b, "b", 16, true},
                   {p.b_scales, "b_scales", 4, true}, {p.bias, "bias", 4, false},
                   {p.tiles, "tiles", 4, true},    {p.num_tiles, "num_tiles", 4, true},
@@ -166,6 +172,15 @@ KernelFn kernel_for(const Fp8StreamConfig& c) {
 }
 
 }  // namespace
+
+int fp8_stream_grid_ctas(const Fp8StreamGemmParams& p) {
+  const Fp8StreamConfig c = fp8_stream_config(p.k, p.n_out, is_gated(p.epilogue), p.max_tiles,
+                                              current_device_sm_count(), p.wide_ctas);
+  const long long blocks = static_cast<long long>(p.max_tiles) * c.n_blocks;
+  require(blocks <= INT_MAX, "max_tiles", "x column blocks = " + std::to_string(blocks) +
+                                              " exceeds the grid limit");
+  return static_cast<int>(blocks);
+}
 
 void launch_fp8_stream_gemm(const Fp8StreamGemmParams& p, KernelStream stream) {
   validate(p);

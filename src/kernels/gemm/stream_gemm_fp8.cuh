@@ -70,9 +70,19 @@ struct Fp8StreamGemmParams {
   const float* a_f32 = nullptr;      // [rows_a, k] fp32, 16-byte aligned rows
   fp8_encode::RowScale a_row_scale = fp8_encode::RowScale::kGroups;
   const float* a_given_scale = nullptr;  // device float, with kGiven
-  // Optional, with kRow: the scale written here too (by one CTA), where the
-  // quantize kernel would have left it (Fp8TensorQuantParams::scale).
+  // With kMaxima: the number of maxima at a_given_scale (the previous
+  // GEMM's out_maxima, as many as its grid has CTAs).
+  int a_maxima = 0;
+  // Optional, with kRow or kMaxima: the scale written here too (by one
+  // CTA), where the quantize kernel would have left it
+  // (Fp8TensorQuantParams::scale).
   float* a_scale_out = nullptr;
+  // Optional, with a_bf16 or a_f32 (GEMM1 at one token, for FP8PerTensor's
+  // dynamic activation scale): CTA b of the grid writes the largest |value|
+  // it stored to out_maxima[b] (fmaxf, NaN skipped; 0 for a CTA with no
+  // tile), fp8_stream_grid_ctas(params) floats in all, so that GEMM2 makes
+  // the tensor's scale from them (kMaxima) without a pass over the output.
+  float* out_maxima = nullptr;
   // GEMM2 at decode (out_bf16 = y): the finalize folded into the CTAs that
   // complete each column block (grouped_gemm.cuh); counters null: not.
   // Column block b of a tile is its CTA b: cols_per_cta x parts columns
@@ -88,5 +98,9 @@ struct Fp8StreamGemmParams {
 // are not written. Throws std::invalid_argument naming the field for bad
 // parameters; max_tiles = 0 launches nothing.
 void launch_fp8_stream_gemm(const Fp8StreamGemmParams& p, KernelStream stream);
+
+// The CTAs of the launch `p` would make (max_tiles x column blocks; the
+// size of out_maxima).
+int fp8_stream_grid_ctas(const Fp8StreamGemmParams& p);
 
 }  // namespace unimoe

@@ -101,18 +101,44 @@ __device__ __forceinline__ void store_out(const Fp8StreamGemmParams& p, size_t i
 
 // Output row out_row from the sums v0, v1 of weight rows r0, r1 (gate and up,
 // or two columns): bias, then the activation of (v0, v1) at column r0, or of
-// each at its own column.
-__device__ __forceinline__ void store_pair(const Fp8StreamArgs& args, int expert, size_t out_row,
-                                           int r0, int r1, float v0, float v1, bool ok0, bool ok1) {
+// each at its own column. kMax: returns the largest |value| stored (fmaxf:
+// NaN skipped; 0 for none), for the out_maxima kernels; else 0.
+template <bool kMax>
+__device__ __forceinline__ float store_pair(const Fp8StreamArgs& args, int expert, size_t out_row,
+                                            int r0, int r1, float v0, float v1, bool ok0, bool ok1) {
   const Fp8StreamGemmParams& p = args.p;
   const float* bias = p.bias != nullptr ? p.bias + static_cast<size_t>(expert) * p.b_rows : nullptr;
   v0 += bias != nullptr && ok0 ? bias[r0] : 0.0f;
   v1 += bias != nullptr && ok1 ? bias[r1] : 0.0f;
-  if (args.gated) {
-    if (ok0) store_out(p, out_row + r0, gated_activation(p.epilogue, v0, v1, p.alpha, p.limit));
+  if constexpr (!kMax) {
+    if (args.gated) {
+      if (ok0) store_out(p, out_row + r0, gated_activation(p.epilogue, v0, v1, p.alpha, p.limit));
+    } else {
+      if (ok0) store_out(p, out_row + r0, pointwise_activation(p.epilogue, v0));
+      if (ok1) store_out(p, out_row + r1, pointwise_activation(p.epilogue, v1));
+    }
+    return 0.0f;
   } else {
-    if (ok0) store_out(p, out_row + r0, pointwise_activation(p.epilogue, v0));
-    if (ok1) store_out(p, out_row + r1, pointwise_activation(p.epilogue, v1));
+    float stored = 0.0f;
+    if (args.gated) {
+      if (ok0) {
+        const float a = gated_activation(p.epilogue, v0, v1, p.alpha, p.limit);
+        store_out(p, out_row + r0, a);
+        stored = fmaxf(stored, fabsf(a));
+      }
+    } else {
+      if (ok0) {
+        const float a = pointwise_activation(p.epilogue, v0);
+        store_out(p, out_row + r0, a);
+        stored = fmaxf(stored, fabsf(a));
+      }
+      if (ok1) {
+        const float a = pointwise_activation(p.epilogue, v1);
+        store_out(p, out_row + r1, a);
+        stored = fmaxf(stored, fabsf(a));
+      }
+    }
+    return stored;
   }
 }
 
@@ -206,11 +232,11 @@ __device__ __forceinline__ void quantize_a_row(const Fp8StreamArgs& args, const 
   if (p.a_bf16 != nullptr)
     fp8_encode::quantize_row_shared<kWarps>(reinterpret_cast<const uint16_t*>(raw), p.k, x_sm,
                                             a_sm + row, kStreamTileM, p.a_row_scale,
-                                            p.a_given_scale);
+                                            p.a_given_scale, p.a_maxima);
   else
     fp8_encode::quantize_row_shared<kWarps>(reinterpret_cast<const float*>(raw), p.k, x_sm,
                                             a_sm + row, kStreamTileM, p.a_row_scale,
-                                            p.a_given_scale);
+                                            p.a_given_scale, p.a_maxima);
   if (p.a_scale_out != nullptr && blockIdx.x == 0 && threadIdx.x == 0) *p.a_scale_out = a_sm[row];
 }
 
@@ -218,9 +244,10 @@ __device__ __forceinline__ void quantize_a_row(const Fp8StreamArgs& args, const 
 
 // This warp's kSlots x kUnits pairs over all of K, kChunks pieces of each in
 // flight; slot s of unit u is pair q0 + s * kUnits + u. Row `row` of the
-// tile (0 but for a wide CTA's multi-row tiles).
+// tile (0 but for a wide CTA's multi-row tiles). Returns the largest |value|
+// this thread stored (store_pair).
 template <int kSlots, int kChunks, int kUnitLanes, bool kQuantizeA>
-__device__ __forceinline__ void stream_one_token(const Fp8StreamArgs& args, const DeviceTile& tile,
+__device__ __forceinline__ float stream_one_token(const Fp8StreamArgs& args, const DeviceTile& tile,
                                                  int block, int row, uint8_t* smem, float* a_sm,
                                                  float* b_sm) {
   uint8_t* x_sm = smem;  // the token row's codes
@@ -304,10 +331,11 @@ __device__ __forceinline__ void stream_one_token(const Fp8StreamArgs& args, cons
   reduce_slots<kSlots, kUnitLanes>(u, lane);
   constexpr int kLanesPerSlot = kUnitLanes / kSlots;
   const int q = q_lane + (li / kLanesPerSlot) * kUnits;
-  if (li % kLanesPerSlot != 0 || q >= pairs) return;
-  store_pair(args, tile.expert, static_cast<size_t>(tile.row_start + row) * p.n_out,
-             args.gated ? q : 2 * q, args.gated ? p.up_offset + q : 2 * q + 1, u[0][0], u[0][1],
-             true, true);
+  if (li % kLanesPerSlot != 0 || q >= pairs) return 0.0f;
+  return store_pair<kQuantizeA>(args, tile.expert,
+                                static_cast<size_t>(tile.row_start + row) * p.n_out,
+                                args.gated ? q : 2 * q, args.gated ? p.up_offset + q : 2 * q + 1,
+                                u[0][0], u[0][1], true, true);
 }
 
 // ---- Multi-row tiles: 16 weight rows x 64 K per slab, kFrags token fragments.
@@ -412,7 +440,7 @@ __device__ __forceinline__ void stream_rows(const Fp8StreamArgs& args, const Dev
 #pragma unroll
     for (int j = 0; j < 2; ++j)
       if (8 * f + 2 * t + j < tile.rows)
-        store_pair(args, tile.expert,
+        store_pair<false>(args, tile.expert,
                    static_cast<size_t>(tile.row_start + 8 * f + 2 * t + j) * p.n_out, row_lo,
                    row_hi, acc[f][j], acc[f][2 + j], lo_ok, hi_ok);
 }
@@ -432,6 +460,7 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_stream_gemm_kernel(const Fp8S
   if (!p.prefetch_before_wait) pdl_begin();
   const int tile_index = blockIdx.x / args.c.n_blocks;
   if (tile_index >= *p.num_tiles) {
+    if (kQuantizeA && p.out_maxima != nullptr && threadIdx.x == 0) p.out_maxima[blockIdx.x] = 0.0f;
     if (kFold && *p.num_tiles == 0 && blockIdx.x == 0) {
       pdl_begin();
       finalize_device::fold_zeros<kThreads>(p.fold);
@@ -450,20 +479,27 @@ __global__ void __launch_bounds__(kThreads, 2) fp8_stream_gemm_kernel(const Fp8S
   // each row of a rare multi-row tile by the one-token path: wide grids are
   // of a few tiles, one or two tokens. So does a CTA that quantizes A
   // itself (the one-token path is where it does).
+  float stored = 0.0f;  // the largest |value| this thread stored (out_maxima)
   if (tile.rows == 1) {
-    stream_one_token<kSlots, kChunks, kUnitLanes, kQuantizeA>(args, tile, block, 0, smem, a_sm,
-                                                             b_sm);
+    stored = stream_one_token<kSlots, kChunks, kUnitLanes, kQuantizeA>(args, tile, block, 0, smem,
+                                                                      a_sm, b_sm);
   } else if constexpr (kWide || kQuantizeA) {
 #pragma unroll 1
     for (int row = 0; row < tile.rows; ++row) {
       if (row > 0) __syncthreads();  // every warp is done with the previous row's staging
-      stream_one_token<kSlots, kChunks, kUnitLanes, kQuantizeA>(args, tile, block, row, smem, a_sm,
-                                                               b_sm);
+      stored = fmaxf(stored, stream_one_token<kSlots, kChunks, kUnitLanes, kQuantizeA>(
+                                 args, tile, block, row, smem, a_sm, b_sm));
     }
   } else if (tile.rows <= 8) {  // one token fragment, more slabs in flight
     stream_rows<1, kUnrollOneFragment>(args, tile, block, a_sm, b_sm, partial);
   } else {
     stream_rows<2, kUnroll>(args, tile, block, a_sm, b_sm, partial);
+  }
+  if constexpr (kQuantizeA) {
+    if (p.out_maxima != nullptr) {
+      const float m = fp8_amax::block_max<kWarps>(stored);
+      if (threadIdx.x == 0) p.out_maxima[blockIdx.x] = m;
+    }
   }
   if constexpr (kFold) {
     // Read again here rather than kept in a register through the main loop.

@@ -59,6 +59,8 @@ enum class RowScale : int {
   kGiven = 1,   // the one scale given, for every value (FP8PerTensor, static)
   kRow = 2,     // one over the whole row: amax / 448 of the row (FP8PerTensor,
                 // dynamic, where the tensor is one row)
+  kMaxima = 3,  // one from given maxima: amax / 448 of the largest of them (FP8PerTensor,
+                // dynamic, the maxima of the tensor's parts taken where they were made)
 };
 
 // The value at column c of a raw row in shared memory, as a float.
@@ -72,7 +74,8 @@ __device__ __forceinline__ float value_at(const float* x, int c) { return x[c]; 
 // a scale per 128-column group at scales[g * scale_stride]: the codes and
 // scales launch_quantize_fp8_rows (kGroups) or launch_quantize_fp8_tensor
 // (kGiven with that static scale; kRow, its dynamic scale over a one-row
-// tensor) write for that row. Every thread of the CTA (kWarps warps) calls
+// tensor; kMaxima, its dynamic scale, from `count` maxima at given[0..count)
+// that cover the tensor) write for that row. Every thread of the CTA (kWarps warps) calls
 // it; it ends with __syncthreads(), after which codes and scales may be
 // read. Written for few registers (it runs inside GEMM kernels with their
 // weight loads in flight): the maxima four values at a time, the codes one
@@ -80,7 +83,8 @@ __device__ __forceinline__ float value_at(const float* x, int c) { return x[c]; 
 template <int kWarps, typename In>
 __device__ __forceinline__ void quantize_row_shared(const In* raw, int cols, uint8_t* codes,
                                                     float* scales, int scale_stride,
-                                                    RowScale mode, const float* given) {
+                                                    RowScale mode, const float* given,
+                                                    int count = 0) {
   constexpr int kThreads = kWarps * fp8_amax::kWarpSize;
   const int lane = threadIdx.x % fp8_amax::kWarpSize, warp = threadIdx.x / fp8_amax::kWarpSize;
   const int groups = cols / kGroupCols;
@@ -104,8 +108,13 @@ __device__ __forceinline__ void quantize_row_shared(const In* raw, int cols, uin
   } else {
     __shared__ float warp_maxima[kWarps];
     float m = 0.0f;
+    if (mode == RowScale::kMaxima) {
 #pragma unroll 1
-    for (int vec = threadIdx.x; vec < cols / kVec; vec += kThreads) m = abs_max4(m, load4(raw, vec));
+      for (int i = threadIdx.x; i < count; i += kThreads) m = fmaxf(m, given[i]);
+    } else {
+#pragma unroll 1
+      for (int vec = threadIdx.x; vec < cols / kVec; vec += kThreads) m = abs_max4(m, load4(raw, vec));
+    }
     m = fp8_amax::warp_max(m);
     if (lane == 0) warp_maxima[warp] = m;
     __syncthreads();
